@@ -1,0 +1,1 @@
+"""The `collie` command: one module per verb; each returns an exit status."""

@@ -1,0 +1,153 @@
+"""`collie doctor`: one line per check; every failing line says what to do (features V3).
+
+Marks: ``ok``, ``warn`` (works, but look), ``FAIL`` (broken; the line says the fix). Exit status 1
+when any check fails. When the bridge runs, agent lines come from its live status; otherwise the
+doctor judges what it can from here (path privacy, stale socket, URL and token rules).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+
+from crew import control
+from crew.config import AgentConfig, load_env, programs_off, single_agent
+from crew.errors import ConfigError, NotRunningError
+from crew.security import check_socket_private, check_token, check_url
+from crew.sources import read_sources
+
+ADVICE = {
+    "socket-not-private": "make the socket's folder 0700 and owned by you, with no symlink or group/other-writable folder above it",
+    "connection-refused": "nothing listens there: if the agent crashed, remove the stale socket and start the agent",
+    "unauthorized": "the agent refused the token: give the agent the new token, re-run `collie durable attach` with the same name, then `collie restart`",
+    "version": "update Collie, or the agent's SDK",
+    "timeout": "the agent did not answer in time: check that it runs and is not overloaded",
+    "config": "fix .env and run `collie restart`",
+}
+
+
+class Report:
+    def __init__(self) -> None:
+        self.failed = False
+
+    def line(self, mark: str, check: str, text: str) -> None:
+        if mark == "FAIL":
+            self.failed = True
+        print(f"{mark:<4} {check}: {text}")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("doctor", help="check the config, the bridge and every agent; say what to fix")
+    p.set_defaults(run=run)
+
+
+def _probe_socket(path: str) -> str | None:
+    """T8: a socket file nobody listens on gives `connection refused`."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(path)
+    except ConnectionRefusedError:
+        return "connection-refused"
+    except OSError as exc:
+        return f"cannot connect ({exc.strerror or exc})"
+    finally:
+        s.close()
+    return None
+
+
+def _offline_agent(report: Report, agent: AgentConfig) -> None:
+    check = f"agent {agent.name}"
+    problem = agent.problem
+    if problem is None and agent.socket:
+        problem = check_socket_private(agent.socket)
+        if problem is None:
+            probe = _probe_socket(agent.socket)
+            if probe == "connection-refused":
+                report.line("FAIL", check, f"connection refused at {agent.socket}: remove the stale socket "
+                                           f"(rm {agent.socket}) and start the agent")
+                return
+            if probe:
+                report.line("FAIL", check, f"{agent.socket}: {probe}")
+                return
+    elif problem is None and agent.url:
+        problem = check_url(agent.url) or check_token(agent.token, f'the token of "{agent.name}"')
+    if problem:
+        advice = ADVICE.get(problem.code, "")
+        report.line("FAIL", check, f"{problem}" + (f"; {advice}" if advice and advice not in problem.text else ""))
+    else:
+        report.line("ok", check, f"{agent.address} passes the local checks (the bridge is not running to reach it)")
+
+
+def run(_args, paths) -> int:
+    report = Report()
+    # config
+    try:
+        env = load_env(paths)
+    except ConfigError as exc:
+        report.line("FAIL", "config", str(exc))
+        env = {}
+    off = programs_off(env)
+    agents: list[AgentConfig] = []
+    default = single_agent(env)
+    if default is not None:
+        agents.append(default)
+    try:
+        sources = read_sources(paths.sources)
+    except ConfigError as exc:
+        report.line("FAIL", "config", f"{exc}; fix the file (the bridge will not start until then)")
+        sources = []
+    else:
+        try:
+            mode = stat.S_IMODE(os.stat(paths.sources).st_mode)
+        except FileNotFoundError:
+            report.line("ok", "config", f"no sources.json at {paths.sources} (attach one with `collie durable attach`)")
+        else:
+            if mode != 0o600:
+                report.line("warn", "config", f"{paths.sources} has mode {mode:04o}; it holds tokens: chmod 600 it "
+                                              "(the bridge tightens it at start)")
+            else:
+                report.line("ok", "config", f"{paths.sources}: {len(sources)} entr{'y' if len(sources) == 1 else 'ies'}, mode 0600")
+    if off:
+        report.line("warn", "durable", "durable agents are off (COLLIE_PROGRAMS=off in .env); remove it and "
+                                       "`collie restart` to turn them on")
+    else:
+        agents += [AgentConfig.from_source(s) for s in sources]
+    # state folder
+    try:
+        smode = stat.S_IMODE(os.stat(paths.state_dir).st_mode)
+        if smode != 0o700:
+            report.line("FAIL", "state", f"{paths.state_dir} has mode {smode:04o}; chmod 700 it")
+        else:
+            report.line("ok", "state", f"{paths.state_dir} (0700)")
+    except FileNotFoundError:
+        report.line("ok", "state", f"{paths.state_dir} does not exist yet (the bridge creates it)")
+    # bridge
+    try:
+        pong = control.call(paths.control_socket, "ping")
+        live = {a["name"]: a for a in control.call(paths.control_socket, "agents")["agents"]}
+        report.line("ok", "bridge", f"running (pid {pong['pid']}), phone API on {pong.get('address') or '?'}")
+    except NotRunningError as exc:
+        live = None
+        report.line("FAIL", "bridge", f"{exc}")
+    # agents
+    for agent in agents:
+        if live is None:
+            _offline_agent(report, agent)
+            continue
+        st = live.get(agent.name)
+        check = f"agent {agent.name}"
+        if st is None:
+            report.line("FAIL", check, "entry not loaded: run `collie restart`")
+        elif st["status"] == "ready":
+            report.line("ok", check, f"ready ({st.get('runtime') or 'durable'}, {st['open_count']} open)")
+        elif st["status"] == "starting":
+            report.line("warn", check, "starting: the bridge has not reached it yet; run the doctor again in a few seconds")
+        else:
+            advice = ADVICE.get(st.get("reason") or "", "")
+            text = f"{st['status']}: {st.get('reason')}" + (f" ({st['detail']})" if st.get("detail") else "")
+            report.line("FAIL", check, text + (f"; {advice}" if advice else ""))
+    for name in sorted(set(live or {}) - {a.name for a in agents}):
+        report.line("warn", f"agent {name}", "loaded by the bridge but no longer configured: run `collie restart`")
+    return 1 if report.failed else 0

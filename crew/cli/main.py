@@ -1,0 +1,47 @@
+"""`collie`: parse the command line, dispatch to a verb, turn `CollieError` into one line + status."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from crew import __version__
+from crew.cli import doctor, durable, logs_cmd, restart, serve, status
+from crew.errors import EXIT_USAGE, CollieError
+from crew.paths import Paths
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="collie", description="Supervise durable AI coding agents from your phone.")
+    p.add_argument("--version", action="version", version=f"collie {__version__}")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+    for module in (serve, restart, logs_cmd, doctor, status, durable):
+        module.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if argv[:1] == ["serve"] and not {"-h", "--help"} & set(argv[1:]):
+        return serve.exec_daemon(argv[1:])  # the daemon parses its own options
+    args = parser.parse_args(argv)
+    paths = Paths.from_env()
+    try:
+        return args.run(args, paths)
+    except CollieError as exc:
+        print(f"collie: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        return 130
+
+
+def usage_error(parser: argparse.ArgumentParser, text: str) -> int:
+    parser.print_usage(sys.stderr)
+    print(f"{parser.prog}: error: {text}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

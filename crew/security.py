@@ -1,0 +1,165 @@
+"""The transport rules of features T1–T5 and T9, as pure checks.
+
+A socket carries no token, so Collie connects only when every component of its path is private
+(T2). A URL carries the token, so it must be `https://`, or plain `http://` to this very machine
+with an explicit port (T4). A token must be at least 32 bytes (T5) and is compared in constant time.
+
+Each check returns ``None`` when the rule holds, else a `Problem` whose text names the component
+and says why, so the CLI, the log and the doctor can all show the same words.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import stat
+from pathlib import PurePosixPath
+from urllib.parse import urlsplit
+
+import attrs
+
+SOCKET_PATH_MAX = 103  # bytes: sun_path is 104 on macOS, including the NUL
+TOKEN_MIN_BYTES = 32
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+
+
+@attrs.frozen
+class Problem:
+    code: str  # a reason code the phone and the doctor understand, e.g. "socket-not-private"
+    text: str  # what is wrong and what to do
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.text}"
+
+
+def _mode(st: os.stat_result) -> str:
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def check_socket_shape(path: str) -> Problem | None:
+    """T1: absolute and at most 103 bytes."""
+    if not path:
+        return Problem("bad-socket-path", "the socket path is empty")
+    if not os.path.isabs(path):
+        return Problem("bad-socket-path", f"{path} is not absolute; give the full path")
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        return Problem(
+            "bad-socket-path",
+            f"{path} is {len(os.fsencode(path))} bytes, the limit is {SOCKET_PATH_MAX}; "
+            "use a shorter path under $XDG_RUNTIME_DIR",
+        )
+    return None
+
+
+def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool = True) -> Problem | None:
+    """T2: the whole path is private to `uid` (default: this process's user).
+
+    With ``must_exist=False`` a missing socket (or a missing folder) is not a problem: the agent
+    has not started yet, and the SDK creates its folder 0700. What exists is still checked.
+    """
+    shape = check_socket_shape(path)
+    if shape:
+        return shape
+    uid = os.getuid() if uid is None else uid
+    parts = PurePosixPath(os.path.normpath(path)).parts
+    current = PurePosixPath("/")
+
+    def private(component: PurePosixPath, why: str) -> Problem:
+        return Problem("socket-not-private", f"{component} {why}")
+
+    ancestors = [PurePosixPath(*parts[: i + 1]) for i in range(len(parts) - 1)]
+    for depth, current in enumerate(ancestors):
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            if must_exist:
+                return Problem("no-socket", f"{current} does not exist: start the agent (it creates the folder)")
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            return private(current, "is a symlink; give the real path")
+        if not stat.S_ISDIR(st.st_mode):
+            return private(current, "is not a folder")
+        is_parent = depth == len(ancestors) - 1
+        if is_parent:
+            if st.st_uid != uid:
+                return private(current, f"is owned by uid {st.st_uid}, not by you (uid {uid})")
+            if stat.S_IMODE(st.st_mode) & 0o077:
+                return private(current, f"has mode {_mode(st)}; the socket's folder must be 0700 (chmod 700 {current})")
+        else:
+            if st.st_uid not in (0, uid):
+                return private(current, f"is owned by uid {st.st_uid}, neither you nor root")
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+                return private(current, f"has mode {_mode(st)}: writable by group or others and not sticky")
+    sock = PurePosixPath(*parts)
+    try:
+        st = os.lstat(sock)
+    except FileNotFoundError:
+        if must_exist:
+            return Problem("no-socket", f"{sock} does not exist: start the agent")
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return private(sock, "is a symlink; give the real path")
+    if not stat.S_ISSOCK(st.st_mode):
+        return private(sock, "is not a socket")
+    if st.st_uid != uid:
+        return private(sock, f"is owned by uid {st.st_uid}, not by you (uid {uid})")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        return private(sock, f"has mode {_mode(st)}; it must give group and others nothing (0600)")
+    return None
+
+
+def check_url(url: str) -> Problem | None:
+    """T4: `https://host…`, or `http://127.0.0.1:<port>` / `http://localhost:<port>` only."""
+    if not url or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
+        return Problem("bad-url", "the URL is empty or contains spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return Problem("bad-url", f"{url!r} is not a valid URL ({exc})")
+    scheme = parts.scheme.lower()
+    if "@" in parts.netloc:
+        return Problem("bad-url", "the URL must not carry a user name or password (text before '@')")
+    host = parts.hostname or ""
+    if scheme == "https":
+        if not host:
+            return Problem("bad-url", "the https URL names no host")
+        return None
+    if scheme == "http":
+        if host not in LOOPBACK_HOSTS:
+            return Problem(
+                "insecure-url",
+                "plain http:// is allowed only to http://127.0.0.1:<port> or http://localhost:<port>; "
+                "use https:// so the token does not cross the network in clear",
+            )
+        if port is None or not 0 < port < 65536:
+            return Problem("insecure-url", "a local http:// URL needs an explicit port, e.g. http://127.0.0.1:8765")
+        return None
+    return Problem("bad-url", f"the URL must start with https:// (got {parts.scheme or 'no scheme'}://)")
+
+
+def is_local_url(url: str) -> bool:
+    """T9: loopback http is local; anything else reached by URL is remote."""
+    parts = urlsplit(url)
+    return parts.scheme.lower() == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
+
+
+def check_token(token: str | None, var: str) -> Problem | None:
+    """T5: present, at least 32 bytes, printable (it travels in an HTTP header). Never quoted back."""
+    if token is None:
+        return Problem("no-token", f"the variable {var} is not set; export the agent's token in it first")
+    if len(token.encode()) < TOKEN_MIN_BYTES:
+        return Problem(
+            "weak-token",
+            f"the token in {var} is shorter than {TOKEN_MIN_BYTES} bytes; make one with `openssl rand -hex 32`",
+        )
+    if any(ch.isspace() or not ch.isprintable() for ch in token):
+        return Problem("bad-token", f"the token in {var} contains spaces or control characters")
+    return None
+
+
+def same_secret(a: str | bytes, b: str | bytes) -> bool:
+    """Constant-time comparison for tokens."""
+    a_b = a.encode() if isinstance(a, str) else a
+    b_b = b.encode() if isinstance(b, str) else b
+    return hmac.compare_digest(a_b, b_b)
