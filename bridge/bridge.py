@@ -1,20 +1,43 @@
-"""The bridge: one task tree per attached agent, and a status board the CLI and the lead read.
+"""The bridge: one task tree per attached agent, and the board the CLI, the doctor and the lead read.
 
-At start each agent's address is checked against the transport rules (features A9, T1–T5): a
-hand-written entry that breaks one shows Unreachable with the reason instead of stopping the bridge.
+At start each agent's address is checked against the transport rules that need no I/O (features
+A9, T1, T4, T5): an entry that breaks one shows Unreachable with the reason and is not polled,
+instead of stopping the bridge. Socket privacy (T2) is checked by the poller before every request,
+so fixing a folder's mode recovers the agent without a restart. Each agent's view is restored from
+its cache at start, so panes open at once while the agent is slow or down (S2).
+
+Reads of closed conversations always go to the agent (S2, L4); the result says which L5 footer
+applies when it fails.
 """
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Callable
+from urllib.parse import quote
+
+import attrs
 import trio
 
+from bridge.cache import Cache
+from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
+from bridge.poller import AgentPoller
+from bridge.reader import AgentReader, ConversationView, phone_mismatch
 from crew import logs
 from crew.config import AgentConfig, BridgeConfig
+from crew.fsutil import ensure_private_dir
 from crew.paths import Paths
 from crew.security import Problem, check_socket_shape, check_token, check_url, is_local_url
-from crew.views import STARTING, UNREACHABLE, AgentStatus
+from crew.views import UNREACHABLE, VERSION_MISMATCH, AgentStatus
+from crew.wire import ClosedPage, ItemsPage, WireError, structure, unstructure
 
 log = logs.get("bridge")
+
+READ_TIMEOUT = 10.0
+
+FOOTER_NO_LIST = "This durable agent doesn't keep a list of its conversations."
+FOOTER_NO_ANSWER = "The durable agent didn't answer. Try again in a moment."
+FOOTER_FAILED = "Couldn't load the conversations. Try again."
 
 
 def static_problem(agent: AgentConfig) -> Problem | None:
@@ -28,42 +51,151 @@ def static_problem(agent: AgentConfig) -> Problem | None:
     return Problem("config", "no socket or url is configured")
 
 
-def initial_status(agent: AgentConfig) -> AgentStatus:
-    problem = static_problem(agent)
-    return AgentStatus(
-        name=agent.name,
-        transport=agent.transport,
-        address=agent.address,
-        local=bool(agent.socket) or (bool(agent.url) and is_local_url(agent.url)),
-        status=UNREACHABLE if problem else STARTING,
-        reason=problem.code if problem else None,
-        detail=problem.text if problem else None,
-        token_set=bool(agent.token),
-        origin=agent.origin,
-    )
+def is_local(agent: AgentConfig) -> bool:
+    return bool(agent.socket) or (bool(agent.url) and is_local_url(agent.url))
+
+
+@attrs.frozen
+class ClosedRead:
+    """A read of the closed list: rows, the next cursor, or the L5 footer to show."""
+
+    conversations: list[dict] = attrs.Factory(list)
+    next: str | None = None
+    footer: str | None = None
+    reason: str | None = None
 
 
 class Bridge:
-    def __init__(self, config: BridgeConfig, paths: Paths) -> None:
+    def __init__(self, config: BridgeConfig, paths: Paths, *, host: str | None = None,
+                 client_factory: Callable[[AgentConfig], AgentClient] = AgentClient, use_cache: bool = True) -> None:
         self.config = config
         self.paths = paths
-        self.statuses: dict[str, AgentStatus] = {a.name: initial_status(a) for a in config.agents}
-        self.changed = trio.Event()
-        for st in self.statuses.values():
-            if st.status == UNREACHABLE:
-                log.info("[durable] %s: unreachable: %s: %s", st.name, st.reason, st.detail)
+        self.host = host or socket.gethostname()
+        self.agents = {a.name: a for a in config.agents}
+        self.readers: dict[str, AgentReader] = {}
+        self.pollers: dict[str, AgentPoller] = {}
+        self.client_factory = client_factory
+        self.use_cache = use_cache
+        self.caches: dict[str, Cache] = {}
+        self._changed = trio.Event()
+        self.change_count = 0
+        for agent in config.agents:
+            reader = AgentReader(agent.name, transport=agent.transport, address=agent.address, local=is_local(agent),
+                                 token_set=bool(agent.token), origin=agent.origin)
+            self.readers[agent.name] = reader
+            problem = static_problem(agent)
+            if problem:
+                reader.on_failure(problem.code, problem.text)
+                log.info("[durable] %s: unreachable: %s: %s", agent.name, problem.code, problem.text)
 
-    def set_status(self, status: AgentStatus) -> None:
-        self.statuses[status.name] = status
-        self.changed.set()
-        self.changed = trio.Event()
-
+    # --- reading the board ----------------------------------------------------------------
     def snapshot(self) -> list[AgentStatus]:
-        return list(self.statuses.values())
+        return [r.status_view() for r in self.readers.values()]
 
+    def status(self, name: str) -> AgentStatus:
+        return self.readers[name].status_view()
+
+    def conversations(self, name: str) -> list[ConversationView]:
+        return list(self.readers[name].conversations.values())
+
+    def items(self, name: str, conv_id: str, since_seq: int = 0) -> list[dict]:
+        return self.readers[name].items(conv_id, since_seq)
+
+    def warning(self, name: str) -> str | None:
+        reader = self.readers[name]
+        return phone_mismatch(reader.theirs) if reader.status == VERSION_MISMATCH and reader.theirs else None
+
+    def set_viewing(self, name: str, on: bool) -> None:
+        poller = self.pollers.get(name)
+        if poller is not None:
+            poller.set_viewing(on)
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def _on_change(self, _name: str) -> None:
+        self.change_count += 1
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def statistics(self) -> dict:
+        return {name: p.statistics() for name, p in self.pollers.items()}
+
+    # --- read-through -----------------------------------------------------------------------
+    async def read_closed(self, name: str, cursor: str | None = None) -> ClosedRead:
+        """L4, L5: the closed list, always from the agent; a failure names its footer."""
+        reader = self.readers[name]
+        if reader.status == VERSION_MISMATCH and reader.theirs:
+            return ClosedRead(footer=phone_mismatch(reader.theirs), reason="version")
+        if reader.hello is None or "history" not in reader.hello.caps:
+            return ClosedRead(reason="no_history")  # L6: no Closed group, no note
+        path = "/v1/conversations?state=closed&limit=100" + (f"&cursor={quote(cursor, safe='')}" if cursor else "")
+        try:
+            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP)
+            page = structure(answer.body, ClosedPage)
+        except AgentUnreachable as exc:
+            if exc.reason == "no_list":
+                return ClosedRead(footer=FOOTER_NO_LIST, reason="no_list")
+            if exc.reason == "version":
+                return ClosedRead(footer=phone_mismatch(reader.theirs) if reader.theirs else FOOTER_FAILED,
+                                  reason="version")
+            if exc.reason in ("timeout", "connection-refused", "no-socket", "closed"):
+                return ClosedRead(footer=FOOTER_NO_ANSWER, reason=exc.reason)
+            return ClosedRead(footer=FOOTER_FAILED, reason=exc.reason)
+        except WireError:
+            return ClosedRead(footer=FOOTER_FAILED, reason="protocol")
+        return ClosedRead(conversations=[unstructure(c) for c in page.conversations], next=page.next)
+
+    async def read_items_through(self, name: str, conv_id: str, since: int = 0) -> list[dict]:
+        """Items of a closed conversation, read from the agent (never from the cache)."""
+        out: list[dict] = []
+        for _ in range(100):
+            path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit=1000"
+            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP)
+            try:
+                page = structure(answer.body, ItemsPage)
+            except WireError as exc:
+                raise AgentUnreachable("protocol", str(exc)) from None
+            out += [{k: v for k, v in unstructure(i).items() if v is not None} for i in page.items]
+            since = page.next_since
+            if not page.more:
+                break
+        return sorted(out, key=lambda i: i["seq"])
+
+    def _client(self, name: str) -> AgentClient:
+        poller = self.pollers.get(name)
+        if poller is None or poller.client is None:
+            raise AgentUnreachable("config", "this agent is not being reached")
+        return poller.client
+
+    # --- running ----------------------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Run every agent's task tree until cancelled."""
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            await trio.sleep_forever()
-            nursery.cancel_scope.cancel()
+        """Run every agent's task tree until cancelled; a hung agent never delays another."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for agent in self.config.agents:
+                    reader = self.readers[agent.name]
+                    if reader.status == UNREACHABLE and static_problem(agent):
+                        continue
+                    cache = self._open_cache(agent.name)
+                    poller = AgentPoller(agent, reader, host=self.host, on_change=self._on_change, cache=cache,
+                                         client_factory=self.client_factory)
+                    self.pollers[agent.name] = poller
+                    nursery.start_soon(poller.run, name=f"agent:{agent.name}")
+                task_status.started()
+        finally:
+            for cache in self.caches.values():
+                cache.close()
+
+    def _open_cache(self, name: str) -> Cache | None:
+        if not self.use_cache:
+            return None
+        try:
+            ensure_private_dir(self.paths.agent_dir(name))
+            cache = Cache(self.paths.agent_dir(name) / "cache.sqlite")
+            self.readers[name].restore(cache.load())
+        except Exception as exc:  # a broken cache costs a re-read, never the agent
+            log.warning("[durable] %s: cache unusable (%s); reading the agent afresh", name, exc)
+            return None
+        self.caches[name] = cache
+        return cache

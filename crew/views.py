@@ -37,3 +37,8 @@ class AgentStatus:
     waiting_count: int = 0
     token_set: bool = False
     origin: str = "sources.json"
+    wire: str | None = None  # the agent's range, e.g. "1..1"
+    caps: list[str] = attrs.Factory(list)
+    subtitle: str | None = None
+    instance: str | None = None
+    last_ok: float | None = None  # trio time of the last good answer

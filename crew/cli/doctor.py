@@ -16,6 +16,7 @@ from crew.config import AgentConfig, load_env, programs_off, single_agent
 from crew.errors import ConfigError, NotRunningError
 from crew.security import check_socket_private, check_token, check_url
 from crew.sources import read_sources
+from crew.wire import OURS
 
 ADVICE = {
     "socket-not-private": "make the socket's folder 0700 and owned by you, with no symlink or group/other-writable folder above it",
@@ -80,6 +81,17 @@ def _offline_agent(report: Report, agent: AgentConfig) -> None:
         report.line("ok", check, f"{agent.address} passes the local checks (the bridge is not running to reach it)")
 
 
+def _hello_line(report: Report, name: str, st: dict) -> None:
+    """W2, V3: what the agent said in hello, with both ranges when they do not overlap."""
+    check = f"durable-hello {name}"
+    if st["status"] == "version_mismatch" and st.get("wire"):
+        report.line("FAIL", check, f"incompatible: the durable agent speaks {st['wire']}, this Collie speaks {OURS}; "
+                                   "update Collie, or the agent's SDK")
+    elif st.get("wire") and st.get("instance"):
+        report.line("ok", check, f"wire {st['wire']} ({st.get('runtime') or 'durable'}, caps: "
+                                 f"{', '.join(st.get('caps') or []) or 'none'})")
+
+
 def run(_args, paths) -> int:
     report = Report()
     # config
@@ -138,10 +150,14 @@ def run(_args, paths) -> int:
             continue
         st = live.get(agent.name)
         check = f"agent {agent.name}"
+        if st is not None:
+            _hello_line(report, agent.name, st)
         if st is None:
             report.line("FAIL", check, "entry not loaded: run `collie restart`")
         elif st["status"] == "ready":
             report.line("ok", check, f"ready ({st.get('runtime') or 'durable'}, {st['open_count']} open)")
+        elif st["status"] == "version_mismatch":
+            continue  # the durable-hello line says it all
         elif st["status"] == "starting":
             report.line("warn", check, "starting: the bridge has not reached it yet; run the doctor again in a few seconds")
         else:

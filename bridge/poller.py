@@ -1,0 +1,175 @@
+"""One agent's task tree: say hello, poll, read items, cache, and recover — never blocking another agent.
+
+Cadence (features W5): every 10 s, every 2 s while a phone views the agent. Where the agent
+declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives at once and an idle
+agent costs one request per 30 s. Reads are at least `MIN_GAP` apart, so an agent streaming a reply
+is read a few times a second, not once per character.
+
+Failures: the reason is shown (`unreachable`), the last good view is kept, and the next try comes
+after a backoff of 1, 2, 4 … seconds, never longer than the cadence. A version mismatch reads only
+`/hello`, every 10 s, to notice an upgrade (wire-v1 §2).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from urllib.parse import quote
+
+import trio
+
+from bridge.cache import Cache
+from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
+from bridge.reader import AgentReader
+from crew import __version__, logs
+from crew.config import AgentConfig
+from crew.views import VERSION_MISMATCH
+from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, unstructure
+
+log = logs.get("durable")
+
+IDLE_EVERY = 10.0
+VIEWED_EVERY = 2.0
+HELLO_RETRY = 10.0
+WATCH_WAIT = WAIT_MAX
+MIN_GAP = 0.2
+HELLO_TIMEOUT = 5.0
+STATE_TIMEOUT = 5.0
+ITEMS_TIMEOUT = 10.0
+ITEM_PAGES_MAX = 50  # per read; the rest comes at the next poll
+
+
+class AgentPoller:
+    def __init__(self, agent: AgentConfig, reader: AgentReader, *, host: str | None = None,
+                 on_change: Callable[[str], None] = lambda name: None, cache: Cache | None = None,
+                 client_factory: Callable[[AgentConfig], AgentClient] = AgentClient) -> None:
+        self.agent = agent
+        self.reader = reader
+        self.host = host or socket.gethostname()
+        self.on_change = on_change
+        self.cache = cache
+        self.client_factory = client_factory
+        self.viewers = 0
+        self._wake = trio.Event()
+        self.client: AgentClient | None = None
+        self.polls = 0
+        self.not_modified = 0
+
+    # --- control ---------------------------------------------------------------------------
+    def set_viewing(self, on: bool) -> None:
+        self.viewers = max(0, self.viewers + (1 if on else -1))
+        self.poke()
+
+    def poke(self) -> None:
+        """Poll now (a phone started viewing, a write just went through)."""
+        self._wake.set()
+
+    @property
+    def cadence(self) -> float:
+        return VIEWED_EVERY if self.viewers else IDLE_EVERY
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake = trio.Event()
+        with trio.move_on_after(seconds):
+            await self._wake.wait()
+
+    def _emit(self, lines: list[str]) -> None:
+        for line in lines:
+            log.info("%s", line)
+
+    def _changed(self) -> None:
+        self.on_change(self.agent.name)
+
+    # --- the loop ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.client = self.client_factory(self.agent)
+        backoff = 1.0
+        try:
+            while True:
+                try:
+                    if self.reader.needs_hello():
+                        await self._hello()
+                        if self.reader.status == VERSION_MISMATCH:
+                            await self._sleep(HELLO_RETRY)
+                            continue
+                    long_polled = await self._poll()
+                    backoff = 1.0
+                except AgentUnreachable as exc:
+                    before = self.reader.status_view()
+                    self._emit(self.reader.on_failure(exc.reason, exc.detail))
+                    if self.reader.status_view() != before:
+                        self._changed()
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, self.cadence)
+                    continue
+                await trio.sleep(MIN_GAP)
+                if not long_polled:
+                    await self._sleep(self.cadence - MIN_GAP)
+        finally:
+            with trio.move_on_after(2, shield=True):
+                await self.client.aclose()
+
+    async def _hello(self) -> None:
+        body = {"collie": __version__, "wire": {"min": OURS.min, "max": OURS.max}, "host": self.host,
+                "name": self.agent.name}
+        answer = await self.client.request("POST", "/hello", json_body=body, timeout=HELLO_TIMEOUT)
+        before = self.reader.status_view()
+        self._emit(self.reader.on_hello(answer.body, trio.current_time()))
+        if self.reader.status_view() != before:
+            self._changed()
+
+    async def _poll(self) -> bool:
+        """Read the state once; returns True when it was a long-poll (no sleep needed after)."""
+        reader = self.reader
+        watch = reader.hello is not None and "watch" in reader.hello.caps and reader.etag is not None
+        path = f"/v1/state?wait={WATCH_WAIT}" if watch else "/v1/state"
+        headers = {"if-none-match": reader.etag} if reader.etag else {}
+        timeout = STATE_TIMEOUT + (WATCH_WAIT if watch else 0)
+        self.polls += 1
+        answer = await self.client.request("GET", path, headers=headers, timeout=timeout, cap=STATE_CAP)
+        before = reader.status_view()
+        if answer.status == 304:
+            self.not_modified += 1
+            self._emit(reader.on_not_modified(trio.current_time()))
+            if reader.status_view() != before:
+                self._changed()
+            return watch
+        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+        self._emit(lines)
+        if reader.needs_hello():
+            return False  # the agent restarted: hello first, then read again
+        for conv_id in stale:
+            await self._read_items(conv_id)
+        await self._save()
+        self._changed()
+        return watch
+
+    async def _read_items(self, conv_id: str) -> None:
+        for _ in range(ITEM_PAGES_MAX):
+            since = self.reader.items_since(conv_id)
+            path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit={ITEMS_LIMIT_DEFAULT}"
+            try:
+                answer = await self.client.request("GET", path, timeout=ITEMS_TIMEOUT, cap=STATE_CAP)
+            except AgentUnreachable as exc:
+                if exc.reason == "not_found":
+                    return  # closed between the state read and this one
+                raise
+            lines, more = self.reader.on_items(conv_id, answer.body)
+            self._emit(lines)
+            if not more:
+                return
+
+    async def _save(self) -> None:
+        if self.cache is None:
+            return
+        r = self.reader
+        await self.cache.save(r.raw_hello, r.raw_state, r.etag, r.take_dirty(), set(r.conversations))
+
+    def statistics(self) -> dict:
+        c = self.client
+        return {"polls": self.polls, "not_modified": self.not_modified, "viewers": self.viewers,
+                "requests": c.requests if c else 0, "bytes_in": c.bytes_in if c else 0}
+
+
+def status_dict(reader: AgentReader) -> dict:
+    return unstructure(reader.status_view())

@@ -1,0 +1,225 @@
+"""Durable wire v1: the messages between a bridge and a durable agent (docs/wire-v1.md).
+
+Both ends use these frozen attrs classes and one lenient converter: unknown fields are ignored
+(forward compatibility), wrong types are errors (a peer bug we report, never guess around).
+
+Asks travel as raw JSON objects as well as parsed: the digest (RFC 8785 JCS, SHA-256, lowercase hex)
+is computed on exactly the object the agent listed, before any parsing, trimming or redaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+import rfc8785
+
+from crew.convert import describe, lenient_converter
+
+WIRE_MIN = 1
+WIRE_MAX = 1
+
+CAPS = ("asks", "starters", "send", "steer", "abort", "rename", "close", "actions", "history", "reopen", "watch")
+CONVERSATION_STATES = ("idle", "working", "waiting")
+ASK_KINDS = ("permission", "choice", "text", "form")
+PERMISSION_ROLES = ("allow", "always_allow", "deny", "cancel")
+ITEM_KINDS = ("user", "reply", "thinking", "notice", "markdown", "code", "link", "tool", "ask", "turn_end")
+GROWING_KINDS = ("reply", "thinking", "notice", "markdown")
+TOOL_STATUSES = ("running", "completed", "failed", "denied")
+ASK_ENDS = ("answered", "decided", "expired", "stopped")
+ANSWER_OUTCOMES = ("accepted", "decided", "expired", "answered", "changed", "not_open", "invalid")
+ERROR_CODES = {"unauthorized": 401, "bad_request": 400, "not_found": 404, "unsupported": 404,
+               "no_list": 404, "version": 409, "internal": 500, "conflict": 400}
+WAIT_MAX = 30
+ITEMS_LIMIT_DEFAULT = 500
+ITEMS_LIMIT_MAX = 1000
+CLOSED_PAGE = 100
+TEXT_MAX_DEFAULT = 2000
+
+
+class WireError(Exception):
+    """A message from the peer does not fit the contract (the peer misbehaved)."""
+
+
+@attrs.frozen
+class WireRange:
+    min: int
+    max: int
+
+    def highest_common(self, other: WireRange) -> int | None:
+        top = min(self.max, other.max)
+        return top if top >= max(self.min, other.min) else None
+
+    def __str__(self) -> str:  # `2..3` for a range, as the doctor line prints it
+        return f"{self.min}..{self.max}"
+
+    def short(self) -> str:  # `v2` for one version, `2..3` for a range (features W1)
+        return f"v{self.min}" if self.min == self.max else f"{self.min}..{self.max}"
+
+
+OURS = WireRange(WIRE_MIN, WIRE_MAX)
+
+
+@attrs.frozen
+class Limits:
+    text_max: int = TEXT_MAX_DEFAULT
+
+
+@attrs.frozen
+class HelloRequest:
+    collie: str
+    wire: WireRange
+    host: str
+    name: str
+
+
+@attrs.frozen
+class HelloAnswer:
+    wire: WireRange
+    instance: str
+    runtime: str | None = None
+    subtitle: str | None = None
+    caps: list[str] = attrs.Factory(list)
+    limits: Limits = attrs.Factory(Limits)
+
+
+@attrs.frozen
+class Named:
+    id: str
+    title: str | None = None
+
+
+@attrs.frozen
+class Progress:
+    steps: list[str] | None = None
+    current: int | None = None
+    percent: float | None = None
+    label: str | None = None
+
+
+@attrs.frozen
+class Action:
+    id: str
+    label: str
+    icon: str | None = None
+    busy: bool = False
+    disabled: bool = False
+
+
+@attrs.frozen
+class Conversation:
+    id: str
+    title: str | None = None
+    subtitle: str | None = None
+    workspace: Named | None = None
+    tab: Named | None = None
+    harness: str | None = None
+    state: str = "idle"
+    turn: int = 0
+    activity: str | None = None
+    progress: Progress | None = None
+    asks: list[dict[str, Any]] = attrs.Factory(list)  # raw, for the digest; parsed by crew.asks
+    actions: list[dict[str, Any]] = attrs.Factory(list)  # raw; cut to the limits by crew.asks
+    items_rev: int = 0
+
+
+@attrs.frozen
+class Starter:
+    id: str
+    label: str
+
+
+@attrs.frozen
+class State:
+    rev: int
+    instance: str
+    subtitle: str | None = None
+    conversations: list[Conversation] = attrs.Factory(list)
+    starters: list[Starter] = attrs.Factory(list)
+
+
+@attrs.frozen
+class Item:
+    seq: int
+    rev: int
+    kind: str
+    id: str | None = None
+    turn: int | None = None
+    at: str | None = None
+    final: bool = True
+    text: str | None = None
+    request_id: str | None = None
+    lang: str | None = None
+    url: str | None = None
+    label: str | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    title: str | None = None
+    status: str | None = None
+    output: str | None = None
+    ask_id: str | None = None
+    end: str | None = None
+    stopped: bool | None = None
+
+
+@attrs.frozen
+class ItemsPage:
+    items: list[Item]
+    first_kept: int
+    last: int
+    items_rev: int
+    next_since: int
+    more: bool = False
+
+
+@attrs.frozen
+class ClosedConversation:
+    id: str
+    title: str | None = None
+    subtitle: str | None = None
+    closed_at: str | None = None
+    activity: str | None = None
+
+
+@attrs.frozen
+class ClosedPage:
+    conversations: list[ClosedConversation]
+    next: str | None = None
+
+
+conv = lenient_converter()
+
+
+def structure(data: Any, cls: type):
+    """Structure peer data; a misfit raises `WireError` with the first path and reason."""
+    try:
+        return conv.structure(data, cls)
+    except Exception as exc:  # cattrs raises several types; all mean "the peer sent a misfit"
+        try:
+            where = "; ".join(f"{msg} @ {path}" for path, msg in describe(exc)[:3])
+        except Exception:
+            where = str(exc)
+        raise WireError(f"{cls.__name__}: {where}") from None
+
+
+def unstructure(obj: Any) -> Any:
+    return conv.unstructure(obj)
+
+
+def drop_none(data: Any) -> Any:
+    """Omit null optional fields when sending (peers treat missing and null alike)."""
+    if isinstance(data, dict):
+        return {k: drop_none(v) for k, v in data.items() if v is not None}
+    if isinstance(data, list):
+        return [drop_none(v) for v in data]
+    return data
+
+
+def ask_digest(raw_ask: dict[str, Any]) -> str:
+    """Lowercase hex SHA-256 of the ask's RFC 8785 canonical form, every field included."""
+    return hashlib.sha256(rfc8785.dumps(raw_ask)).hexdigest()
+
+
+def etag(instance: str, rev: int) -> str:
+    return f'"{instance}.{rev}"'

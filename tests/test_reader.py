@@ -1,0 +1,199 @@
+"""The bridge's per-agent reader (features W1–W4, S3, Q4, Q6, Q7, C7, B8), fed answers directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.reader import LEFT_OUT, AgentReader, doctor_mismatch
+from crew.asks import sanitize_actions, sanitize_ask, sanitize_item
+from crew.wire import WireRange, ask_digest
+
+
+def hello(instance="i1", wire=(1, 1), caps=("asks", "history")):
+    return {"wire": {"min": wire[0], "max": wire[1]}, "runtime": "pi-durable", "instance": instance, "caps": list(caps)}
+
+
+def state(instance="i1", rev=5, convs=None):
+    return {"rev": rev, "instance": instance, "conversations": convs if convs is not None else [
+        {"id": "c", "title": "Chat", "state": "idle", "turn": 1, "items_rev": 3}]}
+
+
+def page(items, first_kept=1, items_rev=None, more=False):
+    last = max((i["seq"] for i in items), default=0)
+    rev = items_rev if items_rev is not None else max((i["rev"] for i in items), default=0)
+    return {"items": items, "first_kept": first_kept, "last": last, "items_rev": rev,
+            "next_since": max((i["rev"] for i in items), default=rev), "more": more}
+
+
+def item(seq, rev=None, kind="reply", **f):
+    return {"seq": seq, "rev": rev or seq, "kind": kind, "text": f"t{seq}", **f}
+
+
+@pytest.fixture
+def reader():
+    return AgentReader("desk", transport="socket", address="/s", local=True)
+
+
+def test_starting_then_ready(reader):
+    assert reader.status == "starting"
+    reader.on_hello(hello(), 0)
+    lines, stale = reader.on_state(state(), '"i1.5"', 1)
+    assert reader.status == "ready" and stale == ["c"] and "ready" in lines[0]
+    assert reader.status_view().runtime == "pi-durable" and reader.status_view().open_count == 1
+
+
+def test_version_mismatch_logs_each_distinct_range_once(reader):
+    """W2: exact log line, once per distinct range; phone sentence; doctor ranges."""
+    lines = reader.on_hello(hello(wire=(2, 2)), 0)
+    assert lines == ["[durable] The durable agent speaks wire v2, this Collie speaks v1. "
+                     "Update Collie, or the agent's SDK."]
+    assert reader.status == "version_mismatch"
+    assert reader.detail == "Program speaks wire v2, this Collie speaks v1. Update Collie, or the durable agent's SDK."
+    assert reader.on_hello(hello(wire=(2, 2)), 10) == []
+    assert "2..3" in reader.on_hello(hello(wire=(2, 3)), 20)[0]
+    assert reader.needs_hello()
+    assert doctor_mismatch(WireRange(2, 3)) == "incompatible: the durable agent speaks 2..3, this Collie speaks 1..1"
+    reader.on_hello(hello(wire=(1, 2)), 30)  # the agent upgraded: read it again
+    reader.on_state(state(), None, 31)
+    assert reader.status == "ready"
+
+
+def test_garbage_state_keeps_the_last_good_view_and_logs_once(reader):
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)
+    good = dict(reader.conversations)
+    bad = {"rev": "many", "instance": "i1", "conversations": "nope"}
+    lines, _ = reader.on_state(bad, None, 2)
+    assert reader.status == "unreachable" and reader.reason == "protocol" and len(lines) == 1
+    assert reader.conversations == good
+    assert reader.on_state(bad, None, 3)[0] == []  # same problem: no second line
+    reader.on_state(state(), None, 4)
+    assert reader.status == "ready"
+
+
+def test_unknown_fields_are_ignored(reader):
+    """Forward compatibility: unknown fields anywhere are ignored on the durable wire."""
+    reader.on_hello({**hello(), "future": {"x": 1}}, 0)
+    s = state()
+    s["conversations"][0]["shiny"] = True
+    s["extra"] = []
+    reader.on_state(s, None, 1)
+    assert reader.status == "ready"
+
+
+def test_gap_when_the_agent_dropped_items_before_we_read_them(reader):
+    """S3: first_kept beyond the next seq expected marks a gap with the left-out line."""
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)
+    reader.on_items("c", page([item(5), item(6)], first_kept=5))
+    shown = reader.items("c")
+    assert shown[0] == {"kind": "gap", "seq": 5, "text": LEFT_OUT} and [i["seq"] for i in shown[1:]] == [5, 6]
+    assert LEFT_OUT == "Older messages were left out: the durable agent no longer keeps them."
+    # later: we hold 5..6, the agent moved on to keep 9.. — items 7..8 were never read
+    reader.on_items("c", page([item(9, rev=9)], first_kept=9))
+    assert [i.get("seq") for i in reader.items("c") if i["kind"] == "gap"] == [5, 9]
+
+
+def test_no_gap_when_nothing_was_missed(reader):
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)
+    reader.on_items("c", page([item(1), item(2)]))
+    reader.on_items("c", page([item(3)], first_kept=3))  # the agent dropped 1..2 after we read them
+    assert all(i["kind"] != "gap" for i in reader.items("c"))
+
+
+def test_growing_item_is_replaced_by_seq(reader):
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)
+    reader.on_items("c", page([item(1, rev=1, final=False, text="Hel")]))
+    reader.on_items("c", page([item(1, rev=2, final=True, text="Hello")]))
+    assert reader.items("c") == [{"seq": 1, "rev": 2, "kind": "reply", "text": "Hello", "final": True}]
+
+
+def test_agent_restart_means_hello_again_and_reread(reader):
+    """W3: a new instance is greeted again; items are re-read from 0."""
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1"), None, 1)
+    reader.on_items("c", page([item(1, rev=3)]))
+    assert reader.items_since("c") == 3
+    lines, stale = reader.on_state(state("i2", rev=1), None, 2)
+    assert reader.needs_hello() and stale == [] and "restarted" in lines[0]
+    assert reader.items_since("c") == 0
+
+
+def test_closed_conversations_leave_the_reader(reader):
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)
+    reader.on_items("c", page([item(1)]))
+    reader.on_state(state(convs=[]), None, 2)
+    assert reader.items("c") == [] and reader.status_view().open_count == 0
+
+
+def test_failure_reasons_change_the_status_and_log_once(reader):
+    assert len(reader.on_failure("connection-refused", "nothing listens")) == 1
+    assert reader.on_failure("connection-refused", "nothing listens") == []
+    assert reader.status_view().reason == "connection-refused"
+
+
+PERM = {"id": "a1", "kind": "permission", "title": "Deploy?", "tool": "deploy",
+        "options": [{"id": "y", "label": "Ship", "role": "allow"}, {"id": "al", "label": "Always", "role": "always_allow"},
+                    {"id": "n", "label": "No", "role": "deny"}]}
+
+
+def test_permission_ask_with_always_allow():
+    view = sanitize_ask(PERM)
+    assert view.digest == ask_digest(PERM) and view.answerable and not view.shortened
+    assert view.always_allow and view.modal == "unreadable"  # B8: always-allow is answered on its card
+
+
+def test_single_tap_permission_is_not_modal():
+    raw = {**PERM, "options": PERM["options"][::2]}
+    assert sanitize_ask(raw).modal is None
+
+
+def test_no_tool_no_always_allow_and_remote_none():
+    """Q5: not offered when the ask names no tool; T6: never for a remote agent."""
+    assert not sanitize_ask({k: v for k, v in PERM.items() if k != "tool"}).always_allow
+    assert not sanitize_ask(PERM, remote=True).always_allow
+
+
+@pytest.mark.parametrize(("raw", "cut"), [
+    ({**PERM, "options": [{"id": str(i), "label": "o", "role": "deny"} for i in range(9)]}, True),
+    ({"id": "a", "kind": "choice", "title": "Q", "options": [{"id": str(i)} for i in range(9)]}, True),
+    ({"id": "a", "kind": "choice", "title": "Q", "options": [{"id": str(i)} for i in range(8)]}, False),
+    ({"id": "a", "kind": "form", "title": "Q", "fields": [{"id": str(i), "type": "text"} for i in range(7)]}, True),
+    ({"id": "a", "kind": "text", "title": "x" * 500}, True),
+    ({"id": "a", "kind": "text", "title": "line\x00break"}, True),
+    ({"id": "a", "kind": "choice", "title": "Q", "options": [{"id": "a", "label": "L" * 200}]}, True),
+])
+def test_over_the_limits_is_cut_and_marked(raw, cut):
+    """Q4, Q6: Collie trims and marks the card `Text shortened`; a shortened ask never offers Always allow."""
+    view = sanitize_ask(raw)
+    assert view.shortened is cut
+    assert view.digest == ask_digest(raw)  # the digest is of what the agent listed, not what we show
+    if cut:
+        assert not view.always_allow
+
+
+def test_unknown_kind_is_read_only():
+    view = sanitize_ask({"id": "a", "kind": "slider", "title": "How much?"})
+    assert not view.answerable and view.modal == "unreadable" and view.title == "How much?"
+
+
+def test_text_ask_limits():
+    assert sanitize_ask({"id": "a", "kind": "text", "title": "T"}).max_length == 500
+    assert sanitize_ask({"id": "a", "kind": "text", "title": "T", "max_length": 9000}).max_length == 2000
+
+
+def test_actions_are_cut_to_four_and_sixteen_characters():
+    """C7: at most 4 buttons, labels at most 16, unknown icons draw none."""
+    views, cut = sanitize_actions([{"id": str(i), "label": "A very long label here", "icon": "rocket"} for i in range(6)])
+    assert cut and len(views) == 4 and all(len(v.label) <= 16 for v in views) and views[0].icon is None
+    views, cut = sanitize_actions([{"id": "p", "label": "Play", "icon": "play"}])
+    assert not cut and views[0].icon == "play"
+
+
+def test_links_must_be_https():
+    assert sanitize_item({"kind": "link", "url": "http://evil", "label": "x"})["url"] is None
+    assert sanitize_item({"kind": "link", "url": "javascript:alert(1)"})["cut"] is True
+    assert sanitize_item({"kind": "link", "url": "https://ok"})["url"] == "https://ok"
