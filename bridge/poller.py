@@ -51,6 +51,7 @@ class AgentPoller:
         self.client_factory = client_factory
         self.viewers = 0
         self._wake = trio.Event()
+        self._poked = False
         self.client: AgentClient | None = None
         self.polls = 0
         self.not_modified = 0
@@ -61,7 +62,8 @@ class AgentPoller:
         self.poke()
 
     def poke(self) -> None:
-        """Poll now (a phone started viewing, a write just went through)."""
+        """Poll now (a phone started viewing, a write just went through); still `MIN_GAP` apart."""
+        self._poked = True
         self._wake.set()
 
     @property
@@ -69,9 +71,11 @@ class AgentPoller:
         return VIEWED_EVERY if self.viewers else IDLE_EVERY
 
     async def _sleep(self, seconds: float) -> None:
+        if not self._poked:
+            with trio.move_on_after(seconds):
+                await self._wake.wait()
+        self._poked = False
         self._wake = trio.Event()
-        with trio.move_on_after(seconds):
-            await self._wake.wait()
 
     def _emit(self, lines: list[str]) -> None:
         for line in lines:
@@ -119,7 +123,7 @@ class AgentPoller:
             self._changed()
 
     async def _poll(self) -> bool:
-        """Read the state once; returns True when it was a long-poll (no sleep needed after)."""
+        """Read the state once; returns True when the next read may follow at once (a long-poll)."""
         reader = self.reader
         watch = reader.hello is not None and "watch" in reader.hello.caps and reader.etag is not None
         path = f"/v1/state?wait={WATCH_WAIT}" if watch else "/v1/state"
@@ -133,7 +137,7 @@ class AgentPoller:
             self._emit(reader.on_not_modified(trio.current_time()))
             if reader.status_view() != before:
                 self._changed()
-            return watch
+            return self._can_watch()
         lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
         self._emit(lines)
         if reader.needs_hello():
@@ -142,7 +146,11 @@ class AgentPoller:
             await self._read_items(conv_id)
         await self._save()
         self._changed()
-        return watch
+        return self._can_watch()
+
+    def _can_watch(self) -> bool:
+        hello = self.reader.hello
+        return hello is not None and "watch" in hello.caps and self.reader.etag is not None
 
     async def _read_items(self, conv_id: str) -> None:
         for _ in range(ITEM_PAGES_MAX):

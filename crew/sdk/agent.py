@@ -460,7 +460,7 @@ class Collie:
     async def _serve_listener(self, listener, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with listener:
             task_status.started()
-            await trio.serve_listeners(partial(handle_connection, handler=self.handle), [listener])
+            await trio.serve_listeners(partial(handle_connection, handler=lambda req: self.handle(req)), [listener])
 
 
 def _int(value: str | None, default: int) -> int:

@@ -1,0 +1,67 @@
+"""Helpers: a real SDK agent and a real Bridge in one trio run (sockets are real, time is virtual)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import trio
+
+from bridge.bridge import Bridge
+from crew.config import AgentConfig, BridgeConfig
+from crew.paths import Paths
+from crew.sdk import open_collie
+
+ALL_CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
+
+
+def short_dir() -> Path:
+    """A private folder with a short path (socket paths must stay under 103 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="c", dir="/tmp"))
+    os.chmod(d, 0o700)
+    return d
+
+
+class Recorder:
+    """Wraps an agent's handler to record (virtual time, method, path) of every request."""
+
+    def __init__(self, collie) -> None:
+        self.calls: list[tuple[float, str, str]] = []
+        inner = collie.handle
+
+        async def handle(req):
+            self.calls.append((trio.current_time(), req.method, req.path))
+            return await inner(req)
+
+        collie.handle = handle
+
+    def times(self, path: str) -> list[float]:
+        return [t for t, _m, p in self.calls if p == path]
+
+
+@asynccontextmanager
+async def agent(sock: Path, *, caps=ALL_CAPS, **kw):
+    async with open_collie(socket=str(sock), host_name="t", caps=caps, caller_check="off", **kw) as collie:
+        rec = Recorder(collie)
+        collie.recorder = rec
+        yield collie
+
+
+@asynccontextmanager
+async def bridge_for(agents: list[AgentConfig], state: Path, *, use_cache: bool = False, **kw):
+    paths = Paths(config_dir=state / "cfg", state_dir=state / "state")
+    b = Bridge(BridgeConfig(agents=tuple(agents), programs_off=False, sources_count=len(agents)), paths,
+               host="testhost", use_cache=use_cache, **kw)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(b.serve)
+        try:
+            yield b
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def cleanup(d: Path) -> None:
+    shutil.rmtree(d, ignore_errors=True)
