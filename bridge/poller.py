@@ -5,7 +5,8 @@ declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives 
 agent costs one request per 30 s. Reads are at least `MIN_GAP` apart, so an agent streaming a reply
 is read a few times a second, not once per character.
 
-Failures: the reason is shown (`unreachable`), the last good view is kept, and the next try comes
+Failures: a dropped connection is retried once at once (a kept-alive connection may have died with
+an agent restart); otherwise the reason is shown (`unreachable`), the last good view is kept, and the next try comes
 after a backoff of 1, 2, 4 … seconds, never longer than the cadence. A version mismatch reads only
 `/hello`, every 10 s, to notice an upgrade (wire-v1 §2).
 """
@@ -88,6 +89,7 @@ class AgentPoller:
     async def run(self) -> None:
         self.client = self.client_factory(self.agent)
         backoff = 1.0
+        retried = False
         try:
             while True:
                 try:
@@ -97,8 +99,12 @@ class AgentPoller:
                             await self._sleep(HELLO_RETRY)
                             continue
                     long_polled = await self._poll()
-                    backoff = 1.0
+                    backoff, retried = 1.0, False
                 except AgentUnreachable as exc:
+                    if exc.reason == "closed" and not retried:
+                        retried = True  # a dropped keep-alive connection: try once more at once
+                        continue
+                    retried = False
                     before = self.reader.status_view()
                     self._emit(self.reader.on_failure(exc.reason, exc.detail))
                     if self.reader.status_view() != before:

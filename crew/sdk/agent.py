@@ -38,12 +38,13 @@ import trio
 
 from crew import __version__
 from crew.sdk.core import AgentCore, BadRequest, DeliverAnswer, RunAction, Steer, StartTurn, StopTurn
-from crew.sdk.server import Request, Response, error, handle_connection
+from crew.sdk.server import Inflight, Request, Response, error, handle_connection
 from crew.wire import WAIT_MAX, WireRange, etag
 
 CALLER_CHECK_WARNING = ("warning: this platform cannot tell who connects to the durable agent's socket, "
                         "so any process of your user can answer its asks")
 READY_WAIT = 10.0
+CLOSE_GRACE = 2.0
 
 
 def now_iso() -> str:
@@ -252,6 +253,7 @@ class Collie:
         self._nursery: trio.Nursery | None = None
         self.address = ""
         self.bridge_hellos: list[dict] = []  # what bridges said in hello (W3), newest last
+        self.inflight = Inflight()
         self.requests_served = 0
 
     # --- building -------------------------------------------------------------------------
@@ -418,7 +420,7 @@ class Collie:
                     except ValueError:
                         return error(400, "bad_request", "wait must be a whole number of seconds")
                     with trio.move_on_after(seconds):
-                        while etag(self.instance, core.rev) == tag:
+                        while etag(self.instance, core.rev) == tag and not self.inflight.closing:
                             await self._change.wait()
                 if etag(self.instance, core.rev) == tag:
                     return Response(304, None, (("etag", tag),))
@@ -460,7 +462,8 @@ class Collie:
     async def _serve_listener(self, listener, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with listener:
             task_status.started()
-            await trio.serve_listeners(partial(handle_connection, handler=lambda req: self.handle(req)), [listener])
+            await trio.serve_listeners(partial(handle_connection, handler=lambda req: self.handle(req),
+                                               inflight=self.inflight), [listener])
 
 
 def _int(value: str | None, default: int) -> int:
@@ -585,6 +588,10 @@ async def open_collie(
         try:
             yield collie
         finally:
+            with trio.CancelScope(shield=True):
+                collie.inflight.closing = True
+                collie._changed()  # open long-polls answer now
+                await collie.inflight.drain(CLOSE_GRACE)  # answer what was accepted before going
             nursery.cancel_scope.cancel()
             if socket is not None:
                 with trio.CancelScope(shield=True):

@@ -50,6 +50,30 @@ class Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class Inflight:
+    """Counts requests being handled, so a closing server can finish what it accepted."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closing = False
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def __enter__(self) -> None:
+        self.count += 1
+        self._idle = trio.Event() if self.count == 1 else self._idle
+
+    def __exit__(self, *exc) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._idle.set()
+
+    async def drain(self, timeout: float) -> None:
+        self.closing = True
+        with trio.move_on_after(timeout):
+            await self._idle.wait()
+
+
 def peer_of(stream: trio.abc.Stream) -> Peer | None:
     sock = getattr(stream, "socket", None)
     if sock is None or sock.family != socket.AF_UNIX or not hasattr(socket, "SO_PEERCRED"):
@@ -68,7 +92,7 @@ async def _send(conn: h11.Connection, stream: trio.abc.Stream, event) -> None:
         await stream.send_all(data)
 
 
-async def handle_connection(stream: trio.abc.Stream, handler: Handler) -> None:
+async def handle_connection(stream: trio.abc.Stream, handler: Handler, inflight: Inflight | None = None) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     peer = peer_of(stream)
     try:
@@ -99,32 +123,10 @@ async def handle_connection(stream: trio.abc.Stream, handler: Handler) -> None:
                 elif isinstance(event, (h11.ConnectionClosed, h11.PAUSED)):
                     return
             assert request is not None
-            if too_big:
-                response = error(413, "bad_request", f"the body is over {MAX_BODY} bytes")
-            else:
-                target = request.target.decode("ascii", "replace")
-                parts = urlsplit(target)
-                segments = tuple(unquote(s) for s in parts.path.split("/") if s)
-                req = Request(
-                    method=request.method.decode(), path=parts.path, segments=segments,
-                    query=dict(parse_qsl(parts.query)),
-                    headers={k.decode().lower(): v.decode("latin-1") for k, v in request.headers},
-                    body=bytes(body), peer=peer,
-                )
-                try:
-                    response = await handler(req)
-                except Exception as exc:  # an agent bug must not kill the server
-                    response = error(500, "internal", f"{type(exc).__name__}: {exc}")
-            payload = b"" if response.body is None else json.dumps(response.body, separators=(",", ":")).encode()
-            headers = [(b"content-length", str(len(payload)).encode())]
-            if response.body is not None:
-                headers.append((b"content-type", b"application/json; charset=utf-8"))
-            headers += [(k.encode(), v.encode()) for k, v in response.headers]
-            reason = HTTPStatus(response.status).phrase.encode() if response.status in HTTPStatus._value2member_map_ else b""
-            await _send(conn, stream, h11.Response(status_code=response.status, headers=headers, reason=reason))
-            if payload:
-                await _send(conn, stream, h11.Data(data=payload))
-            await _send(conn, stream, h11.EndOfMessage())
+            with inflight if inflight is not None else _null():
+                await _respond(conn, stream, request, bytes(body), too_big, handler, peer)
+            if inflight is not None and inflight.closing:
+                return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -136,3 +138,38 @@ async def handle_connection(stream: trio.abc.Stream, handler: Handler) -> None:
     finally:
         with trio.move_on_after(1, shield=True):
             await stream.aclose()
+
+
+class _null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+async def _respond(conn: h11.Connection, stream: trio.abc.Stream, request: h11.Request, body: bytes,
+                   too_big: bool, handler: Handler, peer: Peer | None) -> None:
+    if too_big:
+        response = error(413, "bad_request", f"the body is over {MAX_BODY} bytes")
+    else:
+        parts = urlsplit(request.target.decode("ascii", "replace"))
+        req = Request(
+            method=request.method.decode(), path=parts.path,
+            segments=tuple(unquote(s) for s in parts.path.split("/") if s), query=dict(parse_qsl(parts.query)),
+            headers={k.decode().lower(): v.decode("latin-1") for k, v in request.headers}, body=body, peer=peer,
+        )
+        try:
+            response = await handler(req)
+        except Exception as exc:  # an agent bug must not kill the server
+            response = error(500, "internal", f"{type(exc).__name__}: {exc}")
+    payload = b"" if response.body is None else json.dumps(response.body, separators=(",", ":")).encode()
+    headers = [(b"content-length", str(len(payload)).encode())]
+    if response.body is not None:
+        headers.append((b"content-type", b"application/json; charset=utf-8"))
+    headers += [(k.encode(), v.encode()) for k, v in response.headers]
+    phrase = HTTPStatus(response.status).phrase.encode() if response.status in HTTPStatus._value2member_map_ else b""
+    await _send(conn, stream, h11.Response(status_code=response.status, headers=headers, reason=phrase))
+    if payload:
+        await _send(conn, stream, h11.Data(data=payload))
+    await _send(conn, stream, h11.EndOfMessage())
