@@ -1,0 +1,119 @@
+"""One bridge, 50 agents x 100 open conversations, idle: the bridge process's CPU and memory (issue 3).
+
+    .venv/bin/python bench/many_agents.py [--agents 50] [--conversations 100] [--seconds 60] [--no-watch]
+
+The agents run in one separate process (50 SDK agents on 50 sockets); the bridge is a real
+`collie serve` process reading them through sources.json. After every agent is ready and a warm-up,
+the bridge's CPU time (utime+stime from /proc) and RSS are read over the idle window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from crew import control  # noqa: E402
+from crew.errors import NotRunningError  # noqa: E402
+
+HOST = """
+import sys, trio
+from crew.sdk import open_collie
+from fixtures.agents import ALL_CAPS
+async def one(path, n, caps, ready):
+    async with open_collie(socket=path, caps=caps, runtime="bench", caller_check="off") as c:
+        ws = c.workspace("w", title="Work").tab("t")
+        for i in range(n):
+            ws.pane(f"c{i:03d}", title=f"Conversation {i}").reply(f"item {i}")
+        c.ready()
+        ready()
+        await trio.sleep_forever()
+async def main():
+    folder, agents, n, watch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+    caps = ALL_CAPS if watch else [c for c in ALL_CAPS if c != "watch"]
+    left = [agents]
+    def ready():
+        left[0] -= 1
+        if left[0] == 0:
+            print("ready", flush=True)
+    async with trio.open_nursery() as nursery:
+        for a in range(agents):
+            nursery.start_soon(one, f"{folder}/a{a:02d}.sock", n, caps, ready)
+trio.run(main)
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--agents", type=int, default=50)
+    p.add_argument("--conversations", type=int, default=100)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--no-watch", action="store_true")
+    args = p.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
+    os.chmod(base, 0o700)
+    run = base / "run"
+    run.mkdir(mode=0o700)
+    cfg, state = base / "cfg", base / "state"
+    cfg.mkdir(mode=0o700)
+    (cfg / "sources.json").write_text(json.dumps(
+        [{"name": f"a{a:02d}", "kind": "durable", "socket": str(run / f"a{a:02d}.sock")} for a in range(args.agents)]))
+    os.chmod(cfg / "sources.json", 0o600)
+    env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(run), str(args.agents), str(args.conversations),
+                             "0" if args.no_watch else "1"], env=env, stdout=subprocess.PIPE, text=True)
+    assert host.stdout.readline().strip() == "ready"
+    bridge = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env=env, cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                agents = control.call(state / "bridge.sock", "agents", timeout=2)["agents"]
+                if agents and all(a["status"] == "ready" for a in agents):
+                    break
+            except NotRunningError:
+                pass
+            time.sleep(0.1)
+        ready_s = time.monotonic() - t0
+        opened = sum(a["open_count"] for a in agents)
+        time.sleep(5)  # warm-up: first item reads and cache writes are done
+        c0, w0 = cpu_seconds(bridge.pid), time.monotonic()
+        time.sleep(args.seconds)
+        c1, w1 = cpu_seconds(bridge.pid), time.monotonic()
+        mode = "polling every 10 s" if args.no_watch else "watch long-poll"
+        print(f"{args.agents} agents x {args.conversations} open conversations ({opened} in all), {mode}")
+        print(f"every agent ready after {ready_s:.2f} s (bridge start, hello and first state read)")
+        print(f"idle bridge CPU: {100 * (c1 - c0) / (w1 - w0):.2f} % of one core over {w1 - w0:.0f} s "
+              f"({c1 - c0:.2f} CPU-s)")
+        print(f"bridge RSS: {rss_mib(bridge.pid):.1f} MiB")
+    finally:
+        bridge.terminate()
+        bridge.wait(timeout=20)
+        host.terminate()
+        host.wait(timeout=20)
+        subprocess.run(["rm", "-rf", str(base)])
+
+
+if __name__ == "__main__":
+    main()
