@@ -35,6 +35,30 @@ SMALL_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 10.0
 
 
+class _Body(httpx.AsyncByteStream):
+    """A request body that is a real async iterator, not an async generator.
+
+    httpx's own `ByteStream.__aiter__` is an async generator; when the peer breaks the connection
+    before reading the request, trio reports it garbage-collected unexhausted (httpx issue #3686,
+    fix not released). An iterator object has nothing to finalize.
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._data is None:
+            raise StopAsyncIteration
+        data, self._data = self._data, None
+        return data
+
+    async def aclose(self) -> None:
+        self._data = None
+
+
 class AgentUnreachable(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
@@ -99,8 +123,13 @@ class AgentClient:
         hdrs = dict(headers or {})
         if content is not None:
             hdrs["content-type"] = "application/json; charset=utf-8"
+        request = self.http.build_request(method, path, headers=hdrs, timeout=timeout)
+        request.stream = _Body(content or b"")
+        if content:
+            request.headers["content-length"] = str(len(content))
         try:
-            async with self.http.stream(method, path, content=content, headers=hdrs, timeout=timeout) as resp:
+            resp = await self.http.send(request, stream=True)
+            try:
                 self._check_peer(resp)
                 declared = resp.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:
@@ -110,6 +139,8 @@ class AgentClient:
                     body += chunk
                     if len(body) > cap:
                         raise AgentUnreachable("too-large", f"the answer to {path} is over {cap} bytes")
+            finally:
+                await resp.aclose()
         except httpx.TimeoutException:
             raise AgentUnreachable("timeout", f"no answer to {method} {path} within {timeout:g} s") from None
         except httpx.ConnectError as exc:

@@ -5,7 +5,7 @@ declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives 
 agent costs one request per 30 s. Reads are at least `MIN_GAP` apart, so an agent streaming a reply
 is read a few times a second, not once per character.
 
-Failures: a dropped connection is retried once at once (a kept-alive connection may have died with
+Failures: a dropped connection is retried at once (up to 3 times) (a kept-alive connection may have died with
 an agent restart); otherwise the reason is shown (`unreachable`), the last good view is kept, and the next try comes
 after a backoff of 1, 2, 4 … seconds, never longer than the cadence. A version mismatch reads only
 `/hello`, every 10 s, to notice an upgrade (wire-v1 §2).
@@ -37,7 +37,8 @@ MIN_GAP = 0.2
 HELLO_TIMEOUT = 5.0
 STATE_TIMEOUT = 5.0
 ITEMS_TIMEOUT = 10.0
-ITEM_PAGES_MAX = 50  # per read; the rest comes at the next poll
+ITEM_PAGES_MAX = 50
+CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent  # per read; the rest comes at the next poll
 
 
 class AgentPoller:
@@ -89,7 +90,7 @@ class AgentPoller:
     async def run(self) -> None:
         self.client = self.client_factory(self.agent)
         backoff = 1.0
-        retried = False
+        retried = 0
         try:
             while True:
                 try:
@@ -99,12 +100,12 @@ class AgentPoller:
                             await self._sleep(HELLO_RETRY)
                             continue
                     long_polled = await self._poll()
-                    backoff, retried = 1.0, False
+                    backoff, retried = 1.0, 0
                 except AgentUnreachable as exc:
-                    if exc.reason == "closed" and not retried:
-                        retried = True  # a dropped keep-alive connection: try once more at once
+                    if exc.reason == "closed" and retried < CLOSED_RETRIES:
+                        retried += 1  # a dropped keep-alive connection: try again at once
                         continue
-                    retried = False
+                    retried = 0
                     before = self.reader.status_view()
                     self._emit(self.reader.on_failure(exc.reason, exc.detail))
                     if self.reader.status_view() != before:
