@@ -159,6 +159,22 @@ class AgentPoller:
         hello = self.reader.hello
         return hello is not None and "watch" in hello.caps and self.reader.etag is not None
 
+    async def read_now(self) -> None:
+        """One plain state read (no long-poll) right now, e.g. just before a write."""
+        if self.client is None:
+            return
+        reader = self.reader
+        headers = {"if-none-match": reader.etag} if reader.etag else {}
+        answer = await self.client.request("GET", "/v1/state", headers=headers, timeout=STATE_TIMEOUT, cap=STATE_CAP)
+        if answer.status == 304:
+            self._emit(reader.on_not_modified(trio.current_time()))
+            return
+        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+        self._emit(lines)
+        for conv_id in stale:
+            await self._read_items(conv_id)
+        self._changed()
+
     async def _read_items(self, conv_id: str) -> None:
         for _ in range(ITEM_PAGES_MAX):
             since = self.reader.items_since(conv_id)
@@ -169,7 +185,7 @@ class AgentPoller:
                 if exc.reason == "not_found":
                     return  # closed between the state read and this one
                 raise
-            lines, more = self.reader.on_items(conv_id, answer.body)
+            lines, more = self.reader.on_items(conv_id, answer.body, trio.current_time())
             self._emit(lines)
             if not more:
                 return

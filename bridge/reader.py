@@ -66,6 +66,7 @@ class ItemLog:
     since: int = 0
     gaps: set[int] = attrs.Factory(set)  # a seq before which items were left out
     dirty: dict[int, dict] = attrs.Factory(dict)  # changed since the cache last saved
+    seen: dict[int, float] = attrs.Factory(dict)  # seq -> when the bridge first read it (C4)
 
     def next_seq(self) -> int:
         return max(self.items) + 1 if self.items else 1
@@ -189,7 +190,7 @@ class AgentReader:
     def on_not_modified(self, now: float) -> list[str]:
         return self._ok(now)
 
-    def on_items(self, conv_id: str, data: object) -> tuple[list[str], bool]:
+    def on_items(self, conv_id: str, data: object, now: float = 0.0) -> tuple[list[str], bool]:
         """Merge one page; returns (log lines, whether another page follows)."""
         try:
             page = structure(data, ItemsPage)
@@ -203,6 +204,7 @@ class AgentReader:
             raw = unstructure(item)
             clean = sanitize_item({k: v for k, v in raw.items() if v is not None})
             log.items[item.seq] = log.dirty[item.seq] = clean
+            log.seen.setdefault(item.seq, now)
         log.since = page.next_since
         return [], page.more
 

@@ -64,7 +64,7 @@ _conv = strict_converter()
 
 def _fail(index: int, name: str | None, field: str | None, text: str) -> ConfigError:
     who = f'entry {index} ("{name}")' if name else f"entry {index}"
-    where = f': field "{field}"' if field else ""
+    where = f": field {json.dumps(field)}" if field else ""  # escaped: a field name may hold anything
     return ConfigError(f"sources.json {who}{where}: {text}")
 
 

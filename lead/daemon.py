@@ -21,12 +21,15 @@ import trio
 
 from bridge.bridge import Bridge
 from bridge.control import serve_control
+from bridge.journal import Journal
+from bridge.writer import Writer
 from bridge.state import migrate_legacy_logs, prepare_agent_dir, prepare_state
 from crew import __version__, control, logs
 from crew.config import BridgeConfig, load_bridge_config, secrets_of
 from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_USAGE, ConfigError, NotRunningError
 from crew.paths import Paths
 from crew.sources import tighten_mode
+from lead.api import create_api, load_or_create_credential
 from lead.http import GRACEFUL_SECONDS, create_app, serve_http
 
 log = logs.get("daemon")
@@ -53,6 +56,13 @@ class Daemon:
         self.paths = paths
         self.config = config
         self.bridge = Bridge(config, paths)
+        self.journal = Journal(paths.state_dir / "journal.sqlite")
+        self.writer = Writer(self.bridge, self.journal)
+        self.credential, created = load_or_create_credential(paths)
+        if created:
+            log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
+                     paths.state_dir / "api-token")
+        logs.redactor.add(self.credential)
         self.shutdown = trio.Event()
         self.restart = False
         self.started = time.time()
@@ -69,6 +79,12 @@ class Daemon:
 
         return {"programs_off": self.config.programs_off,
                 "agents": [unstructure(s) for s in self.bridge.snapshot()]}
+
+    async def op_program(self, _req: dict) -> dict:
+        """B9: reads of the agents, and each write outcome, for the doctor's `program` line."""
+        stats = await self.writer.statistics()
+        reads = sum(p["polls"] for p in self.bridge.statistics().values())
+        return {"reads": reads, "outcomes": stats["journal"]}
 
     async def op_restart(self, _req: dict) -> dict:
         log.info("[bridge] restart requested")
@@ -90,15 +106,19 @@ class Daemon:
                          certfile=self.args.tls_cert, keyfile=self.args.tls_key, task_status=task_status)
 
     async def run(self) -> None:
-        handlers = {"ping": self.op_ping, "agents": self.op_agents, "restart": self.op_restart}
+        handlers = {"ping": self.op_ping, "agents": self.op_agents, "restart": self.op_restart,
+                    "program": self.op_program}
         async with trio.open_nursery() as outer:
             outer.start_soon(self._signals)
             async with trio.open_nursery() as services:
                 await services.start(self.bridge.serve)
-                await services.start(serve_control, self.paths.control_socket, handlers)
+                await services.start(self.writer.recover)
+                app = create_app(lambda a: create_api(a, self.bridge, self.writer, self.credential))
                 async with trio.open_nursery() as web:
-                    binds = await web.start(self._serve_http, create_app())
+                    binds = await web.start(self._serve_http, app)
                     self.address = binds[0] if binds else ""
+                    # last: the CLI's "ping" answering means everything is up
+                    await services.start(serve_control, self.paths.control_socket, handlers)
                     n = len(self.config.agents)
                     log.info("[bridge] Collie %s ready (pid %d): phone API on %s, %d durable agent%s",
                              __version__, os.getpid(), self.address, n, "" if n == 1 else "s")
@@ -107,6 +127,7 @@ class Daemon:
                     web.cancel_scope.deadline = trio.current_time() + GRACEFUL_SECONDS + 1
                 services.cancel_scope.cancel()
             outer.cancel_scope.cancel()
+        self.journal.close()
 
 
 def _refuse_plain_http(args: argparse.Namespace) -> str | None:

@@ -19,8 +19,12 @@ from lead import hypercorn_fix
 GRACEFUL_SECONDS = 3.0
 
 
-def create_app() -> QuartTrio:
+def create_app(install=None) -> QuartTrio:
+    """The lead's app; `install(app)` adds the API routes (the daemon passes them in)."""
     app = QuartTrio("collie")
+    app.config["MAX_CONTENT_LENGTH"] = 256 * 1024
+    if install is not None:
+        install(app)
 
     @app.get("/healthz")
     async def healthz():

@@ -164,6 +164,10 @@ def run(_args, paths) -> int:
             advice = ADVICE.get(st.get("reason") or "", "")
             text = f"{st['status']}: {st.get('reason')}" + (f" ({st['detail']})" if st.get("detail") else "")
             report.line("FAIL", check, text + (f"; {advice}" if advice else ""))
+    if live is not None:
+        program = control.call(paths.control_socket, "program")
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(program["outcomes"].items())) or "no writes yet"
+        report.line("ok", "program", f"{program['reads']} reads; writes: {outcomes}")
     for name in sorted(set(live or {}) - {a.name for a in agents}):
         report.line("warn", f"agent {name}", "loaded by the bridge but no longer configured: run `collie restart`")
     return 1 if report.failed else 0

@@ -26,6 +26,7 @@ import socket as pysocket
 import ssl
 import stat
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -254,6 +255,8 @@ class Collie:
         self.address = ""
         self.bridge_hellos: list[dict] = []  # what bridges said in hello (W3), newest last
         self.inflight = Inflight()
+        self._state_path: Path | None = None
+        self._saved_rev = -1
         self.requests_served = 0
 
     # --- building -------------------------------------------------------------------------
@@ -342,6 +345,33 @@ class Collie:
                 if self._on_action is not None:
                     self._nursery.start_soon(self._on_action, Pane(self, eff.conversation), eff.action_id)
         self._changed()
+
+    # --- persistence --------------------------------------------------------------------------
+    def _load(self) -> list:
+        try:
+            data = json.loads(self._state_path.read_text())
+        except FileNotFoundError:
+            return []
+        return self._core.restore(data, now_iso())
+
+    def _save(self) -> None:
+        if self._state_path is None or self._saved_rev == self._core.rev:
+            return
+        tmp = self._state_path.with_name(self._state_path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self._core.snapshot(), fh, separators=(",", ":"))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._state_path)
+        self._saved_rev = self._core.rev
+
+    async def _save_loop(self) -> None:
+        """The agent's own changes (items, progress) are saved at most twice a second."""
+        while True:
+            await self._change.wait()
+            await trio.sleep(0.5)
+            self._save()
 
     # --- HTTP -----------------------------------------------------------------------------
     def _authorized(self, req: Request) -> bool:
@@ -454,7 +484,8 @@ class Collie:
             route, target, action = "action", seg[1], seg[3]
         if route is None:
             return error(404, "not_found", f"no route POST {req.path}")
-        outcome, effects = self._core.write(route, target, body, now_iso(), trio.current_time(), action)
+        outcome, effects = self._core.write(route, target, body, now_iso(), time.time(), action)
+        self._save()  # the outcome is on disk before the bridge hears it
         self._apply(effects)
         return Response(200, outcome)
 
@@ -547,10 +578,14 @@ async def open_collie(
     on_steer: TurnHandler | None = None,
     on_action: Callable[[Pane, str], Awaitable[None]] | None = None,
     on_starter: TurnHandler | None = None,
+    state_path: str | os.PathLike | None = None,
 ) -> AsyncIterator[Collie]:
     """Serve a durable agent on `socket` (a path) or `url` (``http://127.0.0.1:PORT``, ``https://HOST:PORT``;
     port 0 picks one). Over a URL the bearer token is `token` or ``$COLLIE_TOKEN`` (and
-    ``$COLLIE_TOKEN_NEXT`` while set). Call `ready()` once the panes are built."""
+    ``$COLLIE_TOKEN_NEXT`` while set). Call `ready()` once the panes are built.
+
+    With `state_path`, conversations, turns and the request-id journal survive a restart: every
+    write is saved (atomically, fsync'd) before its answer is sent."""
     if (socket is None) == (url is None):
         raise ValueError("give exactly one of socket= or url=")
     cap_list = [k for k, v in caps.items() if v] if isinstance(caps, dict) else list(caps or [])
@@ -570,6 +605,11 @@ async def open_collie(
                     on_starter=on_starter)
     async with trio.open_nursery() as nursery:
         collie._nursery = nursery
+        if state_path is not None:
+            collie._state_path = Path(state_path)
+            effects = collie._load()
+        else:
+            effects = []
         if socket is not None:
             listener = await _socket_listener(socket)
             collie.address = socket
@@ -585,6 +625,9 @@ async def open_collie(
             scheme = "https" if ssl_context is not None else "http"
             collie.address = f"{scheme}://{parts.hostname}:{port}"
         await nursery.start(collie._serve_listener, listener)
+        collie._apply(effects)
+        if collie._state_path is not None:
+            nursery.start_soon(collie._save_loop)
         try:
             yield collie
         finally:
@@ -593,6 +636,7 @@ async def open_collie(
                 collie._changed()  # open long-polls answer now
                 await collie.inflight.drain(CLOSE_GRACE)  # answer what was accepted before going
             nursery.cancel_scope.cancel()
+            collie._save()
             if socket is not None:
                 with trio.CancelScope(shield=True):
                     try:

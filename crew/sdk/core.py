@@ -324,6 +324,45 @@ class AgentCore:
                 break
             self.journal.popitem(last=False)
 
+    # --- persistence ----------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Everything that must survive an agent restart: conversations, turns, journal."""
+        def conv_json(c: Conv) -> dict:
+            d = attrs.asdict(c, recurse=False)
+            d["items"] = list(c.items.values())
+            d["queued"] = [list(q) for q in c.queued]
+            return d
+
+        return {"version": 1, "rev": self.rev, "subtitle": self.subtitle, "starters": self.starters,
+                "open": [conv_json(c) for c in self.conversations.values()],
+                "closed": [conv_json(c) for c in self.closed.values()],
+                "ended_asks": self.ended_asks, "conv_counter": self._conv_counter,
+                "journal": [[rid, fp, out, at] for rid, (fp, out, at) in self.journal.items()]}
+
+    def restore(self, data: dict, now: str) -> list[Effect]:
+        """Load a snapshot. Asks open at the crash are gone (the agent asks again); a turn that was
+        running is ended; a send queued for after it starts now (it was acknowledged `queued`)."""
+        def conv_of(d: dict) -> Conv:
+            items = OrderedDict((i["seq"], i) for i in d.pop("items"))
+            queued = [tuple(q) for q in d.pop("queued")]
+            return Conv(**d, items=items, queued=queued)
+
+        self.rev = int(data["rev"]) + 1
+        self.subtitle = data.get("subtitle")
+        self.starters = data.get("starters", [])
+        self.conversations = {c.id: c for c in map(conv_of, data.get("open", []))}
+        self.closed = {c.id: c for c in map(conv_of, data.get("closed", []))}
+        self.ended_asks = dict(data.get("ended_asks", {}))
+        self._conv_counter = int(data.get("conv_counter", 0))
+        self.journal = OrderedDict((rid, (fp, out, at)) for rid, fp, out, at in data.get("journal", []))
+        effects: list[Effect] = []
+        for conv in list(self.conversations.values()):
+            if conv.running:
+                nxt = self.end_turn(conv.id, now)
+                if nxt is not None:
+                    effects.append(nxt)
+        return effects
+
     def _need(self, cap: str) -> None:
         if cap not in self.caps:
             raise BadRequest("unsupported", f"this agent did not declare {cap}", 404)

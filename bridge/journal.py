@@ -1,0 +1,137 @@
+"""The request journal: every write, on disk before it reaches the agent, then its outcome.
+
+``<state>/journal.sqlite`` (0600), WAL, ``synchronous=FULL`` — an acknowledged write survives a
+power cut. One row per request id:
+
+    pending   written, maybe sent, no answer yet (a crash here is resolved at the next start)
+    unknown   sent, and no answer came in time: the phone shows "not certain"; Retry resends it
+    done      the agent answered (or the bridge refused after recording); `receipt` is final
+
+Rules the writer builds on: a request id is recorded once, with the fingerprint of what the phone
+asked; the same id with another fingerprint is a conflict; a `done` row answers every repeat.
+Wall-clock times are stored (they must mean something after a restart or a sleep).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import attrs
+import trio
+
+from crew.fsutil import touch_private
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS requests (
+    request_id TEXT PRIMARY KEY,
+    agent TEXT NOT NULL,
+    op TEXT NOT NULL,
+    target TEXT,
+    fingerprint TEXT NOT NULL,
+    wire_path TEXT NOT NULL,
+    wire_body TEXT NOT NULL,
+    ask_id TEXT,
+    state TEXT NOT NULL,
+    receipt TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS requests_open ON requests (state) WHERE state != 'done';
+CREATE INDEX IF NOT EXISTS requests_ask ON requests (agent, ask_id) WHERE ask_id IS NOT NULL;
+"""
+
+
+@attrs.frozen
+class Row:
+    request_id: str
+    agent: str
+    op: str
+    target: str | None
+    fingerprint: str
+    wire_path: str
+    wire_body: dict
+    ask_id: str | None
+    state: str
+    receipt: dict | None
+    attempts: int
+    created_at: float
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        touch_private(path)
+        self.path = path
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(SCHEMA)
+        self.limiter = trio.CapacityLimiter(1)
+
+    def close(self) -> None:
+        self.db.close()
+
+    @staticmethod
+    def _row(r) -> Row:
+        return Row(request_id=r[0], agent=r[1], op=r[2], target=r[3], fingerprint=r[4], wire_path=r[5],
+                   wire_body=json.loads(r[6]), ask_id=r[7], state=r[8], receipt=json.loads(r[9]) if r[9] else None,
+                   attempts=r[10], created_at=r[11])
+
+    # --- synchronous core (called in a worker thread) ------------------------------------------
+    def get(self, request_id: str) -> Row | None:
+        r = self.db.execute("SELECT * FROM requests WHERE request_id=?", (request_id,)).fetchone()
+        return self._row(r) if r else None
+
+    def begin(self, row: Row, now: float) -> Row | None:
+        """Record a new request; returns the existing row instead when the id was seen before."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            existing = self.get(row.request_id)
+            if existing is not None:
+                return existing
+            self.db.execute(
+                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (row.request_id, row.agent, row.op, row.target, row.fingerprint, row.wire_path,
+                 json.dumps(row.wire_body), row.ask_id, "pending", None, 0, now, now))
+        return None
+
+    def attempt(self, request_id: str, now: float) -> None:
+        self.db.execute("UPDATE requests SET attempts=attempts+1, state='pending', updated_at=? WHERE request_id=?",
+                        (now, request_id))
+
+    def finish(self, request_id: str, receipt: dict, now: float) -> None:
+        self.db.execute("UPDATE requests SET state='done', receipt=?, updated_at=? WHERE request_id=?",
+                        (json.dumps(receipt), now, request_id))
+
+    def unknown(self, request_id: str, receipt: dict, now: float) -> None:
+        self.db.execute("UPDATE requests SET state='unknown', receipt=?, updated_at=? WHERE request_id=?",
+                        (json.dumps(receipt), now, request_id))
+
+    def open_rows(self) -> list[Row]:
+        return [self._row(r) for r in self.db.execute(
+            "SELECT * FROM requests WHERE state != 'done' ORDER BY created_at")]
+
+    def accepted_answer(self, agent: str, ask_id: str) -> str | None:
+        for (receipt,) in self.db.execute(
+                "SELECT receipt FROM requests WHERE agent=? AND ask_id=? AND state='done'", (agent, ask_id)):
+            if receipt and json.loads(receipt).get("outcome") == "accepted":
+                return receipt
+        return None
+
+    def tapped_asks(self, agent: str) -> set[str]:
+        return {a for (a,) in self.db.execute(
+            "SELECT DISTINCT ask_id FROM requests WHERE agent=? AND ask_id IS NOT NULL", (agent,))}
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for state, receipt in self.db.execute("SELECT state, receipt FROM requests"):
+            outcome = json.loads(receipt).get("outcome") if receipt else state
+            out[outcome] = out.get(outcome, 0) + 1
+        return out
+
+    # --- async wrappers ---------------------------------------------------------------------------
+    async def run(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)

@@ -1,0 +1,251 @@
+"""Carrying the phone's writes to an agent: the lock, the journal, the socket (features B2–B9).
+
+For one write, in order:
+1. A request id seen before answers with its stored receipt (`replay`); the same id with another
+   body is a `conflict`; a request still in flight is waited for, never sent twice at once.
+2. The session lock (one per conversation, B7): any write while another holds it is refused `busy`
+   at once — except Stop, which waits up to `STOP_WAIT` seconds and then goes through anyway.
+3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
+4. The request is written to the journal (fsync'd) *before* anything is sent.
+5. It is sent once, with a timeout. No answer → `unknown`; nothing was sent (connection refused)
+   → refused `unreachable`. The outcome goes to the journal, then to the phone.
+
+A retry (same request id after `unknown`, or recovery at start) resends exactly the recorded wire
+body under the same id; the agent's own journal makes that safe. Recovery at start first looks for
+the `user` item naming the request id (the send was applied) before resending anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from bridge.bridge import Bridge
+from bridge.client import AgentUnreachable
+from bridge.faults import crashpoint
+from bridge.journal import Journal, Row
+from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, plan, receipt
+from crew import logs
+from crew.receipts import NOT_CERTAIN, Receipt, card_for, refused
+from crew.views import READY, VERSION_MISMATCH
+from crew.wire import TEXT_MAX_DEFAULT
+
+log = logs.get("writes")
+
+STOP_WAIT = 10.0  # crew.md §3: stop waits for the lock this long, then goes through
+WRITE_TIMEOUT = 10.0
+FRESH_WITHIN = 1.0  # re-read the agent before a write when the view is older than this
+RECOVER_EVERY = 5.0
+NOT_DELIVERED = {"connection-refused", "no-socket", "socket-not-private", "bad-socket-path", "peer-not-you", "tls",
+                 "config", "unauthorized", "version", "unsupported", "not_found", "conflict", "bad_request"}
+
+
+class Writer:
+    def __init__(self, bridge: Bridge, journal: Journal, *, wall: Callable[[], float] = time.time) -> None:
+        self.bridge = bridge
+        self.journal = journal
+        self.wall = wall
+        self.locks: dict[tuple[str, str], trio.Lock] = {}
+        self.inflight: dict[str, trio.Event] = {}
+        self.recent: dict[tuple[str, str], RecentSends] = {}
+        self.counts: dict[str, int] = {}
+
+    # --- facts --------------------------------------------------------------------------------
+    def facts(self, agent: str, answered: frozenset[str] = frozenset()) -> AgentFacts:
+        reader = self.bridge.readers[agent]
+        hello = reader.hello
+        return AgentFacts(caps=tuple(hello.caps) if hello else (), text_max=hello.limits.text_max if hello else TEXT_MAX_DEFAULT,
+                          conversations=dict(reader.conversations), starters=tuple(reader.starters),
+                          answered_asks=answered)
+
+    async def _fresh(self, agent: str) -> None:
+        reader = self.bridge.readers[agent]
+        poller = self.bridge.pollers.get(agent)
+        if poller is None or reader.status != READY:
+            return
+        if reader.last_ok is None or trio.current_time() - reader.last_ok > FRESH_WITHIN:
+            try:
+                await poller.read_now()
+            except AgentUnreachable:
+                pass
+
+    def _lock(self, key: tuple[str, str]) -> trio.Lock:
+        lock = self.locks.get(key)
+        if lock is None:
+            lock = self.locks[key] = trio.Lock()
+        return lock
+
+    def _count(self, rec: Receipt) -> Receipt:
+        self.counts[rec.outcome] = self.counts.get(rec.outcome, 0) + 1
+        return rec
+
+    # --- the one entry point ------------------------------------------------------------------
+    async def write(self, req: WriteRequest) -> Receipt:
+        if req.agent not in self.bridge.readers:
+            return refused(req.request_id, req.op, "not_found", f"no durable agent named {req.agent!r}")
+        while req.request_id in self.inflight:  # a double tap: wait for the first, then replay it
+            await self.inflight[req.request_id].wait()
+        row = await self.journal.run(self.journal.get, req.request_id)
+        if row is not None:
+            if row.fingerprint != req.fingerprint():
+                return self._count(refused(req.request_id, req.op, "conflict"))
+            if row.state == "done":
+                return attrs.evolve(Receipt(**row.receipt), replay=True)
+        lock = self._lock(req.session)
+        held = False
+        if req.op == "abort":
+            with trio.move_on_after(STOP_WAIT):
+                await lock.acquire()
+                held = True
+            if not held:
+                log.info("[durable] %s: stop waited %g s for a write in %s; sending it anyway", req.agent, STOP_WAIT,
+                         req.conversation)
+        elif lock.locked():
+            return self._count(refused(req.request_id, req.op, "busy"))
+        else:
+            lock.acquire_nowait()
+            held = True
+        done = self.inflight[req.request_id] = trio.Event()
+        try:
+            if row is not None:  # pending or unknown: a retry of the very same request
+                return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True))
+            return self._count(await self._first(req))
+        finally:
+            del self.inflight[req.request_id]
+            done.set()
+            if held:
+                lock.release()
+
+    async def _first(self, req: WriteRequest) -> Receipt:
+        reader = self.bridge.readers[req.agent]
+        if reader.status == VERSION_MISMATCH:
+            return refused(req.request_id, req.op, "version", reader.detail)
+        await self._fresh(req.agent)
+        answered = frozenset()
+        if req.op == "answer" and req.ask_id:
+            if await self.journal.run(self.journal.accepted_answer, req.agent, req.ask_id):
+                answered = frozenset({req.ask_id})
+        decision = plan(req, self.facts(req.agent, answered))
+        if isinstance(decision, Receipt):
+            if req.op == "send":
+                self._recent(req).add(req.request_id, req.text or "", "refused", trio.current_time())
+            return decision
+        row = Row(request_id=req.request_id, agent=req.agent, op=req.op,
+                  target=req.conversation or req.ask_id or req.starter_id, fingerprint=req.fingerprint(),
+                  wire_path=decision.path, wire_body=decision.body, ask_id=req.ask_id if req.op == "answer" else None,
+                  state="pending", receipt=None, attempts=0, created_at=self.wall())
+        existing = await self.journal.run(self.journal.begin, row, self.wall())
+        if existing is not None:  # recorded between our look and now (cannot happen under the lock, but be sure)
+            return await self._send(req, existing.wire_path, existing.wire_body, retry=True)
+        crashpoint("after_begin")
+        return await self._send(req, decision.path, decision.body, retry=False)
+
+    async def _send(self, req: WriteRequest, path: str, body: dict, *, retry: bool) -> Receipt:
+        rid = req.request_id
+        poller = self.bridge.pollers.get(req.agent)
+        await self.journal.run(self.journal.attempt, rid, self.wall())
+        try:
+            if poller is None or poller.client is None:
+                raise AgentUnreachable("config", "this agent is not being reached")
+            answer = await poller.client.request("POST", path, json_body=body, timeout=WRITE_TIMEOUT)
+        except AgentUnreachable as exc:
+            if exc.reason in NOT_DELIVERED and not retry:
+                rec = refused(rid, req.op, "unreachable", exc.detail)
+                await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+            else:
+                rec = Receipt(request_id=rid, op=req.op, outcome="unknown", reason=exc.reason,
+                              text=NOT_CERTAIN if req.op == "answer" else "Sending, not confirmed",
+                              channel="program" if req.op == "answer" else None, digest=req.digest)
+                await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
+            self._after(req, rec)
+            return rec
+        crashpoint("after_send")
+        rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
+        await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+        crashpoint("after_finish")
+        self._after(req, rec)
+        return rec
+
+    def _recent(self, req: WriteRequest) -> RecentSends:
+        key = (req.agent, req.conversation or "")
+        if key not in self.recent:
+            self.recent[key] = RecentSends()
+        return self.recent[key]
+
+    def _after(self, req: WriteRequest, rec: Receipt) -> None:
+        if req.op == "send":
+            shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
+            self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())
+        poller = self.bridge.pollers.get(req.agent)
+        if poller is not None:
+            poller.poke()  # read the agent's new state now
+
+    # --- recovery after a crash -----------------------------------------------------------------
+    async def recover(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Forever: resolve every request left without an outcome (a crash, or `unknown`) and not in
+        flight — by the agent's items, else by resending it under its own request id."""
+        task_status.started()
+        while True:
+            for row in await self.journal.run(self.journal.open_rows):
+                if row.request_id in self.inflight or row.agent not in self.bridge.readers:
+                    continue
+                if self.bridge.status(row.agent).status != READY:
+                    continue
+                await self._recover_row(row)
+            await trio.sleep(RECOVER_EVERY)
+
+    async def _recover_row(self, row: Row) -> None:
+        req = WriteRequest(request_id=row.request_id, op=row.op, agent=row.agent,
+                           conversation=row.target if row.op not in ("answer", "starter") else None,
+                           text=row.wire_body.get("text"), turn=row.wire_body.get("turn"),
+                           ask_id=row.ask_id, digest=row.wire_body.get("digest"))
+        if row.op == "send":
+            for item in self.bridge.items(row.agent, row.target or ""):
+                if item.get("kind") == "user" and item.get("request_id") == row.request_id:
+                    rec = Receipt(request_id=row.request_id, op="send", outcome="sent", turn=item.get("turn"))
+                    await self.journal.run(self.journal.finish, row.request_id, _plain(rec), self.wall())
+                    log.info("[durable] %s: request %s was applied before the restart (found its user item)",
+                             row.agent, row.request_id)
+                    return
+        lock = self._lock(req.session)
+        if lock.locked() or row.request_id in self.inflight:
+            return  # a phone write holds the session: try again at the next pass
+        done = self.inflight[row.request_id] = trio.Event()
+        try:
+            async with lock:
+                rec = await self._send(req, row.wire_path, row.wire_body, retry=True)
+        finally:
+            del self.inflight[row.request_id]
+            done.set()
+        log.info("[durable] %s: request %s resolved after the restart: %s", row.agent, row.request_id, rec.outcome)
+
+    # --- reading back -------------------------------------------------------------------------
+    def recent_sends(self, agent: str, conversation: str) -> list[dict]:
+        lines = self.recent.get((agent, conversation))
+        if lines is None:
+            return []
+        reader = self.bridge.readers[agent]
+        now = trio.current_time()
+        conv = reader.conversations.get(conversation)
+        if conv is None or conv.state != "working":
+            lines.turn_ended(now)  # a queued send's 10-minute clock starts when its turn ends (C4)
+        log_ = reader.logs.get(conversation)
+        if log_ is not None:
+            lines.observe(list(log_.items.values()), log_.seen)
+        out = lines.visible(now)
+        lines.prune(now)
+        return out
+
+    async def statistics(self) -> dict:
+        stored = await self.journal.run(self.journal.counts)
+        return {"journal": stored, "this_run": dict(self.counts)}
+
+
+def _plain(rec: Receipt) -> dict:
+    return attrs.asdict(rec)
+
+
+__all__ = ["Writer", "WriteRequest", "Call", "card_for"]

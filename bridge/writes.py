@@ -1,0 +1,329 @@
+"""The Send protocol and its siblings, decided with no I/O (features B2–B10, O, R, C3, C4, C7, N, L3).
+
+`plan(request, view)` judges a phone write against what the bridge last read of the agent and
+returns either a refusal (nothing reaches the agent) or the exact wire call to make. `receipt(...)`
+turns the agent's answer into what the phone shows. `RecentSends` keeps a pane's own lines
+(C3, C4). The trio layer (`bridge.writer`) adds only the lock, the journal and the socket.
+
+Refused here, before anything reaches the agent:
+- any op whose capability the agent did not declare (`unsupported`);
+- a send while any ask is open, even one Collie cannot read (`ask_open`, B4); a send or steer whose
+  turn is not the current one (`turn_moved`); empty or over-long text; a closed conversation;
+- an answer whose digest is not that of the ask as listed now (`changed`, with the current ask,
+  B5); an option not offered, text over the limit, a missing required field, a wrong field type;
+  an `always_allow` option without the second tap (`confirmed`, B8, Q5); a kind Collie cannot
+  answer (Q7); an ask already answered through this bridge (single use);
+- an action that is not listed, busy or disabled (C7).
+The agent checks turn, asks and digests again when the write arrives, closing every race.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from urllib.parse import quote
+
+import attrs
+
+from bridge.reader import ConversationView
+from crew.asks import AskView
+from crew.receipts import MOVED_ON, REASONS, Receipt, card_for, refused
+
+OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
+CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",
+          "starter": "starters", "rename": "rename", "close": "close", "reopen": "reopen"}
+TITLE_MAX = 200
+TEXT_MATCH_SECONDS = 30.0  # C4
+LINE_KEEP_SECONDS = 600.0  # C4
+
+
+@attrs.frozen
+class WriteRequest:
+    request_id: str
+    op: str
+    agent: str
+    conversation: str | None = None
+    text: str | None = None
+    turn: int | None = None
+    ask_id: str | None = None
+    digest: str | None = None
+    option_ids: list[str] | None = None
+    answer_text: str | None = None
+    fields: dict | None = None
+    confirmed: bool = False
+    action_id: str | None = None
+    starter_id: str | None = None
+    title: str | None = None
+
+    def fingerprint(self) -> str:
+        data = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(data.encode()).hexdigest()
+
+    @property
+    def session(self) -> tuple[str, str]:
+        """The lock key (features B7): one lock per conversation; starters share one per agent."""
+        return (self.agent, self.conversation if self.op != "starter" else "\0starters")
+
+
+@attrs.frozen
+class AgentFacts:
+    """What `plan` needs of the agent: caps, text limit, open conversations, starters, tapped asks."""
+
+    caps: tuple[str, ...]
+    text_max: int
+    conversations: dict[str, ConversationView]
+    starters: tuple[dict, ...] = ()
+    answered_asks: frozenset[str] = frozenset()  # accepted through this bridge: single use
+
+
+@attrs.frozen
+class Call:
+    """The wire write to make: route path and JSON body (always carrying the request id)."""
+
+    path: str
+    body: dict
+    ask: AskView | None = None
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+def find_ask(facts: AgentFacts, ask_id: str) -> tuple[ConversationView, AskView] | None:
+    for conv in facts.conversations.values():
+        for ask in conv.asks:
+            if ask.id == ask_id:
+                return conv, ask
+    return None
+
+
+def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
+    """Refuse the write, or say exactly what to send. Pure: the same inputs give the same answer."""
+    rid, op = req.request_id, req.op
+    if op not in OPS:
+        return refused(rid, op, "unsupported", f"unknown operation {op!r}")
+    if CAP_OF[op] not in facts.caps:
+        return refused(rid, op, "unsupported", f"this durable agent does not offer {CAP_OF[op]}")
+    if op == "answer":
+        return _plan_answer(req, facts)
+    if op == "starter":
+        if not any(s.get("id") == req.starter_id for s in facts.starters):
+            return refused(rid, op, "not_found", "no such starter")
+        return Call(f"/v1/starters/{_q(req.starter_id)}", {"request_id": rid})
+    conv = facts.conversations.get(req.conversation or "")
+    base = f"/v1/conversations/{_q(req.conversation or '')}"
+    if op == "reopen":
+        if conv is not None:
+            return refused(rid, op, "not_found", "the conversation is already open")
+        return Call(f"{base}/reopen", {"request_id": rid})
+    if conv is None:
+        return refused(rid, op, "closed" if op == "send" else "not_found",
+                       "the conversation is not open" if op != "send" else None)
+    if op in ("send", "steer"):
+        text = req.text if isinstance(req.text, str) else ""
+        if not text.strip():
+            return refused(rid, op, "empty")
+        if len(text) > facts.text_max:
+            return refused(rid, op, "too_long", f"{len(text)} characters; at most {facts.text_max}")
+        if req.turn != conv.turn:
+            return refused(rid, op, "turn_moved")
+        if op == "send" and conv.asks:
+            return refused(rid, op, "ask_open")
+        return Call(f"{base}/{op}", {"request_id": rid, "text": text, "turn": req.turn})
+    if op == "abort":
+        return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn if req.turn is not None else conv.turn})
+    if op == "action":
+        action = next((a for a in conv.actions if a.id == req.action_id), None)
+        if action is None:
+            return refused(rid, op, "not_found", "that button is not offered")
+        if action.busy:
+            return refused(rid, op, "busy", "the button is busy")
+        if action.disabled:
+            return refused(rid, op, "disabled")
+        turn = conv.turn if req.turn is None else req.turn  # the newest turn the phone saw (C7)
+        if turn != conv.turn:
+            return Receipt(request_id=rid, op=op, outcome="refused", reason="turn_moved", text=MOVED_ON)
+        return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": turn})
+    if op == "rename":
+        title = (req.title or "").strip()
+        if not title:
+            return refused(rid, op, "empty", "give a title")
+        if len(title) > TITLE_MAX:
+            return refused(rid, op, "too_long", f"at most {TITLE_MAX} characters")
+        return Call(f"{base}/rename", {"request_id": rid, "title": title})
+    return Call(f"{base}/close", {"request_id": rid})
+
+
+def _plan_answer(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
+    rid = req.request_id
+    if not req.ask_id:
+        return refused(rid, "answer", "not_found", "no ask named")
+    body: dict = {"request_id": rid, "digest": req.digest or ""}
+    if req.option_ids is not None:
+        body["option_ids"] = list(req.option_ids)
+    if req.answer_text is not None:
+        body["text"] = req.answer_text
+    if req.fields is not None:
+        body["fields"] = dict(req.fields)
+    path = f"/v1/asks/{_q(req.ask_id)}/answer"
+    if req.ask_id in facts.answered_asks:
+        return Receipt(request_id=rid, op="answer", outcome="answered", text=card_for("answered"), channel="program",
+                       digest=req.digest)
+    found = find_ask(facts, req.ask_id)
+    if found is None:
+        # Not listed: the agent says why (decided, expired, answered, not_open); it applies nothing
+        # to an ask that is not open, so forwarding is safe and gives the O-table row.
+        return Call(path, body)
+    _conv, ask = found
+    if req.digest != ask.digest:
+        return Receipt(request_id=rid, op="answer", outcome="changed", text=card_for("changed"), channel="program",
+                       digest=req.digest, current_ask=attrs.asdict(ask))
+    problem = check_answer(ask, req)
+    if problem is not None:
+        reason, detail = problem
+        text = f"{REASONS[reason]}: {detail}" if detail else REASONS[reason]
+        return Receipt(request_id=rid, op="answer", outcome="refused", reason=reason, text=text, channel="program",
+                       digest=req.digest)
+    return Call(path, body, ask=ask)
+
+
+def check_answer(ask: AskView, req: WriteRequest) -> tuple[str, str | None] | None:
+    """Does the answer fit the ask as the phone showed it? (reason, detail) when not."""
+    if not ask.answerable:
+        return "read_only", None
+    if ask.kind in ("permission", "choice"):
+        ids = req.option_ids or []
+        if not ids:
+            return "invalid", "pick an option"
+        offered = {o.id: o for o in ask.options}
+        for oid in ids:
+            if oid not in offered:
+                return "not_offered", f"option {oid!r}"
+        if len(ids) != len(set(ids)) or (len(ids) > 1 and not ask.multiple):
+            return "invalid", "pick one option"
+        if any(offered[o].role == "always_allow" for o in ids):
+            if not ask.always_allow:
+                return "not_offered", "Always allow is not offered on this card"
+            if not req.confirmed:
+                return "confirm", f"tap again to always allow {ask.tool}"
+        return None
+    if ask.kind == "text":
+        text = req.answer_text
+        if not isinstance(text, str):
+            return "invalid", "type an answer"
+        if len(text) > (ask.max_length or 500):
+            return "too_long", f"{len(text)} of {ask.max_length}"
+        return None
+    values = req.fields
+    if not isinstance(values, dict):
+        return "invalid", "fill in the form"
+    spec = {f.id: f for f in ask.fields}
+    for fid in values:
+        if fid not in spec:
+            return "invalid", f"no field {fid!r}"
+    for f in ask.fields:
+        value = values.get(f.id)
+        if value is None or value == "":
+            if f.required:
+                return "invalid", f"{f.label} is required"
+            continue
+        if f.type == "text" and (not isinstance(value, str) or len(value) > (f.max_length or 500)):
+            return "invalid", f"{f.label} takes text of at most {f.max_length} characters"
+        if f.type == "select" and value not in {o.id for o in f.options}:
+            return "not_offered", f"{value!r} for {f.label}"
+        if f.type == "toggle" and type(value) is not bool:
+            return "invalid", f"{f.label} is on or off"
+    return None
+
+
+def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
+    """The agent's answer to a write, as the phone shows it."""
+    outcome = answer.get("outcome") if isinstance(answer.get("outcome"), str) else "unknown"
+    message = answer.get("message") if isinstance(answer.get("message"), str) else None
+    replay = answer.get("replay") is True
+    if req.op == "answer":
+        reason_text = message if outcome == "invalid" else None
+        return Receipt(request_id=req.request_id, op="answer", outcome=outcome, message=message, channel="program",
+                       digest=req.digest, text=card_for(outcome, retry=retry, reason_text=reason_text),
+                       reason="invalid" if outcome == "invalid" else None, replay=replay)
+    turn = answer.get("turn") if type(answer.get("turn")) is int else None
+    conversation = answer.get("conversation") if isinstance(answer.get("conversation"), str) else None
+    if outcome == "refused":
+        reason = answer.get("reason") if isinstance(answer.get("reason"), str) else "refused"
+        text = MOVED_ON if req.op == "action" and reason == "turn_moved" else REASONS.get(reason, message or reason)
+        return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason=reason, text=text,
+                       message=message, replay=replay)
+    return Receipt(request_id=req.request_id, op=req.op, outcome=outcome, message=message, turn=turn,
+                   conversation=conversation, replay=replay)
+
+
+# --- C3, C4: the pane's own lines ------------------------------------------------------------
+@attrs.define
+class SendLine:
+    request_id: str
+    text: str
+    outcome: str  # sent | queued | unknown | refused
+    sent_at: float
+    clock_from: float | None  # when the 10-minute clock started (a queued send: when its turn ended)
+    effective: bool = False
+
+
+class RecentSends:
+    """One conversation's recent sends: each line until the agent's own copy takes its place.
+
+    A line becomes effective when a `user` item names its request id, or, for an agent that does
+    not echo ids, when a `user` item with identical text is first seen within 30 s of the send (or,
+    for a queued send, of its turn's end). A line never echoed stops showing 10 minutes after its
+    clock started.
+    """
+
+    def __init__(self) -> None:
+        self.lines: dict[str, SendLine] = {}
+        self._matched_seqs: set[int] = set()
+
+    def add(self, request_id: str, text: str, outcome: str, now: float) -> None:
+        if request_id in self.lines:
+            self.lines[request_id].outcome = outcome
+            return
+        self.lines[request_id] = SendLine(request_id, text, outcome, now, None if outcome == "queued" else now)
+
+    def turn_ended(self, now: float) -> None:
+        for line in self.lines.values():
+            if line.outcome == "queued" and line.clock_from is None:
+                line.clock_from = now
+
+    def observe(self, items: list[dict], seen_at: dict[int, float]) -> None:
+        for item in items:
+            if item.get("kind") != "user":
+                continue
+            rid = item.get("request_id")
+            if rid in self.lines:
+                self.lines[rid].effective = True
+                continue
+            seq = item.get("seq")
+            if rid is not None or seq in self._matched_seqs:
+                continue
+            first = seen_at.get(seq)
+            for line in sorted(self.lines.values(), key=lambda s: s.sent_at):
+                start = line.clock_from if line.clock_from is not None else line.sent_at
+                if (not line.effective and line.text == item.get("text") and first is not None
+                        and start - 1e-9 <= first <= start + TEXT_MATCH_SECONDS):
+                    line.effective = True
+                    self._matched_seqs.add(seq)
+                    break
+
+    def visible(self, now: float) -> list[dict]:
+        out = []
+        for line in self.lines.values():
+            if line.effective:
+                continue
+            if line.clock_from is not None and now - line.clock_from >= LINE_KEEP_SECONDS:
+                continue
+            shown = {"sent": "clock", "queued": "queued", "unknown": "not_confirmed", "refused": "not_sent"}[line.outcome]
+            out.append({"request_id": line.request_id, "text": line.text, "state": shown})
+        return out
+
+    def prune(self, now: float) -> None:
+        for rid in [r for r, line in self.lines.items()
+                    if line.effective or (line.clock_from is not None and now - line.clock_from >= LINE_KEEP_SECONDS)]:
+            del self.lines[rid]

@@ -1,0 +1,260 @@
+"""The lead's JSON API for the phone (shared/spec/phone-api.md; documented in docs/phone-api.md).
+
+Every `/api` route needs the local API credential as `Authorization: Bearer <token>` (until phones
+can pair): a 32-byte random token the lead makes at first start, kept in `<state>/api-token` (0600)
+and compared in constant time. No `/api` route answers anyone else — a local process must not be
+able to answer an agent's ask. Writes answer 200 with a receipt (a refusal is a receipt too);
+malformed requests answer 400, unknown machines, agents or conversations 404.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+
+import attrs
+from quart import Quart, jsonify, request
+
+from bridge.bridge import FOOTER_NO_ANSWER, Bridge
+from bridge.client import AgentUnreachable
+from bridge.panes import agent_row, chat_items, conversation_rows, pane_state
+from bridge.writer import Writer
+from bridge.writes import WriteRequest
+from crew.fsutil import atomic_write
+from crew.paths import Paths
+from crew.receipts import NO_STARTERS
+from crew.security import same_secret
+
+LOCAL = "local"  # the lead's own machine in routes; members use their labels (crew.md)
+MAX_BODY = 256 * 1024
+ID_MAX = 128
+
+
+def load_or_create_credential(paths: Paths) -> tuple[str, bool]:
+    """The local API credential; (token, created). Never logged or printed."""
+    path = paths.state_dir / "api-token"
+    try:
+        token = path.read_text().strip()
+        if len(token) >= 64:
+            if (path.stat().st_mode & 0o777) != 0o600:
+                os.chmod(path, 0o600)
+            return token, False
+    except FileNotFoundError:
+        pass
+    token = secrets.token_hex(32)
+    atomic_write(path, (token + "\n").encode(), mode=0o600)
+    return token, True
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _id(value, what: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= ID_MAX or "/" in value or not value.isprintable():
+        raise BadRequest(f"{what} must be 1-{ID_MAX} printable characters without '/'")
+    return value
+
+
+def _int(value, what: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise BadRequest(f"{what} must be an integer")
+    return value
+
+
+def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> None:
+    """Add the /api routes to `app`."""
+
+    def error(status: int, code: str, message: str):
+        return jsonify({"error": code, "message": message}), status
+
+    @app.before_request
+    async def authenticate():
+        if not request.path.startswith("/api"):
+            return None
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.startswith("Bearer ") else ""
+        if not given or not same_secret(given, credential):
+            return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
+        if request.content_length is not None and request.content_length > MAX_BODY:
+            return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        return None
+
+    @app.errorhandler(BadRequest)
+    async def bad_request(exc):
+        return error(400, "bad_request", str(exc))
+
+    def reader_of(machine: str, agent: str):
+        if machine != LOCAL:
+            return None
+        return bridge.readers.get(agent)
+
+    async def body() -> dict:
+        data = await request.get_json(force=True, silent=True)
+        if not isinstance(data, dict):
+            raise BadRequest("the body must be a JSON object")
+        return data
+
+    async def run_write(req: WriteRequest):
+        rec = await writer.write(req)
+        return jsonify(attrs.asdict(rec))
+
+    # --- reads --------------------------------------------------------------------------------
+    @app.get("/api/dashboard")
+    async def dashboard():
+        rows = [agent_row(r) for r in bridge.readers.values()]
+        section = {"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
+                   "waiting": any(r["waiting"] for r in rows)}
+        return jsonify({"sections": [section] if rows else []})
+
+    @app.get("/api/agents/<machine>/<agent>/conversations")
+    async def conversations(machine: str, agent: str):
+        reader = reader_of(machine, agent)
+        if reader is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        if request.args.get("closed"):
+            got = await bridge.read_closed(agent, request.args.get("cursor"))
+            return jsonify({"closed": got.conversations, "next": got.next, "footer": got.footer,
+                            "reason": got.reason})
+        return jsonify({"open": conversation_rows(reader), "status": reader.status, "warning": bridge.warning(agent)})
+
+    @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
+    async def pane(machine: str, agent: str, conv: str):
+        reader = reader_of(machine, agent)
+        if reader is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        state = pane_state(reader, conv, recent_sends=writer.recent_sends(agent, conv), machine=machine)
+        if state is None:
+            return error(404, "not_found", f"no open conversation {conv!r}")
+        return jsonify(state)
+
+    @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
+    async def items(machine: str, agent: str, conv: str):
+        reader = reader_of(machine, agent)
+        if reader is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        try:
+            since = int(request.args.get("since", "0"))
+        except ValueError:
+            raise BadRequest("since must be a whole number") from None
+        tapped = await writer.journal.run(writer.journal.tapped_asks, agent)
+        if conv in reader.conversations:
+            return jsonify({"items": chat_items(bridge.items(agent, conv, since), tapped), "open": True})
+        try:
+            got = await bridge.read_items_through(agent, conv)
+        except AgentUnreachable as exc:
+            if exc.reason == "not_found":
+                return error(404, "not_found", f"no conversation {conv!r}")
+            return jsonify({"items": [], "open": False, "footer": FOOTER_NO_ANSWER, "reason": exc.reason})
+        return jsonify({"items": chat_items([i for i in got if i["seq"] > since], tapped), "open": False})
+
+    @app.get("/api/agents/<machine>/<agent>/starters")
+    async def starters(machine: str, agent: str):
+        reader = reader_of(machine, agent)
+        if reader is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        offered = reader.hello is not None and "starters" in reader.hello.caps and bool(reader.starters)
+        return jsonify({"title": "New conversation", "starters": reader.starters if offered else [],
+                        "empty": None if offered else NO_STARTERS})
+
+    @app.post("/api/agents/<machine>/<agent>/viewing")
+    async def viewing(machine: str, agent: str):
+        if reader_of(machine, agent) is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        data = await body()
+        bridge.set_viewing(agent, data.get("on") is True)
+        return jsonify({"ok": True})
+
+    # --- writes -------------------------------------------------------------------------------
+    def target(data: dict) -> tuple[str, str]:
+        machine = _id(data.get("machine", LOCAL), "machine")
+        agent = _id(data.get("agent"), "agent")
+        return machine, agent
+
+    @app.post("/api/send")
+    async def send():
+        data = await body()
+        machine, agent = target(data)
+        if reader_of(machine, agent) is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        text = data.get("text")
+        if not isinstance(text, str):
+            raise BadRequest("text must be a string")
+        return await run_write(WriteRequest(
+            request_id=_id(data.get("request_id"), "request_id"), op="send", agent=agent,
+            conversation=_id(data.get("conversation"), "conversation"), text=text, turn=_int(data.get("turn"), "turn")))
+
+    @app.post("/api/ask/<ask_id>")
+    async def answer(ask_id: str):
+        data = await body()
+        machine, agent = target(data)
+        if reader_of(machine, agent) is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        ans = data.get("answer")
+        if not isinstance(ans, dict):
+            raise BadRequest('answer must be an object: {"option_ids": [...]}, {"text": "..."} or {"fields": {...}}')
+        option_ids = ans.get("option_ids")
+        if option_ids is not None and (not isinstance(option_ids, list) or not all(isinstance(o, str) for o in option_ids)):
+            raise BadRequest("answer.option_ids must be a list of strings")
+        if ans.get("text") is not None and not isinstance(ans.get("text"), str):
+            raise BadRequest("answer.text must be a string")
+        if ans.get("fields") is not None and not isinstance(ans.get("fields"), dict):
+            raise BadRequest("answer.fields must be an object")
+        digest = data.get("digest")
+        if not isinstance(digest, str):
+            raise BadRequest("digest must be the digest of the ask you saw")
+        return await run_write(WriteRequest(
+            request_id=_id(data.get("request_id"), "request_id"), op="answer", agent=agent,
+            ask_id=_id(ask_id, "ask id"), digest=digest, option_ids=option_ids, answer_text=ans.get("text"),
+            fields=ans.get("fields"), confirmed=data.get("confirmed") is True))
+
+    async def session_write(machine: str, agent: str, conv: str, op: str, **extra):
+        if reader_of(machine, agent) is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        data = await body()
+        fields = {}
+        if op in ("steer",):
+            if not isinstance(data.get("text"), str):
+                raise BadRequest("text must be a string")
+            fields["text"] = data["text"]
+        if op == "rename":
+            if not isinstance(data.get("title"), str):
+                raise BadRequest("title must be a string")
+            fields["title"] = data["title"]
+        return await run_write(WriteRequest(
+            request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=_id(conv, "conversation"),
+            turn=_int(data.get("turn"), "turn"), **fields, **extra))
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
+    async def steer(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "steer")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/stop")
+    async def stop(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "abort")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/actions/<action_id>")
+    async def action(machine: str, agent: str, conv: str, action_id: str):
+        return await session_write(machine, agent, conv, "action", action_id=_id(action_id, "action"))
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/rename")
+    async def rename(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "rename")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/close")
+    async def close(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "close")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/reopen")
+    async def reopen(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "reopen")
+
+    @app.post("/api/agents/<machine>/<agent>/starters/<starter_id>")
+    async def start(machine: str, agent: str, starter_id: str):
+        if reader_of(machine, agent) is None:
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+        data = await body()
+        return await run_write(WriteRequest(request_id=_id(data.get("request_id"), "request_id"), op="starter",
+                                            agent=agent, starter_id=_id(starter_id, "starter")))
