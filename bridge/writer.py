@@ -52,6 +52,7 @@ class Writer:
         self.inflight: dict[str, trio.Event] = {}
         self.recent: dict[tuple[str, str], RecentSends] = {}
         self.counts: dict[str, int] = {}
+        self.stale: set[str] = set()  # agents whose view predates a write we made
 
     # --- facts --------------------------------------------------------------------------------
     def facts(self, agent: str, answered: frozenset[str] = frozenset()) -> AgentFacts:
@@ -66,9 +67,10 @@ class Writer:
         poller = self.bridge.pollers.get(agent)
         if poller is None or reader.status != READY:
             return
-        if reader.last_ok is None or trio.current_time() - reader.last_ok > FRESH_WITHIN:
+        if agent in self.stale or reader.last_ok is None or trio.current_time() - reader.last_ok > FRESH_WITHIN:
             try:
                 await poller.read_now()
+                self.stale.discard(agent)
             except AgentUnreachable:
                 pass
 
@@ -176,6 +178,7 @@ class Writer:
         return self.recent[key]
 
     def _after(self, req: WriteRequest, rec: Receipt) -> None:
+        self.stale.add(req.agent)  # what we read before this write may no longer hold
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
             self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())

@@ -1,0 +1,269 @@
+"""Writes through the bridge to a real SDK agent, on virtual time (features B2–B9, O, R3, C3).
+
+The journal runs inline here (same SQL, no worker thread) so autojump_clock's times stay exact.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from bridge import writer as writer_mod
+from bridge.journal import Journal
+from bridge.panes import chat_items
+from bridge.writer import Writer
+from bridge.writes import WriteRequest
+from crew.config import AgentConfig
+from crew.receipts import DECIDED, MAY_BE_APPLIED
+from tests.live import agent, bridge_for, cleanup, short_dir
+
+
+class InlineJournal(Journal):
+    async def run(self, fn, *args):
+        return fn(*args)
+
+
+@pytest.fixture
+def tmp():
+    d = short_dir()
+    yield d
+    cleanup(d)
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+async def forever(pane, text):
+    await trio.sleep_forever()
+
+
+@asynccontextmanager
+async def setup(tmp, *, on_send=None, **kw):
+    sock = tmp / "a.sock"
+    async with agent(sock, on_send=on_send, **kw) as collie:
+        pane = collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+            w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
+            async with trio.open_nursery() as n:
+                await n.start(w.recover)
+                while b.status("desk").status != "ready":
+                    await b.wait_changed()
+                yield collie, pane, b, w
+                n.cancel_scope.cancel()
+
+
+def writes_seen(collie, suffix):
+    return [c for c in collie.recorder.calls if c[1] == "POST" and c[2].endswith(suffix)]
+
+
+def send(text, turn, request_id=None):
+    return WriteRequest(request_id=request_id or rid(), op="send", agent="desk", conversation="c", text=text, turn=turn)
+
+
+async def test_send_is_sent_once_and_a_repeat_returns_the_stored_receipt(tmp, autojump_clock):
+    """B2, B3: receipt `sent` with the new turn; a repeat is the stored receipt and reaches nothing."""
+    async with setup(tmp) as (collie, pane, b, w):
+        req = send("hello", 0)
+        first = await w.write(req)
+        assert (first.outcome, first.turn) == ("sent", 1)
+        again = await w.write(req)
+        assert again.outcome == "sent" and again.replay and again.turn == 1
+        assert len(writes_seen(collie, "/send")) == 1
+        other = await w.write(send("other text", 0, request_id=req.request_id))
+        assert other.reason == "conflict" and len(writes_seen(collie, "/send")) == 1
+        user = [i for i in collie._core.conv("c").items.values() if i["kind"] == "user"]
+        assert [(u["text"], u["request_id"]) for u in user] == [("hello", req.request_id)]
+
+
+async def test_the_line_is_replaced_once_the_agent_echoes_it(tmp, autojump_clock):
+    """C3: the line shows with a clock until the agent's own copy arrives (effective, B3)."""
+    async with setup(tmp) as (collie, pane, b, w):
+        req = send("hello", 0)
+        await w.write(req)
+        await trio.sleep(0.5)  # the bridge reads the agent's new items (poked after the write)
+        assert w.recent_sends("desk", "c") == []
+        assert any(i.get("request_id") == req.request_id for i in b.items("desk", "c"))
+
+
+async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autojump_clock, monkeypatch):
+    """B7: while a send hangs, steer and answers are refused busy at once; Stop waits 10 s then goes through."""
+    monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
+    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
+        assert (await w.write(send("go", 0))).outcome == "sent"  # a turn now runs
+        inner = collie.handle
+
+        async def slow(req):
+            if req.path.endswith("/send"):
+                await trio.sleep(60)  # the agent hangs on this send
+            return await inner(req)
+
+        collie.handle = slow
+        results = {}
+        async with trio.open_nursery() as n:
+            async def hang():
+                results["send"] = (await w.write(send("hang", 1)), trio.current_time())
+
+            n.start_soon(hang)
+            await trio.sleep(1)
+            t0 = trio.current_time()
+            steer = await w.write(WriteRequest(request_id=rid(), op="steer", agent="desk", conversation="c",
+                                               text="faster", turn=1))
+            assert steer.reason == "busy" and trio.current_time() == t0
+            stop = await w.write(WriteRequest(request_id=rid(), op="abort", agent="desk", conversation="c", turn=1))
+            assert stop.outcome == "stopped"
+            assert trio.current_time() - t0 == pytest.approx(writer_mod.STOP_WAIT)
+        rec, at = results["send"]
+        assert rec.outcome == "unknown" and at - t0 == pytest.approx(29.0)
+
+
+async def test_unknown_then_retry_applies_once(tmp, autojump_clock, monkeypatch):
+    """O: `Not certain the answer arrived` → Retry sends the same request id; the agent applies it once."""
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = collie.handle
+        lost = {"n": 1}
+
+        async def lose_reply(req):
+            answer = await inner(req)
+            if req.path.endswith("/send") and lost["n"]:
+                lost["n"] -= 1
+                await trio.sleep(60)  # applied, but the reply never comes back in time
+            return answer
+
+        collie.handle = lose_reply
+        req = send("once", 0)
+        first = await w.write(req)
+        assert first.outcome == "unknown"
+        retry = await w.write(req)
+        assert retry.outcome == "sent" and retry.replay
+        user = [i for i in collie._core.conv("c").items.values() if i["kind"] == "user"]
+        assert [u["request_id"] for u in user] == [req.request_id]
+
+
+async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
+    """Nothing lost: a request left `unknown` is resolved in the background under its own id."""
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = collie.handle
+        state = {"drop": True}
+
+        async def drop_once(req):
+            if req.path.endswith("/send") and state["drop"]:
+                state["drop"] = False
+                await trio.sleep(60)  # never answered, never applied
+            return await inner(req)
+
+        collie.handle = drop_once
+        req = send("eventually", 0)
+        assert (await w.write(req)).outcome == "unknown"
+        await trio.sleep(writer_mod.RECOVER_EVERY + 1)
+        assert (await w.write(req)).outcome == "sent"
+        user = [i for i in collie._core.conv("c").items.values() if i["kind"] == "user"]
+        assert [u["text"] for u in user] == ["eventually"]
+
+
+async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
+    """B5, O, R3: accepted once; a second answer is `answered` without reaching the agent; an ask the
+    agent decided with no tap leaves one chat line."""
+    async with setup(tmp) as (collie, pane, b, w):
+        result = {}
+        async with trio.open_nursery() as n:
+            async def ask():
+                result["a"] = await pane.ask(kind="permission", title="Deploy?", tool="deploy", options=[
+                    {"id": "yes", "role": "allow"}, {"id": "always", "role": "always_allow"}, {"id": "no", "role": "deny"}])
+
+            n.start_soon(ask)
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            view = b.conversations("desk")[0].asks[0]
+            confirm = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                                 digest=view.digest, option_ids=["always"]))
+            assert confirm.reason == "confirm" and writes_seen(collie, "/answer") == []
+            ok = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                            digest=view.digest, option_ids=["yes"]))
+            assert ok.outcome == "accepted" and ok.text is None and ok.channel == "program" and ok.digest == view.digest
+        assert result["a"].option_ids == ["yes"]
+        late = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                          digest=view.digest, option_ids=["no"]))
+        assert late.outcome == "answered" and len(writes_seen(collie, "/answer")) == 1
+        # an ask the agent decides by itself, untapped: the R3 line
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            n.cancel_scope.cancel()  # the agent decided without the human
+        await trio.sleep(1)
+        tapped = await w.journal.run(w.journal.tapped_asks, "desk")
+        lines = [i["line"] for i in chat_items(b.items("desk", "c"), tapped) if i.get("line")]
+        assert lines == ["Decided in the durable agent: Name it"]
+
+
+async def test_a_retry_that_finds_the_ask_decided(tmp, autojump_clock):
+    """O: a retry of an unknown answer that finds the ask decided keeps its own row; answered → may be applied."""
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = collie.handle
+
+        async def lose(req):
+            if req.path.endswith("/answer"):
+                await trio.sleep(60)
+            return await inner(req)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: pane.ask(kind="text", title="T", expires_in=100))
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            view = b.conversations("desk")[0].asks[0]
+            collie.handle = lose
+            req = WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id, digest=view.digest,
+                               answer_text="x")
+            assert (await w.write(req)).outcome == "unknown"
+            n.cancel_scope.cancel()  # the agent decides meanwhile
+        collie.handle = inner
+        retry = await w.write(req)
+        assert retry.outcome == "decided" and retry.text == DECIDED
+
+
+async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
+    """B7: concurrent send/steer/answer/stop on one session: no two reach the agent at once; stop lands
+    within its limit."""
+    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
+        inner = collie.handle
+        windows = []
+
+        async def timed(req):
+            if req.method == "POST":
+                start = trio.current_time()
+                await trio.sleep(0.5)
+                answer = await inner(req)
+                windows.append((start, trio.current_time(), req.path))
+                return answer
+            return await inner(req)
+
+        collie.handle = timed
+        receipts = []
+        async with trio.open_nursery() as n:
+            for i in range(20):
+                op = ["send", "steer", "abort", "send"][i % 4]
+
+                async def one(op=op, i=i):
+                    t0 = trio.current_time()
+                    turn = collie._core.conv("c").turn
+                    req = WriteRequest(request_id=rid(), op=op, agent="desk", conversation="c",
+                                       text=f"t{i}" if op != "abort" else None, turn=turn)
+                    rec = await w.write(req)
+                    receipts.append((op, rec, trio.current_time() - t0))
+
+                n.start_soon(one)
+                await trio.sleep(0.2)
+        non_stop = sorted((s, e) for s, e, p in windows if not p.endswith("/abort"))
+        for (s1, e1), (s2, e2) in zip(non_stop, non_stop[1:]):
+            assert s2 >= e1, "two writes reached the agent at once"
+        for op, rec, took in receipts:
+            if op == "abort":
+                assert took <= writer_mod.STOP_WAIT + writer_mod.WRITE_TIMEOUT
+            else:
+                assert rec.outcome in ("sent", "queued", "refused")
+        assert any(rec.reason == "busy" for op, rec, _ in receipts)
