@@ -24,7 +24,7 @@ from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
 from bridge.reader import AgentReader
 from crew import __version__, logs
 from crew.config import AgentConfig
-from crew.views import VERSION_MISMATCH
+from crew.views import READY, VERSION_MISMATCH
 from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, unstructure
 
 log = logs.get("durable")
@@ -132,7 +132,10 @@ class AgentPoller:
     async def _poll(self) -> bool:
         """Read the state once; returns True when the next read may follow at once (a long-poll)."""
         reader = self.reader
-        watch = reader.hello is not None and "watch" in reader.hello.caps and reader.etag is not None
+        # Long-poll only once this run has confirmed the view: a tag restored from the cache must
+        # be checked by a plain read first, or an unchanged agent would hold us 30 s in `starting`.
+        watch = (reader.hello is not None and "watch" in reader.hello.caps and reader.etag is not None
+                 and reader.status == READY)
         path = f"/v1/state?wait={WATCH_WAIT}" if watch else "/v1/state"
         headers = {"if-none-match": reader.etag} if reader.etag else {}
         timeout = STATE_TIMEOUT + (WATCH_WAIT if watch else 0)
@@ -157,7 +160,8 @@ class AgentPoller:
 
     def _can_watch(self) -> bool:
         hello = self.reader.hello
-        return hello is not None and "watch" in hello.caps and self.reader.etag is not None
+        return (hello is not None and "watch" in hello.caps and self.reader.etag is not None
+                and self.reader.status == READY)
 
     async def read_now(self) -> None:
         """One plain state read (no long-poll) right now, e.g. just before a write."""

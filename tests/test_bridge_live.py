@@ -270,3 +270,22 @@ async def test_the_cache_opens_panes_while_the_agent_is_down(tmp, autojump_clock
             await b.wait_changed()
         assert b.status("desk").status == "unreachable"
         assert [c.title for c in b.conversations("desk")] == ["Chat"]  # the last good view stays
+
+
+async def test_restart_with_a_warm_cache_is_ready_at_once(tmp, autojump_clock):
+    """A tag restored from the cache is checked by a plain read: an unchanged `watch` agent must not
+    hold a restarted bridge in `starting` for a 30 s long-poll."""
+    sock = tmp / "a.sock"
+    cfg = AgentConfig("desk", socket=str(sock))
+    async with agent(sock) as collie:
+        collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([cfg], tmp, use_cache=True) as b:
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            await trio.sleep(1)
+        start = trio.current_time()
+        async with bridge_for([cfg], tmp, use_cache=True) as b:
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            assert trio.current_time() - start < 1.0
