@@ -95,7 +95,7 @@ class Journal:
             self.db.execute(
                 "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (row.request_id, row.agent, row.op, row.target, row.fingerprint, row.wire_path,
-                 json.dumps(row.wire_body), row.ask_id, "pending", None, 0, now, now))
+                 json.dumps(row.wire_body), row.ask_id, "pending", None, 1, now, now))
         return None
 
     def attempt(self, request_id: str, now: float) -> None:

@@ -145,7 +145,12 @@ class AgentPoller:
         if answer.status == 304:
             self.not_modified += 1
             self._emit(reader.on_not_modified(trio.current_time()))
-            if reader.status_view() != before:
+            stale = reader.stale_conversations()  # a state read just before a write may have left these
+            for conv_id in stale:
+                await self._read_items(conv_id)
+            if stale:
+                await self._save()
+            if reader.status_view() != before or stale:
                 self._changed()
             return self._can_watch()
         lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
@@ -164,7 +169,8 @@ class AgentPoller:
                 and self.reader.status == READY)
 
     async def read_now(self) -> None:
-        """One plain state read (no long-poll) right now, e.g. just before a write."""
+        """One plain state read (no long-poll) right now, just before a write: turns and asks only;
+        the loop reads the items it left behind (woken here)."""
         if self.client is None:
             return
         reader = self.reader
@@ -175,8 +181,8 @@ class AgentPoller:
             return
         lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
         self._emit(lines)
-        for conv_id in stale:
-            await self._read_items(conv_id)
+        if stale:
+            self.poke()
         self._changed()
 
     async def _read_items(self, conv_id: str) -> None:

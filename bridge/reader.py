@@ -216,6 +216,10 @@ class AgentReader:
             self.hello = None  # the agent may come back as another instance
         return [f"[durable] {self.name}: unreachable: {reason}: {detail}"] if changed else []
 
+    def stale_conversations(self) -> list[str]:
+        """Open conversations whose items changed since the bridge last read them."""
+        return [cid for cid, v in self.conversations.items() if self.items_since(cid) != v.items_rev]
+
     def items_since(self, conv_id: str) -> int:
         log = self.logs.get(conv_id)
         return log.since if log else 0

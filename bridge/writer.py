@@ -52,7 +52,12 @@ class Writer:
         self.inflight: dict[str, trio.Event] = {}
         self.recent: dict[tuple[str, str], RecentSends] = {}
         self.counts: dict[str, int] = {}
-        self.stale: set[str] = set()  # agents whose view predates a write we made
+        # Staleness, per conversation: each write that reached an agent gets the agent's next number;
+        # a state read started when the agent's number was n covers every write numbered <= n.
+        self.counter: dict[str, int] = {}  # agent -> writes that reached it
+        self.last_change: dict[tuple[str, str], int] = {}  # session -> number of its last write
+        self.read_gen: dict[str, int] = {}  # agent -> the number the last fresh read covers
+        self.reading: dict[str, tuple[int, trio.Event]] = {}  # agent -> a fresh read in flight, its number
 
     # --- facts --------------------------------------------------------------------------------
     def facts(self, agent: str, answered: frozenset[str] = frozenset()) -> AgentFacts:
@@ -62,17 +67,33 @@ class Writer:
                           conversations=dict(reader.conversations), starters=tuple(reader.starters),
                           answered_asks=answered)
 
-    async def _fresh(self, agent: str) -> None:
+    async def _fresh(self, agent: str, session: tuple[str, str]) -> None:
+        """Make sure the view covers every write made so far to this conversation (single-flight:
+        concurrent writers share one read, but only a read that started after their last change)."""
         reader = self.bridge.readers[agent]
         poller = self.bridge.pollers.get(agent)
         if poller is None or reader.status != READY:
             return
-        if agent in self.stale or reader.last_ok is None or trio.current_time() - reader.last_ok > FRESH_WITHIN:
-            try:
-                await poller.read_now()
-                self.stale.discard(agent)
-            except AgentUnreachable:
-                pass
+        need = self.last_change.get(session, 0)
+        recent = reader.last_ok is not None and trio.current_time() - reader.last_ok <= FRESH_WITHIN
+        if self.read_gen.get(agent, 0) >= need and recent:
+            return
+        inflight = self.reading.get(agent)
+        if inflight is not None and inflight[0] >= need:
+            await inflight[1].wait()
+            return
+        done = trio.Event()
+        start = self.counter.get(agent, 0)
+        self.reading[agent] = (start, done)
+        try:
+            await poller.read_now()
+            self.read_gen[agent] = max(self.read_gen.get(agent, 0), start)
+        except AgentUnreachable:
+            pass
+        finally:
+            if self.reading.get(agent, (None, None))[1] is done:
+                del self.reading[agent]
+            done.set()
 
     def _lock(self, key: tuple[str, str]) -> trio.Lock:
         lock = self.locks.get(key)
@@ -125,7 +146,7 @@ class Writer:
         reader = self.bridge.readers[req.agent]
         if reader.status == VERSION_MISMATCH:
             return refused(req.request_id, req.op, "version", reader.detail)
-        await self._fresh(req.agent)
+        await self._fresh(req.agent, req.session)
         answered = frozenset()
         if req.op == "answer" and req.ask_id:
             if await self.journal.run(self.journal.accepted_answer, req.agent, req.ask_id):
@@ -148,7 +169,8 @@ class Writer:
     async def _send(self, req: WriteRequest, path: str, body: dict, *, retry: bool) -> Receipt:
         rid = req.request_id
         poller = self.bridge.pollers.get(req.agent)
-        await self.journal.run(self.journal.attempt, rid, self.wall())
+        if retry:  # a first attempt was counted when the row was written
+            await self.journal.run(self.journal.attempt, rid, self.wall())
         try:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
@@ -178,7 +200,8 @@ class Writer:
         return self.recent[key]
 
     def _after(self, req: WriteRequest, rec: Receipt) -> None:
-        self.stale.add(req.agent)  # what we read before this write may no longer hold
+        n = self.counter[req.agent] = self.counter.get(req.agent, 0) + 1
+        self.last_change[req.session] = n  # views of this conversation read before now are stale
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
             self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())

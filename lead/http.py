@@ -17,6 +17,10 @@ from crew import __version__
 from lead import hypercorn_fix
 
 GRACEFUL_SECONDS = 3.0
+BACKLOG = 1024  # hypercorn's 100 reset connections under a burst of 100 clients (bench/sends.py)
+# Longer than clients keep idle connections (httpx: 5 s, browsers: ~60 s), so the client always closes
+# first; with hypercorn's 5 s a client could reuse a connection the server was closing at that instant.
+KEEP_ALIVE_SECONDS = 75.0
 
 
 def create_app(install=None) -> QuartTrio:
@@ -46,6 +50,8 @@ async def serve_http(
     config = Config()
     config.bind = binds
     config.graceful_timeout = GRACEFUL_SECONDS
+    config.backlog = BACKLOG
+    config.keep_alive_timeout = KEEP_ALIVE_SECONDS
     config.accesslog = None
     config.errorlog = None
     if certfile:
