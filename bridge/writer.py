@@ -4,7 +4,7 @@ For one write, in order:
 1. A request id seen before answers with its stored receipt (`replay`); the same id with another
    body is a `conflict`; a request still in flight is waited for, never sent twice at once.
 2. The session lock (one per conversation, B7): any write while another holds it is refused `busy`
-   at once — except Stop, which waits up to `STOP_WAIT` seconds and then goes through anyway.
+   at once — except Stop, which waits up to 10 s (`bridge.locks`) and then goes through anyway.
 3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
 4. The request is written to the journal (fsync'd) *before* anything is sent.
 5. It is sent once, with a timeout. No answer → `unknown`; nothing was sent (connection refused)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 
 import attrs
 import trio
@@ -27,6 +28,7 @@ from bridge.bridge import Bridge
 from bridge.client import AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
+from bridge.locks import Busy, SessionLocks
 from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, plan, receipt
 from crew import logs
 from crew.receipts import NOT_CERTAIN, Receipt, card_for, refused
@@ -35,7 +37,6 @@ from crew.wire import TEXT_MAX_DEFAULT
 
 log = logs.get("writes")
 
-STOP_WAIT = 10.0  # crew.md §3: stop waits for the lock this long, then goes through
 WRITE_TIMEOUT = 10.0
 FRESH_WITHIN = 1.0  # re-read the agent before a write when the view is older than this
 RECOVER_EVERY = 5.0
@@ -48,7 +49,7 @@ class Writer:
         self.bridge = bridge
         self.journal = journal
         self.wall = wall
-        self.locks: dict[tuple[str, str], trio.Lock] = {}
+        self.locks = SessionLocks()
         self.inflight: dict[str, trio.Event] = {}
         self.recent: dict[tuple[str, str], RecentSends] = {}
         self.counts: dict[str, int] = {}
@@ -95,18 +96,14 @@ class Writer:
                 del self.reading[agent]
             done.set()
 
-    def _lock(self, key: tuple[str, str]) -> trio.Lock:
-        lock = self.locks.get(key)
-        if lock is None:
-            lock = self.locks[key] = trio.Lock()
-        return lock
-
     def _count(self, rec: Receipt) -> Receipt:
         self.counts[rec.outcome] = self.counts.get(rec.outcome, 0) + 1
         return rec
 
     # --- the one entry point ------------------------------------------------------------------
-    async def write(self, req: WriteRequest) -> Receipt:
+    async def write(self, req: WriteRequest, *, caller_locked: bool = False) -> Receipt:
+        """Carry one write. `caller_locked`: the caller (the lead, for a member) already holds the
+        session's lock, so this bridge does not take it again (Stop must not wait twice)."""
         if req.agent not in self.bridge.readers:
             return refused(req.request_id, req.op, "not_found", f"no durable agent named {req.agent!r}")
         while req.request_id in self.inflight:  # a double tap: wait for the first, then replay it
@@ -117,30 +114,20 @@ class Writer:
                 return self._count(refused(req.request_id, req.op, "conflict"))
             if row.state == "done":
                 return attrs.evolve(Receipt(**row.receipt), replay=True)
-        lock = self._lock(req.session)
-        held = False
-        if req.op == "abort":
-            with trio.move_on_after(STOP_WAIT):
-                await lock.acquire()
-                held = True
-            if not held:
-                log.info("[durable] %s: stop waited %g s for a write in %s; sending it anyway", req.agent, STOP_WAIT,
-                         req.conversation)
-        elif lock.locked():
-            return self._count(refused(req.request_id, req.op, "busy"))
-        else:
-            lock.acquire_nowait()
-            held = True
         done = self.inflight[req.request_id] = trio.Event()
         try:
-            if row is not None:  # pending or unknown: a retry of the very same request
-                return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True))
-            return self._count(await self._first(req))
+            async with (_held() if caller_locked else self.locks.hold(req.session, stop=req.op == "abort")) as held:
+                if not held:
+                    log.info("[durable] %s: stop waited %g s for a write in %s; sending it anyway", req.agent,
+                             self.locks.stop_wait, req.conversation)
+                if row is not None:  # pending or unknown: a retry of the very same request
+                    return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True))
+                return self._count(await self._first(req))
+        except Busy:
+            return self._count(refused(req.request_id, req.op, "busy"))
         finally:
             del self.inflight[req.request_id]
             done.set()
-            if held:
-                lock.release()
 
     async def _first(self, req: WriteRequest) -> Receipt:
         reader = self.bridge.readers[req.agent]
@@ -236,12 +223,11 @@ class Writer:
                     log.info("[durable] %s: request %s was applied before the restart (found its user item)",
                              row.agent, row.request_id)
                     return
-        lock = self._lock(req.session)
-        if lock.locked() or row.request_id in self.inflight:
+        if self.locks.locked(req.session) or row.request_id in self.inflight:
             return  # a phone write holds the session: try again at the next pass
         done = self.inflight[row.request_id] = trio.Event()
         try:
-            async with lock:
+            async with self.locks.hold(req.session):
                 rec = await self._send(req, row.wire_path, row.wire_body, retry=True)
         finally:
             del self.inflight[row.request_id]
@@ -268,6 +254,11 @@ class Writer:
     async def statistics(self) -> dict:
         stored = await self.journal.run(self.journal.counts)
         return {"journal": stored, "this_run": dict(self.counts)}
+
+
+@asynccontextmanager
+async def _held():
+    yield True
 
 
 def _plain(rec: Receipt) -> dict:

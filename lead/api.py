@@ -64,8 +64,8 @@ def _int(value, what: str) -> int | None:
     return value
 
 
-def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> None:
-    """Add the /api routes to `app`."""
+def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None) -> None:
+    """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines."""
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -87,9 +87,9 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
         return error(400, "bad_request", str(exc))
 
     def reader_of(machine: str, agent: str):
-        if machine != LOCAL:
-            return None
-        return bridge.readers.get(agent)
+        if machine == LOCAL:
+            return bridge.readers.get(agent)
+        return hub.reader(machine, agent) if hub is not None else None
 
     async def body() -> dict:
         data = await request.get_json(force=True, silent=True)
@@ -97,17 +97,31 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
             raise BadRequest("the body must be a JSON object")
         return data
 
-    async def run_write(req: WriteRequest):
-        rec = await writer.write(req)
+    async def run_write(req: WriteRequest, machine: str = LOCAL):
+        if machine == LOCAL:
+            rec = await writer.write(req)
+        elif hub.inbox is not None and req.op in ("send", "starter"):
+            rec = await hub.inbox.submit(machine, req, sender=None)
+        else:
+            rec = await hub.write(machine, req)
         return jsonify(attrs.asdict(rec))
 
     # --- reads --------------------------------------------------------------------------------
     @app.get("/api/dashboard")
     async def dashboard():
+        """D1, D5: the lead's own agents (no machine named), then one section per member."""
+        sections = []
         rows = [agent_row(r) for r in bridge.readers.values()]
-        section = {"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
-                   "waiting": any(r["waiting"] for r in rows)}
-        return jsonify({"sections": [section] if rows else []})
+        if rows:
+            sections.append({"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
+                             "waiting": any(r["waiting"] for r in rows), "online": True})
+        for label, member in sorted((hub.members if hub is not None else {}).items()):
+            mrows = [agent_row(r, member=label) for r in member.readers.values()]
+            if mrows:
+                sections.append({"machine": label, "label": label, "title": "Durable agents", "agents": mrows,
+                                 "waiting": any(r["waiting"] for r in mrows), "online": member.online,
+                                 "offline_since": member.offline_since})
+        return jsonify({"sections": sections})
 
     @app.get("/api/agents/<machine>/<agent>/conversations")
     async def conversations(machine: str, agent: str):
@@ -115,17 +129,28 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         if request.args.get("closed"):
+            if machine != LOCAL:
+                got = await hub.read(machine, agent, "closed", {"cursor": request.args.get("cursor")})
+                if got is None:
+                    return jsonify({"closed": [], "next": None, "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
+                return jsonify(got)
             got = await bridge.read_closed(agent, request.args.get("cursor"))
             return jsonify({"closed": got.conversations, "next": got.next, "footer": got.footer,
                             "reason": got.reason})
-        return jsonify({"open": conversation_rows(reader), "status": reader.status, "warning": bridge.warning(agent)})
+        warning = bridge.warning(agent) if machine == LOCAL else (
+            reader.detail if reader.status == "version_mismatch" else None)
+        return jsonify({"open": conversation_rows(reader), "status": reader.status, "warning": warning})
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):
         reader = reader_of(machine, agent)
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        state = pane_state(reader, conv, recent_sends=writer.recent_sends(agent, conv), machine=machine)
+        if machine == LOCAL:
+            recent = writer.recent_sends(agent, conv)
+        else:
+            recent = ((await hub.read(machine, agent, "recent_sends", {"conversation": conv})) or {}).get("lines", [])
+        state = pane_state(reader, conv, recent_sends=recent, machine=machine)
         if state is None:
             return error(404, "not_found", f"no open conversation {conv!r}")
         return jsonify(state)
@@ -139,6 +164,12 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
             since = int(request.args.get("since", "0"))
         except ValueError:
             raise BadRequest("since must be a whole number") from None
+        if machine != LOCAL:
+            got = await hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            if got is None:
+                return jsonify({"items": [], "open": conv in reader.conversations, "footer": FOOTER_NO_ANSWER,
+                                "reason": "machine-offline"})
+            return jsonify(got)
         tapped = await writer.journal.run(writer.journal.tapped_asks, agent)
         if conv in reader.conversations:
             return jsonify({"items": chat_items(bridge.items(agent, conv, since), tapped), "open": True})
@@ -164,7 +195,10 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
         if reader_of(machine, agent) is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
-        bridge.set_viewing(agent, data.get("on") is True)
+        if machine == LOCAL:
+            bridge.set_viewing(agent, data.get("on") is True)
+        else:
+            await hub.set_viewing(machine, agent, data.get("on") is True)
         return jsonify({"ok": True})
 
     # --- writes -------------------------------------------------------------------------------
@@ -184,7 +218,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
             raise BadRequest("text must be a string")
         return await run_write(WriteRequest(
             request_id=_id(data.get("request_id"), "request_id"), op="send", agent=agent,
-            conversation=_id(data.get("conversation"), "conversation"), text=text, turn=_int(data.get("turn"), "turn")))
+            conversation=_id(data.get("conversation"), "conversation"), text=text, turn=_int(data.get("turn"), "turn")),
+            machine)
 
     @app.post("/api/ask/<ask_id>")
     async def answer(ask_id: str):
@@ -208,7 +243,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
         return await run_write(WriteRequest(
             request_id=_id(data.get("request_id"), "request_id"), op="answer", agent=agent,
             ask_id=_id(ask_id, "ask id"), digest=digest, option_ids=option_ids, answer_text=ans.get("text"),
-            fields=ans.get("fields"), confirmed=data.get("confirmed") is True))
+            fields=ans.get("fields"), confirmed=data.get("confirmed") is True), machine)
 
     async def session_write(machine: str, agent: str, conv: str, op: str, **extra):
         if reader_of(machine, agent) is None:
@@ -225,7 +260,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
             fields["title"] = data["title"]
         return await run_write(WriteRequest(
             request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=_id(conv, "conversation"),
-            turn=_int(data.get("turn"), "turn"), **fields, **extra))
+            turn=_int(data.get("turn"), "turn"), **fields, **extra), machine)
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
     async def steer(machine: str, agent: str, conv: str):
@@ -257,4 +292,4 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str) -> N
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
         return await run_write(WriteRequest(request_id=_id(data.get("request_id"), "request_id"), op="starter",
-                                            agent=agent, starter_id=_id(starter_id, "starter")))
+                                            agent=agent, starter_id=_id(starter_id, "starter")), machine)

@@ -13,6 +13,7 @@ import trio
 
 from bridge import writer as writer_mod
 from bridge.journal import Journal
+from bridge.locks import STOP_WAIT
 from bridge.panes import chat_items
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
@@ -116,7 +117,7 @@ async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autoj
             assert steer.reason == "busy" and trio.current_time() == t0
             stop = await w.write(WriteRequest(request_id=rid(), op="abort", agent="desk", conversation="c", turn=1))
             assert stop.outcome == "stopped"
-            assert trio.current_time() - t0 == pytest.approx(writer_mod.STOP_WAIT)
+            assert trio.current_time() - t0 == pytest.approx(STOP_WAIT)
         rec, at = results["send"]
         assert rec.outcome == "unknown" and at - t0 == pytest.approx(29.0)
 
@@ -263,7 +264,7 @@ async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
             assert s2 >= e1, "two writes reached the agent at once"
         for op, rec, took in receipts:
             if op == "abort":
-                assert took <= writer_mod.STOP_WAIT + writer_mod.WRITE_TIMEOUT
+                assert took <= STOP_WAIT + writer_mod.WRITE_TIMEOUT
             else:
                 assert rec.outcome in ("sent", "queued", "refused")
         assert any(rec.reason == "busy" for op, rec, _ in receipts)

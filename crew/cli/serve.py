@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from crew.paths import Paths
+
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run this machine's bridge in the foreground",
@@ -16,7 +18,9 @@ def register(sub) -> None:
 
 
 def exec_daemon(options: list[str]) -> int:
-    os.execv(sys.executable, [sys.executable, "-m", "lead", *options])
+    """A machine that joined a crew (crew.json exists) runs as a member; any other leads."""
+    module = "member" if Paths.from_env().crew.exists() else "lead"
+    os.execv(sys.executable, [sys.executable, "-m", module, *options])
     return 0  # not reached
 
 

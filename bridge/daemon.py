@@ -1,0 +1,189 @@
+"""What every Collie daemon does, lead or member: start-up, the control socket, shutdown, restart.
+
+Start-up, in order: private state folder and log → A15 log move → refuse a second bridge → read
+the config strictly (a broken sources.json logs one ``[bridge] FATAL:`` line and exits 78) →
+tighten sources.json to 0600 → serve. Shutdown on SIGINT/SIGTERM is graceful: the role's front
+(the lead's HTTP server, the member's link) gets a few seconds, everything else is cancelled.
+`collie restart` (or SIGHUP) shuts down the same way and then re-executes the daemon in the same
+process, so a foreground terminal or a service manager keeps watching the same pid.
+
+A role subclasses `Daemon`: `role`, `module` (what `python -m` re-executes), `front()` (its
+long-running service, which must return once `shutdown` is set) and extra control ops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+
+import trio
+
+from bridge.bridge import Bridge
+from bridge.control import serve_control
+from bridge.journal import Journal
+from bridge.state import migrate_legacy_logs, prepare_agent_dir, prepare_state
+from bridge.writer import Writer
+from crew import __version__, control, logs
+from crew.config import BridgeConfig, load_bridge_config, secrets_of
+from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, NotRunningError
+from crew.paths import Paths
+from crew.sources import tighten_mode
+
+log = logs.get("daemon")
+
+FRONT_GRACE = 4.0
+
+
+class Daemon:
+    role = "bridge"
+    module = "lead"
+
+    def __init__(self, args: argparse.Namespace, paths: Paths, config: BridgeConfig) -> None:
+        self.args = args
+        self.paths = paths
+        self.config = config
+        self.bridge = Bridge(config, paths)
+        self.journal = Journal(paths.state_dir / "journal.sqlite")
+        self.writer = Writer(self.bridge, self.journal)
+        self.shutdown = trio.Event()
+        self.restart = False
+        self.started = time.time()
+        self.address = ""
+
+    # --- for subclasses -------------------------------------------------------------------------
+    async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await self.shutdown.wait()
+
+    def handlers(self) -> dict:
+        return {"ping": self.op_ping, "agents": self.op_agents, "restart": self.op_restart, "program": self.op_program}
+
+    def ready_line(self) -> str:
+        n = len(self.config.agents)
+        return f"[bridge] Collie {__version__} ready (pid {os.getpid()}): {self.role}, {n} durable agent{'' if n == 1 else 's'}"
+
+    # --- control ops ----------------------------------------------------------------------------
+    async def op_ping(self, _req: dict) -> dict:
+        return {"pid": os.getpid(), "collie": __version__, "role": self.role, "address": self.address,
+                "started": self.started, "agents": len(self.config.agents), "programs_off": self.config.programs_off}
+
+    async def op_agents(self, _req: dict) -> dict:
+        from cattrs import unstructure
+
+        return {"programs_off": self.config.programs_off, "agents": [unstructure(s) for s in self.bridge.snapshot()]}
+
+    async def op_program(self, _req: dict) -> dict:
+        """B9: reads of the agents, and each write outcome, for the doctor's `program` line."""
+        stats = await self.writer.statistics()
+        reads = sum(p["polls"] for p in self.bridge.statistics().values())
+        return {"reads": reads, "outcomes": stats["journal"]}
+
+    async def op_restart(self, _req: dict) -> dict:
+        log.info("[bridge] restart requested")
+        self.restart = True
+        self.shutdown.set()
+        return {"pid": os.getpid()}
+
+    # --- running --------------------------------------------------------------------------------
+    async def _signals(self) -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
+            async for sig in sigs:
+                if sig == signal.SIGHUP:
+                    self.restart = True
+                log.info("[bridge] %s received: %s", signal.Signals(sig).name,
+                         "restarting" if self.restart else "shutting down")
+                self.shutdown.set()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._signals)
+            async with trio.open_nursery() as services:
+                await services.start(self.bridge.serve)
+                await services.start(self.writer.recover)
+                async with trio.open_nursery() as front:
+                    await front.start(self.front)
+                    # last: the CLI's "ping" answering means everything is up
+                    await services.start(serve_control, self.paths.control_socket, self.handlers())
+                    log.info("%s", self.ready_line())
+                    await self.shutdown.wait()
+                    front.cancel_scope.deadline = trio.current_time() + FRONT_GRACE
+                services.cancel_scope.cancel()
+            outer.cancel_scope.cancel()
+        self.journal.close()
+
+
+def _first_oserror(exc: BaseException) -> OSError | None:
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for sub in exc.exceptions:
+            found = _first_oserror(sub)
+            if found is not None:
+                return found
+    return None
+
+
+def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], check=None) -> int:
+    """The common start-up of every role; `check(args)` may refuse to start (usage problems)."""
+    paths = Paths.from_env()
+    try:
+        prepare_state(paths)
+    except OSError as exc:
+        print(f"[bridge] FATAL: cannot prepare the state folder {paths.state_dir}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    logs.setup(paths.log, stderr=True)
+    if check is not None:
+        problem = check(args, paths)
+        if problem:
+            log.error("[bridge] FATAL: %s", problem[1])
+            return problem[0]
+    try:
+        pong = control.call(paths.control_socket, "ping", timeout=1.0)
+    except NotRunningError:
+        pass
+    else:
+        log.error("[bridge] FATAL: a bridge is already running (pid %s); use `collie restart`", pong.get("pid"))
+        return EXIT_FAILURE
+    migrate_legacy_logs(paths)
+    try:
+        config = load_bridge_config(paths)
+    except ConfigError as exc:
+        log.error("[bridge] FATAL: %s", exc)
+        return EXIT_CONFIG
+    for secret in secrets_of(config):
+        logs.redactor.add(secret)
+    if config.programs_off:
+        log.info("[bridge] durable agents are off (COLLIE_PROGRAMS=off in .env): %s is ignored", paths.sources)
+    try:
+        old = tighten_mode(paths.sources)
+    except ConfigError as exc:
+        log.error("[bridge] FATAL: %s", exc)
+        return EXIT_CONFIG
+    if old:
+        log.info("[bridge] %s had mode %s; tightened to 0600 (it holds tokens)", paths.sources, old)
+    for agent in config.agents:
+        prepare_agent_dir(paths, agent.name)
+    try:
+        daemon = cls(args, paths, config)
+    except ConfigError as exc:
+        log.error("[bridge] FATAL: %s", exc)
+        return EXIT_CONFIG
+    try:
+        trio.run(daemon.run)
+    except (OSError, BaseExceptionGroup) as exc:
+        err = _first_oserror(exc)
+        if err is None:
+            raise
+        log.error("[bridge] FATAL: %s; stop the other process or change the address", err.strerror or err)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        pass
+    if daemon.restart:
+        log.info("[bridge] restarting")
+        logs.setup(None, stderr=False)
+        os.execv(sys.executable, [sys.executable, "-m", "crew.cli.main", "serve", *argv])
+    log.info("[bridge] stopped")
+    return EXIT_OK

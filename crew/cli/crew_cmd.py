@@ -1,0 +1,175 @@
+"""`collie crew join|leave|invite|list|remove` (features V4, crew.md §1).
+
+join/leave write or remove crew.json (0600) and restart nothing unless `--restart`. invite makes a
+fresh member token (32 random bytes), stores only its hash on the lead, and writes the token to a
+0600 file whose path it prints — the token itself is never printed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import sqlite3
+import time
+
+from crew import control, crewwire
+from crew.cli.restart import restart_bridge
+from crew.crewconfig import CrewConfig, check_lead_address, read_crew, remove_crew, write_crew
+from crew.crewstore import CrewStore
+from crew.errors import CollieError, NotRunningError, UsageError
+from crew.fsutil import atomic_write, ensure_private_dir
+from crew.security import check_token
+from crew.sources import NAME_RULE
+
+
+def register(sub) -> None:
+    p = sub.add_parser("crew", help="join a lead, or manage this lead's members")
+    verbs = p.add_subparsers(dest="crew_verb", metavar="VERB")
+    verbs.required = True
+    j = verbs.add_parser("join", help="make this machine a member of a lead's crew")
+    j.add_argument("lead", help="the lead's address: wss://host:port (or ws://127.0.0.1:port on this machine)")
+    j.add_argument("--token-env", required=True, metavar="VAR", help="variable holding the member token")
+    j.add_argument("--label", help="this machine's name in the crew (default: the host name)")
+    j.add_argument("--restart", action="store_true")
+    j.set_defaults(run=join)
+    lv = verbs.add_parser("leave", help="stop being a member (this machine leads again)")
+    lv.add_argument("--restart", action="store_true")
+    lv.set_defaults(run=leave)
+    i = verbs.add_parser("invite", help="make a member token and print the join command")
+    i.add_argument("--label", help="the member's name (default: member-<random>)")
+    i.set_defaults(run=invite)
+    ls = verbs.add_parser("list", help="members: online or not, last seen, version")
+    ls.set_defaults(run=list_members)
+    rm = verbs.add_parser("remove", help="revoke a member")
+    rm.add_argument("label")
+    rm.set_defaults(run=remove)
+
+
+def default_label() -> str:
+    host = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-")[:32]
+    return host if NAME_RULE.match(host or "") else "member"
+
+
+def _label(label: str) -> str:
+    if not NAME_RULE.match(label):
+        raise UsageError(f"{label!r} breaks the name rule: 1-32 of a-z, 0-9 and '-', starting with a letter or digit")
+    if label == "local":
+        raise UsageError('"local" names the lead\'s own machine; pick another label')
+    return label
+
+
+def _restart(args, paths) -> int:
+    if args.restart:
+        return restart_bridge(paths)
+    print("run `collie restart` (or add --restart) for the bridge to take the change")
+    return 0
+
+
+def join(args, paths) -> int:
+    url = crewwire.ws_url(args.lead)
+    problem = check_lead_address(url)
+    if problem:
+        raise UsageError(f"not joined: {problem.text}")
+    token = os.environ.get(args.token_env)
+    problem = check_token(token, args.token_env)
+    if problem:
+        raise UsageError(f"not joined: {problem.text}")
+    label = _label(args.label or default_label())
+    write_crew(paths.crew, CrewConfig(version=1, lead=url, token=token, label=label))
+    print(f"joined {url} as {label}")
+    print(f"wrote {paths.crew}")
+    return _restart(args, paths)
+
+
+def leave(args, paths) -> int:
+    cfg = read_crew(paths.crew)
+    if not remove_crew(paths.crew):
+        raise CollieError("this machine is not a member of a crew")
+    print(f"left {cfg.lead if cfg else 'the crew'}; this machine leads again")
+    return _restart(args, paths)
+
+
+def _store(paths) -> CrewStore:
+    ensure_private_dir(paths.state_dir)
+    return CrewStore(paths.state_dir / "crew.sqlite")
+
+
+def _lead_address(paths) -> str:
+    try:
+        address = control.call(paths.control_socket, "ping", timeout=1)["address"]
+    except NotRunningError:
+        address = "http://127.0.0.1:8470"
+    return crewwire.ws_url(address)
+
+
+def invite(args, paths) -> int:
+    if paths.crew.exists():
+        raise CollieError("this machine is a member, not a lead: invite from the lead")
+    label = _label(args.label or f"member-{secrets.token_hex(2)}")
+    token = secrets.token_hex(32)
+    store = _store(paths)
+    try:
+        store.invite(label, token)
+    except sqlite3.IntegrityError:
+        raise CollieError(f"{label!r} is already a member: remove it first, or pick another label") from None
+    finally:
+        store.close()
+    folder = paths.state_dir / "invites"
+    ensure_private_dir(folder)
+    token_file = folder / f"{label}.token"
+    atomic_write(token_file, (token + "\n").encode(), mode=0o600)
+    url = _lead_address(paths)
+    print(f"invited {label}. Its member token is in {token_file} (0600); it is not printed.")
+    print("Copy that file to the member machine (e.g. with scp), then run there:")
+    print(f"  export COLLIE_CREW_TOKEN=\"$(cat {label}.token)\"")
+    print(f"  collie crew join {url} --token-env COLLIE_CREW_TOKEN --label {label} --restart")
+    if url.startswith("ws://"):
+        print("(this lead listens on loopback only: members on other machines need `collie serve --host … "
+              "--tls-cert … --tls-key …` and a wss:// address)")
+    return 0
+
+
+def _when(wall: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(wall)) if wall else "never"
+
+
+def list_members(_args, paths) -> int:
+    store = _store(paths)
+    rows = store.members()
+    store.close()
+    try:
+        live = {m["label"]: m for m in control.call(paths.control_socket, "crew", timeout=3)["members"]}
+    except (NotRunningError, CollieError):
+        live = None
+    if not rows:
+        print("no members (invite one with `collie crew invite --label NAME`)")
+        return 0
+    for row in rows:
+        m = (live or {}).get(row["label"], {})
+        if live is None:
+            state = "unknown (the lead is not running)"
+        elif m.get("online"):
+            state = "online" + (" (read-only: older Collie)" if m.get("read_only") else "")
+        else:
+            since = m.get("offline_since") or row["last_seen"]
+            state = f"offline since {_when(since)}" if since else "never connected"
+        print(f"{row['label']:<20} {state:<32} last seen {_when(m.get('last_seen') or row['last_seen'])}  "
+              f"Collie {m.get('version') or row['version'] or '?'}  agents {m.get('agents', 0)}")
+    return 0
+
+
+def remove(args, paths) -> int:
+    store = _store(paths)
+    removed = store.remove(args.label)
+    store.close()
+    if not removed:
+        raise CollieError(f"no member named {args.label!r}")
+    try:
+        control.call(paths.control_socket, "crew_remove", label=args.label)
+    except NotRunningError:
+        pass
+    (paths.state_dir / "invites" / f"{args.label}.token").unlink(missing_ok=True)
+    print(f"removed {args.label}: its token no longer opens the link")
+    return 0

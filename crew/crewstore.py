@@ -1,0 +1,81 @@
+"""The lead's crew records: invited members and API tokens (SQLite `<state>/crew.sqlite`, 0600).
+
+Only SHA-256 hashes of tokens are stored; a token is shown once, by writing it to a 0600 file.
+Both the `collie` command (invite, remove, tokens) and the running lead use this file; SQLite's
+WAL mode makes that safe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import sqlite3
+import time
+from pathlib import Path
+
+from crew.fsutil import touch_private
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS members (label TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL, last_seen REAL, version TEXT);
+CREATE TABLE IF NOT EXISTS api_tokens (name TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE,
+    approval TEXT NOT NULL CHECK (approval IN ('standing', 'required')), created_at REAL NOT NULL);
+"""
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class CrewStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        touch_private(path)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # members ---------------------------------------------------------------------------------
+    def invite(self, label: str, token: str) -> None:
+        self.db.execute("INSERT INTO members (label, token_hash, created_at) VALUES (?, ?, ?)",
+                        (label, token_hash(token), time.time()))
+
+    def member_for(self, token: str) -> str | None:
+        wanted = token_hash(token)
+        row = self.db.execute("SELECT label, token_hash FROM members WHERE token_hash=?", (wanted,)).fetchone()
+        if row and hmac.compare_digest(row[1], wanted):
+            return row[0]
+        return None
+
+    def seen(self, label: str, version: str | None, when: float) -> None:
+        self.db.execute("UPDATE members SET last_seen=?, version=COALESCE(?, version) WHERE label=?", (when, version, label))
+
+    def members(self) -> list[dict]:
+        return [{"label": r[0], "created_at": r[1], "last_seen": r[2], "version": r[3]} for r in
+                self.db.execute("SELECT label, created_at, last_seen, version FROM members ORDER BY label")]
+
+    def remove(self, label: str) -> bool:
+        return self.db.execute("DELETE FROM members WHERE label=?", (label,)).rowcount > 0
+
+    # API tokens for inbox senders (features I10) -------------------------------------------------
+    def add_token(self, name: str, token: str, approval: str) -> None:
+        self.db.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?)", (name, token_hash(token), approval, time.time()))
+
+    def token_for(self, token: str) -> tuple[str, str] | None:
+        wanted = token_hash(token)
+        row = self.db.execute("SELECT name, approval, token_hash FROM api_tokens WHERE token_hash=?", (wanted,)).fetchone()
+        if row and hmac.compare_digest(row[2], wanted):
+            return row[0], row[1]
+        return None
+
+    def tokens(self) -> list[dict]:
+        return [{"name": r[0], "approval": r[1], "created_at": r[2]} for r in
+                self.db.execute("SELECT name, approval, created_at FROM api_tokens ORDER BY name")]
+
+    def revoke_token(self, name: str) -> bool:
+        return self.db.execute("DELETE FROM api_tokens WHERE name=?", (name,)).rowcount > 0

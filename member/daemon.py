@@ -1,0 +1,65 @@
+"""`collie serve` on a member machine: the bridge plus the link up to the lead (crew.md §1–§2).
+
+A member serves no phone: its only front is the link. The daemon starts when crew.json exists
+(written by `collie crew join`); `collie crew leave` + restart makes the machine a lead again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import trio
+
+from bridge.daemon import Daemon, run_daemon
+from crew import __version__, logs
+from crew.crewconfig import read_crew
+from crew.errors import ConfigError
+from member.link import Link
+
+log = logs.get("daemon")
+
+
+class MemberDaemon(Daemon):
+    role = "member"
+    module = "member"
+
+    def __init__(self, args, paths, config) -> None:
+        super().__init__(args, paths, config)
+        cfg = read_crew(paths.crew)
+        if cfg is None:
+            raise ConfigError(f"{paths.crew} is gone: run `collie crew join` again, or `collie restart` to lead")
+        logs.redactor.add(cfg.token)
+        self.crew = cfg
+        self.link = Link(cfg, self.bridge, self.writer)
+        self.address = self.link.url
+
+    def handlers(self) -> dict:
+        async def link(_req):
+            s = self.link.status
+            return {"lead": s.lead, "label": self.crew.label, "connected": s.connected, "since": s.since,
+                    "last_contact": s.last_contact, "last_error": s.last_error, "read_only": s.read_only}
+
+        return {**super().handlers(), "link": link}
+
+    def ready_line(self) -> str:
+        n = len(self.config.agents)
+        return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): member {self.crew.label} of "
+                f"{self.link.url}, {n} durable agent{'' if n == 1 else 's'}")
+
+    async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as n:
+            await n.start(self.link.run)
+            task_status.started()
+            await self.shutdown.wait()
+            n.cancel_scope.cancel()
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="collie serve", description="Run this member machine's bridge.")
+    p.add_argument("--host")
+    p.add_argument("--port")
+    p.add_argument("--tls-cert")
+    p.add_argument("--tls-key")
+    args, _ = p.parse_known_args(argv)
+    return run_daemon(MemberDaemon, args, argv)

@@ -1,0 +1,199 @@
+"""The member's link up to its lead (crew.md §2): dial out, keep the lead's view current, carry writes.
+
+- Dial `wss://…/crew/v1` (or `ws://` to loopback) with the member token in the upgrade's
+  `Authorization` header; `hello` → `welcome`. A refused token (401), a closed `version`, or no lead
+  listening are reported and retried.
+- After every (re)connect: a full `snapshot`; then an `agent` frame only when an agent's view
+  changed, at least `MIN_GAP` apart per agent — traffic proportional to change, not to polling.
+- `beat` every 10 s (and a WebSocket ping), so the lead sees silence within 30 s.
+- `request` frames run through this bridge's own writer and journal: a request id the member has
+  seen is never sent to the agent again, so a lead that resends after a dropped link gets the
+  stored receipt. The lead holds the session lock, so the writer does not take it again.
+- Reconnect: exponential backoff 0.5 s → 30 s with jitter.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import ssl
+import time
+
+import attrs
+import trio
+from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
+
+from bridge.bridge import Bridge
+from bridge.panes import chat_items
+from bridge.writer import Writer
+from bridge.writes import WriteRequest
+from crew import __version__, crewwire, logs
+from crew.crewconfig import CrewConfig
+from crew.wire import unstructure
+
+log = logs.get("crew")
+
+MIN_GAP = 0.1
+BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
+CONNECT_TIMEOUT = 10.0
+
+
+@attrs.define
+class LinkStatus:
+    lead: str
+    connected: bool = False
+    since: float | None = None  # wall clock of the last change of `connected`
+    last_contact: float | None = None  # wall clock of the last frame from the lead
+    last_error: str | None = None
+    connects: int = 0
+    read_only: bool = False
+
+
+def agent_view(bridge: Bridge, name: str) -> dict:
+    reader = bridge.readers[name]
+    return {"name": name, "status": unstructure(reader.status_view()), "hello": reader.raw_hello,
+            "state": reader.raw_state if reader.hello is not None else None}
+
+
+class Link:
+    def __init__(self, cfg: CrewConfig, bridge: Bridge, writer: Writer) -> None:
+        self.cfg = cfg
+        self.bridge = bridge
+        self.writer = writer
+        self.url = crewwire.ws_url(cfg.lead)
+        self.status = LinkStatus(lead=self.url)
+        self.boot = str(time.time())
+        self.rng = random.Random()
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        backoff = BACKOFF_MIN
+        while True:
+            try:
+                await self._connect_once()
+                backoff = BACKOFF_MIN
+            except ConnectionRejected as exc:
+                self._down(f"the lead refused this member (HTTP {exc.status_code}): "
+                           + ("the member token is wrong or was removed; ask for a new invite"
+                              if exc.status_code in (401, 403) else "see the lead's log"))
+            except HandshakeError as exc:
+                self._down(f"cannot reach the lead at {self.url} ({exc.__class__.__name__})")
+            except ConnectionClosed as exc:
+                reason = getattr(exc.reason, "reason", None) or "closed"
+                self._down(f"the lead closed the link: {reason}")
+            except (OSError, trio.TooSlowError, ValueError, trio.BrokenResourceError) as exc:
+                self._down(f"link lost: {exc.__class__.__name__}: {exc}")
+            delay = backoff * self.rng.uniform(0.5, 1.5)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+            await trio.sleep(delay)
+
+    def _down(self, why: str) -> None:
+        if self.status.connected or self.status.last_error != why:
+            log.info("[crew] %s", why)
+        self.status.connected = False
+        self.status.since = time.time()
+        self.status.last_error = why
+
+    async def _connect_once(self) -> None:
+        ctx = ssl.create_default_context() if self.url.startswith("wss://") else None
+        headers = [(b"authorization", f"Bearer {self.cfg.token}".encode())]
+        async with open_websocket_url(self.url, ssl_context=ctx, extra_headers=headers,
+                                      connect_timeout=CONNECT_TIMEOUT, disconnect_timeout=2) as ws:
+            await ws.send_message(crewwire.encode({
+                "type": "hello", "label": self.cfg.label, "collie": __version__,
+                "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},
+                "ops": list(crewwire.WRITE_OPS), "boot": self.boot}))
+            with trio.fail_after(CONNECT_TIMEOUT):
+                welcome = crewwire.decode(await ws.get_message())
+            if welcome.get("type") != "welcome":
+                raise ValueError(f"expected welcome, got {welcome.get('type')!r}")
+            self.status.connected, self.status.since = True, time.time()
+            self.status.last_contact, self.status.last_error = time.time(), None
+            self.status.connects += 1
+            self.status.read_only = welcome.get("read_only") is True
+            log.info("[crew] connected to the lead at %s as %s", self.url, self.cfg.label)
+            await self._session(ws)
+
+    async def _session(self, ws) -> None:
+        send_lock = trio.Lock()
+
+        async def send(msg: dict) -> None:
+            async with send_lock:
+                await ws.send_message(crewwire.encode(msg))
+
+        async with trio.open_nursery() as n:
+            n.start_soon(self._publish, send)
+            n.start_soon(self._beat, send, ws)
+            while True:
+                msg = crewwire.decode(await ws.get_message())
+                self.status.last_contact = time.time()
+                kind = msg["type"]
+                if kind == "viewing":
+                    if msg.get("agent") in self.bridge.readers:
+                        self.bridge.set_viewing(msg["agent"], msg.get("on") is True)
+                elif kind == "request":
+                    n.start_soon(self._request, send, msg)
+                elif kind == "read":
+                    n.start_soon(self._read, send, msg)
+                else:
+                    log.info("[crew] unknown frame type %r from the lead ignored", kind)
+
+    async def _publish(self, send) -> None:
+        """A snapshot, then only what changed, each agent at most every MIN_GAP seconds."""
+        sent: dict[str, str] = {}
+        views = [agent_view(self.bridge, name) for name in self.bridge.readers]
+        await send({"type": "snapshot", "agents": views})
+        sent = {v["name"]: json.dumps(v, sort_keys=True) for v in views}
+        while True:
+            await self.bridge.wait_changed()
+            await trio.sleep(MIN_GAP)
+            for name in self.bridge.readers:
+                view = agent_view(self.bridge, name)
+                key = json.dumps(view, sort_keys=True)
+                if sent.get(name) != key:
+                    await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
+                    sent[name] = key
+
+    async def _beat(self, send, ws) -> None:
+        while True:
+            await trio.sleep(crewwire.BEAT_EVERY)
+            await send({"type": "beat"})
+            with trio.fail_after(crewwire.OFFLINE_AFTER):
+                await ws.ping()
+
+    async def _request(self, send, msg: dict) -> None:
+        args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
+        fields = {f.name for f in attrs.fields(WriteRequest)}
+        try:
+            req = WriteRequest(**{k: v for k, v in args.items() if k in fields})
+        except TypeError:
+            return
+        rec = await self.writer.write(req, caller_locked=True)
+        await send({"type": "receipt", "id": msg.get("id"), "receipt": attrs.asdict(rec)})
+
+    async def _read(self, send, msg: dict) -> None:
+        agent, what = msg.get("agent"), msg.get("what")
+        args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
+        result, ok = None, True
+        try:
+            if agent not in self.bridge.readers:
+                ok = False
+            elif what == "items":
+                conv = str(args.get("conversation"))
+                since = int(args.get("since") or 0)
+                tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent)
+                if conv in self.bridge.readers[agent].conversations:
+                    result = {"items": chat_items(self.bridge.items(agent, conv, since), tapped), "open": True}
+                else:
+                    items = await self.bridge.read_items_through(agent, conv)
+                    result = {"items": chat_items([i for i in items if i["seq"] > since], tapped), "open": False}
+            elif what == "closed":
+                got = await self.bridge.read_closed(agent, args.get("cursor"))
+                result = {"closed": got.conversations, "next": got.next, "footer": got.footer, "reason": got.reason}
+            elif what == "recent_sends":
+                result = {"lines": self.writer.recent_sends(agent, str(args.get("conversation")))}
+            else:
+                ok = False
+        except Exception as exc:  # a failed read is an answer, not a dead link
+            ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
+        await send({"type": "read_result", "id": msg.get("id"), "ok": ok, "result": result})
