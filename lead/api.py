@@ -13,7 +13,7 @@ import os
 import secrets
 
 import attrs
-from quart import Quart, jsonify, request
+from quart import Quart, g, jsonify, request
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
@@ -26,6 +26,7 @@ from crew.receipts import NO_STARTERS
 from crew.security import same_secret
 
 LOCAL = "local"  # the lead's own machine in routes; members use their labels (crew.md)
+OWNER = ("owner", "standing")
 MAX_BODY = 256 * 1024
 ID_MAX = 128
 
@@ -70,13 +71,23 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
 
+    def is_inbox_route(path: str) -> bool:
+        return path.startswith("/api/inbox/") or (path.startswith("/api/agents/") and path.rstrip("/").endswith("/inbox"))
+
     @app.before_request
     async def authenticate():
         if not request.path.startswith("/api"):
             return None
         header = request.headers.get("authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
-        if not given or not same_secret(given, credential):
+        g.sender = None
+        if given and same_secret(given, credential):
+            g.sender = OWNER
+        elif given and hub is not None and is_inbox_route(request.path):
+            found = hub.store.token_for(given)  # an external sender's API token (features I10)
+            if found is not None:
+                g.sender = found
+        if g.sender is None:
             return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
         if request.content_length is not None and request.content_length > MAX_BODY:
             return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
@@ -98,10 +109,11 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         return data
 
     async def run_write(req: WriteRequest, machine: str = LOCAL):
-        if machine == LOCAL:
+        inbox = hub.inbox if hub is not None else None
+        if inbox is not None and req.op in ("send", "starter"):
+            rec = await inbox.submit(machine, req, sender=None)  # I1: every send and starter passes the inbox
+        elif machine == LOCAL:
             rec = await writer.write(req)
-        elif hub.inbox is not None and req.op in ("send", "starter"):
-            rec = await hub.inbox.submit(machine, req, sender=None)
         else:
             rec = await hub.write(machine, req)
         return jsonify(attrs.asdict(rec))
@@ -293,3 +305,87 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         data = await body()
         return await run_write(WriteRequest(request_id=_id(data.get("request_id"), "request_id"), op="starter",
                                             agent=agent, starter_id=_id(starter_id, "starter")), machine)
+
+
+def install_inbox_routes(app: Quart, hub, inbox) -> None:
+    """Features I3–I9: the inbox for the owner and for external senders (I10)."""
+
+    def error(status: int, code: str, message: str):
+        return jsonify({"error": code, "message": message}), status
+
+    def sender_name() -> str | None:
+        return None if g.sender == OWNER else g.sender[0]
+
+    def allowed(item) -> bool:
+        return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
+
+    @app.get("/api/agents/<machine>/<agent>/inbox")
+    async def inbox_list(machine: str, agent: str):
+        items = inbox.core.listing(inbox.items(machine, agent))
+        if g.sender != OWNER:
+            items = [i for i in items if i.sender == g.sender[0]]
+        return jsonify({"items": [inbox.view(i) for i in items]})
+
+    @app.post("/api/agents/<machine>/<agent>/inbox")
+    async def inbox_submit(machine: str, agent: str):
+        data = await request.get_json(force=True, silent=True)
+        if not isinstance(data, dict):
+            raise BadRequest("the body must be a JSON object")
+        if machine != LOCAL and machine not in hub.members:
+            return error(404, "not_found", f"no machine {machine!r}")
+        starter = data.get("starter")
+        text = data.get("text")
+        if starter is None and not isinstance(text, str):
+            raise BadRequest("give text (and conversation) for a send, or a starter id")
+        req = WriteRequest(request_id=_id(data.get("request_id"), "request_id"),
+                           op="starter" if starter is not None else "send", agent=_id(agent, "agent"),
+                           conversation=_id(data.get("conversation"), "conversation") if starter is None else None,
+                           text=text, turn=None, starter_id=_id(starter, "starter") if starter is not None else None)
+        rec = await inbox.submit(machine, req, sender=sender_name(), approval=g.sender[1])
+        return jsonify(attrs.asdict(rec))
+
+    async def act(item_id: str, fn, *, owner_only: bool):
+        item = inbox.get(item_id)
+        if item is None:
+            return error(404, "not_found", f"no inbox item {item_id!r}")
+        if (owner_only and g.sender != OWNER) or not allowed(item):
+            return error(403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that")
+        return jsonify(inbox.view(await fn(item)))
+
+    @app.post("/api/inbox/<item_id>/approve")
+    async def inbox_approve(item_id: str):
+        async def fn(item):
+            return inbox.approve(item.id)
+        return await act(item_id, fn, owner_only=True)
+
+    @app.post("/api/inbox/<item_id>/cancel")
+    async def inbox_cancel(item_id: str):
+        async def fn(item):
+            return inbox.cancel(item.id)
+        return await act(item_id, fn, owner_only=False)
+
+    @app.post("/api/inbox/<item_id>/move")
+    async def inbox_move(item_id: str):
+        data = await request.get_json(force=True, silent=True) or {}
+        if type(data.get("index")) is not int:
+            raise BadRequest("index must be an integer (0 = first in the queue)")
+
+        async def fn(item):
+            return inbox.move(item.id, data["index"])
+        return await act(item_id, fn, owner_only=True)
+
+    @app.post("/api/inbox/<item_id>/message")
+    async def inbox_message(item_id: str):
+        data = await request.get_json(force=True, silent=True) or {}
+        if not isinstance(data.get("text"), str) or not data["text"].strip():
+            raise BadRequest("text must be a non-empty string")
+
+        async def fn(item):
+            return inbox.message(item.id, data["text"])
+        return await act(item_id, fn, owner_only=False)
+
+    @app.post("/api/agents/<machine>/<agent>/inbox/clear")
+    async def inbox_clear(machine: str, agent: str):
+        if g.sender != OWNER:
+            return error(403, "forbidden", "only the owner may clear the inbox")
+        return jsonify({"cancelled": inbox.clear(machine, agent)})

@@ -16,7 +16,7 @@ import trio
 from bridge.daemon import Daemon, run_daemon
 from crew import __version__, logs
 from crew.errors import EXIT_USAGE
-from lead.api import create_api, load_or_create_credential
+from lead.api import create_api, install_inbox_routes, load_or_create_credential
 from lead.http import create_app, serve_http
 
 log = logs.get("daemon")
@@ -51,6 +51,16 @@ class LeadDaemon(Daemon):
         from lead.hub import Hub  # the crew hub: members, their views, routing
 
         self.hub = Hub(paths, self.bridge, self.writer)
+        from crew.config import load_env
+        from lead.inbox import TTL_DEFAULT, Inbox
+
+        env = load_env(paths)
+        try:
+            ttl = float(env.get("COLLIE_INBOX_TTL") or TTL_DEFAULT)
+        except ValueError:
+            ttl = TTL_DEFAULT
+        self.inbox = Inbox(paths.state_dir / "inbox.sqlite", self.hub, self.writer,
+                           owner=env.get("COLLIE_OWNER") or "the owner", ttl=ttl)
 
     def handlers(self) -> dict:
         return {**super().handlers(), **self.hub.control_handlers()}
@@ -62,9 +72,11 @@ class LeadDaemon(Daemon):
 
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         app = create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub),
+                                    install_inbox_routes(a, self.hub, self.inbox),
                                     self.hub.install(a, self.shutdown)))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.hub.run)
+            nursery.start_soon(self.inbox.run)
             async with trio.open_nursery() as web:
                 binds = await web.start(partial(
                     serve_http, app, [f"{self.args.host}:{self.args.port}"], self.shutdown,

@@ -163,6 +163,17 @@ class Phone:
             time.sleep(0.5)
 
 
+def drain(c: httpx.Client, agent: str = "ledger", timeout: float = 60.0) -> None:
+    """Wait until nothing waits or runs in the agent's inbox (approved items are never dropped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        items = c.get(f"/api/agents/local/{agent}/inbox").json()["items"]
+        if not any(i["state"] in ("approved", "running") for i in items):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the inbox did not drain: {items}")
+
+
 def read_agent(sock: Path) -> dict:
     """The agent's own transcript (reads are open to anyone of the user; only writes are checked)."""
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://agent", timeout=10) as a:
@@ -229,7 +240,7 @@ def trial(base: Path, *, crash_at: str | None, random_kill: float | None, restar
         time.sleep(0.5)
         with lab.client(address) as c:
             phone.retry_all(c)
-        time.sleep(1.0)  # queued sends run after their turns
+            drain(c)
         result = tally(phone, read_agent(lab.sock))
         result["crashed"] = crashed
         return result
