@@ -72,20 +72,27 @@ class Link:
             try:
                 await self._connect_once()
                 backoff = BACKOFF_MIN
-            except ConnectionRejected as exc:
-                self._down(f"the lead refused this member (HTTP {exc.status_code}): "
-                           + ("the member token is wrong or was removed; ask for a new invite"
-                              if exc.status_code in (401, 403) else "see the lead's log"))
-            except HandshakeError as exc:
-                self._down(f"cannot reach the lead at {self.url} ({exc.__class__.__name__})")
-            except ConnectionClosed as exc:
-                reason = getattr(exc.reason, "reason", None) or "closed"
-                self._down(f"the lead closed the link: {reason}")
-            except (OSError, trio.TooSlowError, ValueError, trio.BrokenResourceError) as exc:
-                self._down(f"link lost: {exc.__class__.__name__}: {exc}")
+            except Exception as exc:  # whatever broke the link, it is reported and the link comes back
+                self._down(self.describe(exc))
             delay = backoff * self.rng.uniform(0.5, 1.5)
             backoff = min(backoff * 2, BACKOFF_MAX)
             await trio.sleep(delay)
+
+    def describe(self, exc: BaseException) -> str:
+        """One line for what broke the link; exception groups (a nursery's) are unwrapped."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, ConnectionRejected):
+            return (f"the lead refused this member (HTTP {exc.status_code}): "
+                    + ("the member token is wrong or was removed; ask for a new invite"
+                       if exc.status_code in (401, 403) else "see the lead's log"))
+        if isinstance(exc, HandshakeError):
+            return f"cannot reach the lead at {self.url} ({exc.__class__.__name__})"
+        if isinstance(exc, ConnectionClosed):
+            return f"the lead closed the link: {getattr(exc.reason, 'reason', None) or 'closed'}"
+        if isinstance(exc, trio.TooSlowError):
+            return "the lead did not answer in time (this machine may have slept)"
+        return f"link lost: {exc.__class__.__name__}: {exc}"
 
     def _down(self, why: str) -> None:
         if self.status.connected or self.status.last_error != why:

@@ -164,6 +164,20 @@ def run(_args, paths) -> int:
             advice = ADVICE.get(st.get("reason") or "", "")
             text = f"{st['status']}: {st.get('reason')}" + (f" ({st['detail']})" if st.get("detail") else "")
             report.line("FAIL", check, text + (f"; {advice}" if advice else ""))
+    if live is not None and pong.get("role") == "member":
+        link = control.call(paths.control_socket, "link")
+        if link["connected"]:
+            report.line("ok", "crew", f"member {link['label']}, connected to {link['lead']}")
+        else:
+            report.line("FAIL", "crew", f"member {link['label']}, not connected to {link['lead']}: "
+                                        f"{link.get('last_error') or 'connecting'}; check the lead runs and the token "
+                                        "(a new invite: `collie crew join … --restart`)")
+    elif live is not None and pong.get("role") == "lead":
+        members = control.call(paths.control_socket, "crew")["members"]
+        offline = [m["label"] for m in members if not m["online"]]
+        report.line("warn" if offline else "ok", "crew",
+                    f"lead, {len(members) - len(offline)} of {len(members)} members online"
+                    + (f" (offline: {', '.join(offline)})" if offline else ""))
     if live is not None:
         program = control.call(paths.control_socket, "program")
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(program["outcomes"].items())) or "no writes yet"

@@ -24,14 +24,27 @@ def _ago(seconds: float) -> str:
 
 
 def run(_args, paths) -> int:
-    role = "member" if paths.crew.exists() else "lead (no members have to join for it to work alone)"
-    print(f"role: {role}")
+    role = "member" if paths.crew.exists() else "lead"
+    print(f"role: {role}" + ("" if role == "member" else " (members join it; alone it leads itself)"))
     try:
         pong = control.call(paths.control_socket, "ping")
         agents = control.call(paths.control_socket, "agents")
     except NotRunningError as exc:
         print(f"bridge: not running ({exc})")
         return 1
+    if pong.get("role") == "member":
+        link = control.call(paths.control_socket, "link")
+        state = "connected" if link["connected"] else "not connected"
+        since = f" since {time.strftime('%H:%M', time.localtime(link['since']))}" if link.get("since") else ""
+        contact = (f", last contact {_ago(time.time() - link['last_contact'])} ago" if link.get("last_contact")
+                   else ", never in contact")
+        print(f"crew: member {link['label']} of {link['lead']}: {state}{since}{contact}")
+        if link.get("last_error") and not link["connected"]:
+            print(f"crew: {link['last_error']}")
+    elif pong.get("role") == "lead":
+        members = control.call(paths.control_socket, "crew")["members"]
+        online = sum(1 for m in members if m["online"])
+        print(f"crew: lead, {online} of {len(members)} member{'' if len(members) == 1 else 's'} online")
     print(f"bridge: running, pid {pong['pid']}, Collie {pong['collie']}, up {_ago(time.time() - pong['started'])}")
     print(f"phone API: {pong.get('address') or 'not bound'}")
     if agents.get("programs_off"):

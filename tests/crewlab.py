@@ -1,0 +1,140 @@
+"""A lead and members as real processes on loopback, each with its own config and state folders."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from crew import control
+from crew.errors import NotRunningError
+from crew.paths import Paths
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not met in time")
+
+
+class Machine:
+    def __init__(self, base: Path, name: str) -> None:
+        self.name = name
+        self.paths = Paths(config_dir=base / name / "cfg", state_dir=base / name / "state")
+        self.run = base / "run" / name
+        self.run.mkdir(parents=True, mode=0o700, exist_ok=True)
+        os.chmod(self.run.parent, 0o700)
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("COLLIE_")}
+        self.env.update(COLLIE_CONFIG_DIR=str(self.paths.config_dir), COLLIE_STATE_DIR=str(self.paths.state_dir),
+                        PYTHONPATH=str(REPO))
+        self.bridge: subprocess.Popen | None = None
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def collie(self, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], cwd=REPO, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=60)
+
+    def agent(self, name: str, kind: str, *extra: str) -> None:
+        sock = self.run / f"{name}.sock"
+        proc = subprocess.Popen([sys.executable, "-m", "fixtures", kind, "--socket", str(sock), *extra], cwd=REPO,
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdout.readline().startswith("listening")
+        self.agents[name] = proc
+        assert self.collie("durable", "attach", name, "--socket", str(sock)).returncode == 0
+
+    def serve(self, *args: str) -> dict:
+        self.bridge = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", *args], cwd=REPO, env=self.env,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def up():
+            try:
+                return control.call(self.paths.control_socket, "ping", timeout=1)
+            except NotRunningError:
+                if self.bridge.poll() is not None:
+                    raise AssertionError(f"{self.name}: bridge exited {self.bridge.returncode}: {self.log()[-2000:]}")
+                return None
+        return wait_for(up, what=f"{self.name} bridge up")
+
+    def log(self) -> str:
+        try:
+            return self.paths.log.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def kill(self, sig=signal.SIGKILL) -> None:
+        if self.bridge and self.bridge.poll() is None:
+            self.bridge.send_signal(sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.bridge.wait(timeout=20)
+
+    def stop(self) -> None:
+        if self.bridge and self.bridge.poll() is None:
+            self.bridge.send_signal(signal.SIGCONT)
+            self.bridge.kill()
+            self.bridge.wait()
+        for proc in self.agents.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            proc.stdout.close()
+
+
+class Crew:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        os.chmod(base, 0o700)
+        self.lead = Machine(base, "lead")
+        self.members: dict[str, Machine] = {}
+        self.address = ""
+
+    def start_lead(self, *args: str) -> None:
+        pong = self.lead.serve("--port", "0", *args)
+        self.address = pong["address"]
+
+    def client(self) -> httpx.Client:
+        token = (self.lead.paths.state_dir / "api-token").read_text().strip()
+        return httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=30)
+
+    def add_member(self, label: str) -> Machine:
+        m = Machine(self.base, label)
+        self.members[label] = m
+        out = self.lead.collie("crew", "invite", "--label", label)
+        assert out.returncode == 0, out.stderr
+        token = (self.lead.paths.state_dir / "invites" / f"{label}.token").read_text().strip()
+        ws = self.address.replace("http://", "ws://")
+        joined = m.collie("crew", "join", ws, "--token-env", "T", "--label", label, env={"T": token})
+        assert joined.returncode == 0, joined.stderr
+        return m
+
+    def online(self, label: str) -> bool:
+        members = control.call(self.lead.paths.control_socket, "crew")["members"]
+        return any(x["label"] == label and x["online"] for x in members)
+
+    def stop(self) -> None:
+        for m in self.members.values():
+            m.stop()
+        self.lead.stop()
+
+
+def items_of(c: httpx.Client, machine: str, agent: str, conv: str) -> list[dict]:
+    got = c.get(f"/api/agents/{machine}/{agent}/conversations/{conv}/items")
+    return got.json().get("items", []) if got.status_code == 200 else []
+
+
+def user_request_ids(c: httpx.Client, machine: str, agent: str, conv: str) -> list[str]:
+    return [i.get("request_id") for i in items_of(c, machine, agent, conv) if i["kind"] == "user"]
+
+
+def dump(obj) -> str:
+    return json.dumps(obj, indent=1)[:3000]
