@@ -1,0 +1,110 @@
+"""Crew faults (issue 5 proof): a member killed or frozen mid-request, the link cut, the lead killed.
+
+Each trial sends a burst of phone sends to a member's agent (standing approval: approved on
+arrival, so the approval order is the submission order), injects one fault in the middle, lets
+everything recover, waits for the inbox to drain, and reads the agent's own transcript:
+
+    duplicates    a request id the agent applied more than once           (must be 0)
+    lost          an approved request the agent never applied              (must be 0)
+    out of order  applied requests not in approval order                    (must be 0)
+Stale runs (an expired approval that ran) are covered by tests/test_crew_e2e.py's TTL test.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.crewlab import Crew, CutProxy, user_request_ids, wait_for
+
+pytestmark = pytest.mark.slow
+BURST = 10
+
+
+def trial(fault: str) -> dict:
+    crew = Crew(Path(tempfile.mkdtemp(prefix="cx", dir="/tmp")))
+    proxy = None
+    try:
+        crew.start_lead()
+        port = int(crew.address.rsplit(":", 1)[1])
+        m = crew.add_member("box")
+        if fault == "cut":  # the member reaches the lead through a proxy we can cut
+            proxy = CutProxy(port)
+            import json
+            cfg = json.loads(m.paths.crew.read_text())
+            cfg["lead"] = f"ws://127.0.0.1:{proxy.port}/crew/v1"
+            m.paths.crew.write_text(json.dumps(cfg))
+        m.agent("ledger", "ledger", "--state", str(m.run / "ledger.json"))
+        m.env.pop("COLLIE_CRASH_AT", None)
+        if fault.startswith("member-kill:"):
+            m.env["COLLIE_CRASH_AT"] = fault.split(":", 1)[1]
+        m.serve()
+        wait_for(lambda: crew.online("box"), what="online")
+        sent: list[str] = []
+        with crew.client() as c:
+            wait_for(lambda: c.get("/api/agents/box/ledger/conversations/s0").status_code == 200, what="pane")
+            for i in range(BURST):
+                if i == BURST // 2:
+                    if fault == "member-stop":
+                        m.kill(signal.SIGSTOP)
+                        threading.Timer(35, lambda: m.bridge.send_signal(signal.SIGCONT)).start()
+                    elif fault == "cut":
+                        proxy.cut()
+                    elif fault == "lead-kill":
+                        crew.lead.kill()
+                        crew.lead.serve("--port", str(port))
+                r = str(uuid.uuid4())
+                turn = None
+                try:
+                    p = c.get("/api/agents/box/ledger/conversations/s0")
+                    turn = p.json().get("turn", 0) if p.status_code == 200 else 0
+                    got = c.post("/api/send", json={"request_id": r, "machine": "box", "agent": "ledger",
+                                                    "conversation": "s0", "text": f"job {i}", "turn": turn}).json()
+                except Exception:
+                    got = {"outcome": "unknown"}
+                if got.get("outcome") in ("sent", "queued", "unknown"):
+                    sent.append(r)
+                if got.get("outcome") == "unknown":  # the phone's Retry, same request id, later
+                    time.sleep(0.2)
+        if fault.startswith("member-kill:"):  # like Restart=on-failure: once it died, start it again
+            wait_for(lambda: m.bridge.poll() is not None, timeout=30, what="the member reached its crash point")
+            m.env.pop("COLLIE_CRASH_AT", None)
+            m.serve()
+        with crew.client() as c:
+            for r in sent:  # Retry anything the phone is not sure of (same ids): must never double
+                c.post("/api/send", json={"request_id": r, "machine": "box", "agent": "ledger", "conversation": "s0",
+                                          "text": "retry", "turn": 0})
+            wait_for(lambda: all(i["state"] not in ("approved", "running", "pending")
+                                 for i in c.get("/api/agents/box/ledger/inbox").json()["items"]),
+                     timeout=120, what="inbox drained")
+            applied = wait_for(lambda: user_request_ids(c, "box", "ledger", "s0") or None, what="items")
+            time.sleep(0.5)
+            applied = user_request_ids(c, "box", "ledger", "s0")
+            inbox_done = {i["id"] for i in c.get("/api/agents/box/ledger/inbox").json()["items"]}
+        counts = {r: applied.count(r) for r in set(applied)}
+        in_order = [r for r in sent if r in counts]
+        return {"fault": fault, "requests": len(sent), "applied": len(counts),
+                "duplicates": sum(1 for n in counts.values() if n > 1),
+                "lost": sum(1 for r in sent if r not in counts),
+                "out_of_order": 0 if [r for r in applied if r in set(sent)] == in_order else 1,
+                "left_in_inbox": len(inbox_done)}
+    finally:
+        if proxy:
+            proxy.close()
+        crew.stop()
+
+
+@pytest.mark.parametrize("fault", ["member-kill:after_send:3", "member-kill:after_begin:2", "member-stop", "cut",
+                                   "lead-kill"])
+def test_crew_faults_lose_nothing_and_run_nothing_twice(fault):
+    result = trial(fault)
+    print(result)
+    assert result["duplicates"] == 0, result
+    assert result["lost"] == 0, result
+    assert result["out_of_order"] == 0, result
