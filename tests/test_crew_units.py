@@ -1,0 +1,105 @@
+"""Crew pieces with no network: admission, addresses, crew.json, the service unit, link errors."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+import trio
+from trio_websocket import ConnectionRejected
+
+from crew.crewconfig import CrewConfig, check_lead_address, read_crew, write_crew
+from crew.crewwire import Admission, admit, ws_url
+from crew.errors import ConfigError
+from crew.wire import WireRange
+
+TOKEN = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(("theirs", "ours", "floor", "expected"), [
+    ((1, 1), (1, 1), 1, Admission(True)),
+    ((1, 3), (2, 2), 1, Admission(True)),
+    ((1, 1), (2, 3), 1, Admission(True, read_only=True)),   # older, not below the floor: read-only (O)
+    ((1, 1), (3, 3), 2, Admission(False, reason="version")),  # below the floor
+    ((4, 5), (2, 3), 1, Admission(False, reason="version")),  # newer than we speak
+])
+def test_crew_wire_admission(theirs, ours, floor, expected):
+    assert admit(WireRange(*theirs), WireRange(*ours), floor) == expected
+
+
+@pytest.mark.parametrize(("given", "url"), [
+    ("wss://lead.example:8470", "wss://lead.example:8470/crew/v1"),
+    ("https://lead.example:8470/", "wss://lead.example:8470/crew/v1"),
+    ("http://127.0.0.1:8470", "ws://127.0.0.1:8470/crew/v1"),
+    ("ws://localhost:1/crew/v1", "ws://localhost:1/crew/v1"),
+])
+def test_lead_address_forms(given, url):
+    assert ws_url(given) == url
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("wss://lead.example:8470/crew/v1", True), ("ws://127.0.0.1:8470/crew/v1", True),
+    ("ws://lead.example:8470/crew/v1", False), ("ws://127.0.0.1/crew/v1", False),
+    ("ws://127.0.0.1@evil:80/crew/v1", False), ("ftp://x/crew/v1", False),
+])
+def test_ws_only_to_loopback(url, ok):
+    """crew.md §2: wss:// on the network; ws:// only to 127.0.0.1/localhost (the T4 rule)."""
+    assert (check_lead_address(url) is None) is ok
+
+
+def test_crew_json_is_0600_and_strict(tmp_path):
+    path = tmp_path / "crew.json"
+    write_crew(path, CrewConfig(1, "wss://lead:8470/crew/v1", TOKEN, "laptop"))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_crew(path).label == "laptop"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "colour": 1}))
+    with pytest.raises(ConfigError, match="colour"):
+        read_crew(path)
+    path.write_text(json.dumps({**data, "token": 5}))
+    with pytest.raises(ConfigError) as err:
+        read_crew(path)
+    assert str(err.value) == 'crew.json: field "token": must be a string'  # never echoes a token
+
+
+def test_join_refuses_bad_addresses_and_tokens(cli, paths, monkeypatch):
+    monkeypatch.setenv("T", TOKEN)
+    status, _, err = cli("crew", "join", "ws://lead.example:8470", "--token-env", "T")
+    assert status == 2 and "wss://" in err
+    status, _, err = cli("crew", "join", "wss://lead.example:8470", "--token-env", "UNSET")
+    assert status == 2 and "UNSET is not set" in err
+    status, _, err = cli("crew", "join", "wss://lead.example:8470", "--token-env", "T", "--label", "local")
+    assert status == 2
+    status, out, _ = cli("crew", "join", "wss://lead.example:8470", "--token-env", "T", "--label", "laptop")
+    assert status == 0 and out.startswith("joined wss://lead.example:8470/crew/v1 as laptop") and TOKEN not in out
+
+
+def test_invite_never_prints_the_token(cli, paths):
+    status, out, _ = cli("crew", "invite", "--label", "laptop")
+    token_file = paths.state_dir / "invites" / "laptop.token"
+    token = token_file.read_text().strip()
+    assert status == 0 and len(token) == 64 and token not in out and str(token_file) in out
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert cli("crew", "invite", "--label", "laptop")[0] == 1  # labels are unique
+
+
+def test_service_install_writes_a_user_unit(cli, paths, tmp_path, monkeypatch):
+    """I11: start at login, restart after a crash."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", "/nonexistent")  # no systemctl: it says what to run
+    status, out, _ = cli("service", "install")
+    unit = (tmp_path / "xdg" / "systemd" / "user" / "collie.service").read_text()
+    assert status == 0 and "Restart=on-failure" in unit and "WantedBy=default.target" in unit
+    assert f"Environment=COLLIE_STATE_DIR={paths.state_dir}" in unit and "systemctl --user" in out
+    assert cli("service", "uninstall")[0] == 0
+
+
+def test_link_errors_are_described_even_inside_exception_groups():
+    from crew.crewconfig import CrewConfig
+    from member.link import Link
+
+    link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "x"), bridge=None, writer=None)
+    rejected = ConnectionRejected(401, [], b"")
+    assert "refused this member (HTTP 401)" in link.describe(ExceptionGroup("g", [rejected]))
+    assert "may have slept" in link.describe(BaseExceptionGroup("g", [ExceptionGroup("h", [trio.TooSlowError()])]))
