@@ -28,6 +28,9 @@ from trio_websocket import open_websocket_url
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import cpu_seconds, rss_mib, pct  # noqa: E402
 
 from crew.crewstore import CrewStore  # noqa: E402
 from tests.crewlab import Crew, wait_for  # noqa: E402
@@ -59,21 +62,10 @@ async def sim_member(url: str, label: str, token: str, agents: int, conversation
             await ws.send_message(json.dumps({"type": "beat"}))
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
-def pct(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def main() -> None:

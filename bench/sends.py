@@ -25,6 +25,9 @@ import trio
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import pct  # noqa: E402
 
 from crew import control  # noqa: E402
 from crew.errors import NotRunningError  # noqa: E402
@@ -33,9 +36,6 @@ from crew.errors import NotRunningError  # noqa: E402
 errors: list[tuple] = []
 
 
-def pct(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float], float, dict]:
@@ -47,14 +47,20 @@ async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float
                                  limits=limits) as c:
         turns = {}
         for i in range(n):
-            turns[i] = (await c.get(f"/api/agents/local/many/conversations/c{i:03d}")).json()["turn"]
+            while (pane := await c.get(f"/api/agents/local/many/conversations/c{i:03d}")).status_code != 200:
+                await trio.sleep(0.1)  # the bridge has not read this conversation yet
+            turns[i] = pane.json()["turn"]
 
         async def one(i: int, r: int) -> None:
             t0 = time.perf_counter()
             try:
-                got = (await c.post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
+                resp = await c.post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
                                                        "conversation": f"c{i:03d}", "text": f"round {r}",
-                                                       "turn": turns[i]})).json()
+                                                       "turn": turns[i]})
+                if resp.status_code != 200:
+                    errors.append((r, i, resp.status_code, resp.text[:120]))
+                    return
+                got = resp.json()
             except httpx.HTTPError as exc:
                 errors.append((r, i, round(time.perf_counter() - t0, 3), type(exc).__name__, str(exc)[:80]))
                 return
@@ -125,7 +131,10 @@ def main() -> None:
         bridge.wait(timeout=20)
         agent.terminate()
         agent.wait(timeout=20)
-        subprocess.run(["rm", "-rf", str(base)])
+        if not errors:
+            subprocess.run(["rm", "-rf", str(base)])
+        else:
+            print("kept", base)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ import trio
 import trio.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import pct  # noqa: E402
 
 from crew.config import AgentConfig  # noqa: E402
 from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
@@ -116,9 +119,6 @@ async def latency_virtual(caps, samples: int) -> list[float]:
     return out
 
 
-def pct(values, p):
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
 def main() -> None:

@@ -108,14 +108,15 @@ class Writer:
             return refused(req.request_id, req.op, "not_found", f"no durable agent named {req.agent!r}")
         while req.request_id in self.inflight:  # a double tap: wait for the first, then replay it
             await self.inflight[req.request_id].wait()
-        row = await self.journal.run(self.journal.get, req.request_id)
-        if row is not None:
-            if row.fingerprint != req.fingerprint():
-                return self._count(refused(req.request_id, req.op, "conflict"))
-            if row.state == "done":
-                return attrs.evolve(Receipt(**row.receipt), replay=True)
+        # claim the id before any await, so a second write of it waits instead of racing this one
         done = self.inflight[req.request_id] = trio.Event()
         try:
+            row = await self.journal.run(self.journal.get, req.request_id)
+            if row is not None:
+                if row.fingerprint != req.fingerprint():
+                    return self._count(refused(req.request_id, req.op, "conflict"))
+                if row.state == "done":
+                    return attrs.evolve(Receipt(**row.receipt), replay=True)
             async with (_held() if caller_locked else self.locks.hold(req.session, stop=req.op == "abort")) as held:
                 if not held:
                     log.info("[durable] %s: stop waited %g s for a write in %s; sending it anyway", req.agent,

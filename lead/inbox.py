@@ -244,12 +244,17 @@ class Inbox:
         active = self.items(machine, req.agent)
         pass_through = sender is None and approved and not active and self._online(machine)
         if pass_through:
+            key = (machine, req.agent)
             item.state = "running"
             item.runtime_ref = {"conversation": req.conversation, "turn": None}
             self._insert(item)
             self.runs.append((machine, req.agent, item.id, now))
-            rec = await self._dispatch(machine, req, item)
-            return rec
+            self.running.add(key)  # the dispatcher must not take this for an interrupted run
+            try:
+                return await self._dispatch(machine, req, item)
+            finally:
+                self.running.discard(key)
+                self.poke()
         self._insert(item)
         log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
         self.poke()

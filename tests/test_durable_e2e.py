@@ -16,6 +16,7 @@ import trustme
 from crew import control
 from crew.wire import ask_digest
 from tests.conftest import REPO, collie_env, run_collie
+from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
 
 pytestmark = pytest.mark.slow
@@ -57,14 +58,6 @@ def agents():
     a.stop()
 
 
-def wait_for(fn, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 def live(paths) -> dict:

@@ -24,6 +24,7 @@ from tests.live import agent, bridge_for, cleanup, short_dir
 
 class InlineJournal(Journal):
     async def run(self, fn, *args):
+        await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
         return fn(*args)
 
 
@@ -268,3 +269,19 @@ async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
             else:
                 assert rec.outcome in ("sent", "queued", "refused")
         assert any(rec.reason == "busy" for op, rec, _ in receipts)
+
+
+async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_clock):
+    """Two concurrent writes with one request id (a double tap, or the inbox and the phone at once):
+    the agent sees one request; both callers get the same outcome; nothing raises."""
+    async with setup(tmp) as (collie, pane, b, w):
+        req = send("twice", 0)
+        got = []
+        async with trio.open_nursery() as n:
+            for _ in range(3):
+                async def one():
+                    got.append(await w.write(req))
+                n.start_soon(one)
+        assert sorted(r.outcome for r in got) == ["sent", "sent", "sent"]
+        assert sum(r.replay for r in got) == 2 and len(writes_seen(collie, "/send")) == 1
+        assert w.inflight == {}
