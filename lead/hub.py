@@ -34,6 +34,7 @@ from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import crewwire, logs
 from crew.crewstore import CrewStore
+from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import OLDER_COLLIE, Receipt, refused
 from crew.views import UNREACHABLE
@@ -44,6 +45,7 @@ log = logs.get("crew")
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
 READ_TIMEOUT = 12.0
 HELLO_TIMEOUT = 10.0
+SAVE_EVERY = 2.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 
 
@@ -119,9 +121,13 @@ class Hub:
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
         self.inbox = None  # set by lead.inbox when it runs
-        for row in self.store.members():  # known members show (offline) from the start
-            self.members[row["label"]] = Member(row["label"], last_seen=row["last_seen"], version=row["version"],
-                                                offline_since=row["last_seen"])
+        self.views_dir = paths.state_dir / "crew-views"
+        self.views: dict[str, dict[str, dict]] = {}  # label -> agent -> the last raw view (persisted)
+        self.dirty: set[str] = set()
+        for row in self.store.members():  # known members show (offline, with their last view) from the start
+            member = self.members[row["label"]] = Member(row["label"], last_seen=row["last_seen"],
+                                                         version=row["version"], offline_since=row["last_seen"])
+            self._restore_views(member)
 
     # --- views ---------------------------------------------------------------------------------
     def reader(self, machine: str, agent: str) -> AgentReader | None:
@@ -134,17 +140,41 @@ class Hub:
         for fn in self.on_member_change:
             fn(label)
 
-    def _apply_view(self, member: Member, view: dict) -> None:
+    def _restore_views(self, member: Member) -> None:
+        """The last views a member sent survive a lead restart: its agents show offline, and sends to
+        them wait in the inbox instead of finding no agent."""
+        try:
+            saved = json.loads((self.views_dir / f"{member.label}.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return
+        for view in saved.values() if isinstance(saved, dict) else []:
+            if isinstance(view, dict):
+                self._apply_view(member, view, remember=False, now=0.0)  # before trio runs: no clock yet
+        self.views[member.label] = saved
+        self._mark_offline(member)
+
+    def _save_views(self) -> None:
+        ensure_private_dir(self.views_dir)
+        for label in list(self.dirty):
+            self.dirty.discard(label)
+            if label in self.members:
+                atomic_write(self.views_dir / f"{label}.json",
+                             json.dumps(self.views.get(label, {}), separators=(",", ":")).encode(), mode=0o600)
+
+    def _apply_view(self, member: Member, view: dict, *, remember: bool = True, now: float | None = None) -> None:
         name = view.get("name")
         if not isinstance(name, str):
             return
+        if remember:
+            self.views.setdefault(member.label, {})[name] = view
+            self.dirty.add(member.label)
         status = view.get("status") if isinstance(view.get("status"), dict) else {}
         reader = member.readers.get(name)
         if reader is None:
             reader = member.readers[name] = AgentReader(
                 name, transport=str(status.get("transport", "socket")), address=str(status.get("address", "")),
                 local=bool(status.get("local", True)), token_set=bool(status.get("token_set")))
-        now = trio.current_time()
+        now = trio.current_time() if now is None else now
         if isinstance(view.get("hello"), dict):
             reader.on_hello(view["hello"], now)
         if isinstance(view.get("state"), dict) and reader.hello is not None:
@@ -247,6 +277,8 @@ class Hub:
                     names.add(view.get("name"))
             for gone in set(member.readers) - names:
                 del member.readers[gone]
+                self.views.get(member.label, {}).pop(gone, None)
+            self._save_views()  # once per connection: on disk at once, a crash must not lose it
             self._notify(member.label)
         elif kind == "agent":
             if isinstance(msg.get("view"), dict):
@@ -261,9 +293,12 @@ class Hub:
             log.info("[crew] %s: unknown frame type %r ignored", member.label, kind)
 
     async def run(self) -> None:
-        """Watchdog: a member silent for 30 s is offline (its link is closed)."""
+        """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
+        members' last views, at most every few seconds."""
         while True:
-            await trio.sleep(5)
+            await trio.sleep(SAVE_EVERY)
+            if self.dirty:
+                await trio.to_thread.run_sync(self._save_views)
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn
@@ -330,9 +365,12 @@ class Hub:
                                  "read_only": m.read_only, "agents": len(m.readers)} for m in self.members.values()]}
 
         async def crew_remove(req):
-            member = self.members.pop(str(req.get("label")), None)
+            label = str(req.get("label"))
+            member = self.members.pop(label, None)
             if member and member.conn:
                 member.conn.closed.set()
+            self.views.pop(label, None)
+            (self.views_dir / f"{label}.json").unlink(missing_ok=True)
             return {"removed": member is not None}
 
         return {"crew": crew, "crew_remove": crew_remove}

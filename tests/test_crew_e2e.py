@@ -154,10 +154,18 @@ def test_lead_restart_and_link_drop_resume_without_duplicates(crew):
     crew.lead.kill()  # the lead restarts while the work waits
     port = crew.address.rsplit(":", 1)[1]
     crew.lead.serve("--port", port)
+    with crew.client() as c:  # the sleeping member's agents are remembered, offline, and take work
+        row = c.get("/api/dashboard").json()["sections"][-1]["agents"][0]
+        assert (row["name"], row["status"], row["reason"]) == ("bot", "unreachable", "machine-offline")
+        late = rid()
+        got = c.post("/api/send", json={"request_id": late, "machine": "box", "agent": "bot", "conversation": "chat",
+                                        "text": "after the restart", "turn": 0}).json()
+        assert got["outcome"] == "queued" and got["text"].startswith("queued, machine offline since ")
+        ids.append(late)
     m.bridge.send_signal(signal.SIGCONT)
     wait_for(lambda: crew.online("box"), timeout=60, what="member back")
     with crew.client() as c:
-        wait_for(lambda: len(user_request_ids(c, "box", "bot", "chat")) == 3, timeout=60, what="all ran")
+        wait_for(lambda: len(user_request_ids(c, "box", "bot", "chat")) == 4, timeout=60, what="all ran")
         time.sleep(1.5)
         assert user_request_ids(c, "box", "bot", "chat") == ids
 

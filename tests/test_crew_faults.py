@@ -105,6 +105,7 @@ def trial(fault: str) -> dict:
 def test_crew_faults_lose_nothing_and_run_nothing_twice(fault):
     result = trial(fault)
     print(result)
+    assert result["requests"] == BURST, result  # every send was taken (sent, queued, or unknown then retried)
     assert result["duplicates"] == 0, result
     assert result["lost"] == 0, result
     assert result["out_of_order"] == 0, result
