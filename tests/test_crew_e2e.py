@@ -54,6 +54,15 @@ def test_join_dashboard_and_routed_writes(crew):
                                          "text": "hello from the phone", "turn": turn}).json()["replay"] is True
         wait_for(lambda: user_request_ids(c, "workshop", "lab", "chat") == [r], what="the send applied once")
         assert c.post("/api/agents/workshop/lab/viewing", json={"on": True}).json()["ok"]
+        # L3, L4 through the crew: close on the member, read the closed list and its items from its agent
+        closed = c.post("/api/agents/workshop/lab/conversations/chat/close", json={"request_id": rid()}).json()
+        assert closed["outcome"] == "done"
+        listing = wait_for(lambda: (lambda j: j if j.get("closed") else None)(
+            c.get("/api/agents/workshop/lab/conversations?closed=1").json()), what="closed list")
+        assert [row["id"] for row in listing["closed"]] == ["chat"] and listing["footer"] is None
+        items = wait_for(lambda: (lambda j: j if j.get("open") is False else None)(
+            c.get("/api/agents/workshop/lab/conversations/chat/items").json()), what="closed items")
+        assert [i.get("request_id") for i in items["items"] if i["kind"] == "user"] == [r]
     status = m.collie("status").stdout
     assert "role: member" in status and "crew: member workshop of ws://" in status and ": connected" in status
     listing = crew.lead.collie("crew", "list").stdout
