@@ -32,6 +32,13 @@ def run(_args, paths) -> int:
     except NotRunningError as exc:
         print(f"bridge: not running ({exc})")
         return 1
+    print(f"bridge: running, pid {pong['pid']}, Collie {pong['collie']}, up {_ago(time.time() - pong['started'])}")
+    print(f"phone API: {pong.get('address') or 'not bound'}")
+    if agents.get("programs_off"):
+        print("durable agents: off (COLLIE_PROGRAMS=off in .env)")
+    counts = Counter(a["status"] for a in agents["agents"])
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none attached"
+    print(f"durable agents: {len(agents['agents'])} ({summary})")
     if pong.get("role") == "member":
         link = control.call(paths.control_socket, "link")
         state = "connected" if link["connected"] else "not connected"
@@ -45,11 +52,4 @@ def run(_args, paths) -> int:
         members = control.call(paths.control_socket, "crew")["members"]
         online = sum(1 for m in members if m["online"])
         print(f"crew: lead, {online} of {len(members)} member{'' if len(members) == 1 else 's'} online")
-    print(f"bridge: running, pid {pong['pid']}, Collie {pong['collie']}, up {_ago(time.time() - pong['started'])}")
-    print(f"phone API: {pong.get('address') or 'not bound'}")
-    if agents.get("programs_off"):
-        print("durable agents: off (COLLIE_PROGRAMS=off in .env)")
-    counts = Counter(a["status"] for a in agents["agents"])
-    summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none attached"
-    print(f"durable agents: {len(agents['agents'])} ({summary})")
     return 0
