@@ -152,6 +152,8 @@ def test_lead_restart_and_link_drop_resume_without_duplicates(crew):
     m.agent("bot", "streamer")
     m.serve()
     wait_for(lambda: crew.online("box"), what="member online")
+    with crew.client() as c:  # the lead knows the member's agents once its snapshot arrived
+        wait_for(lambda: c.get("/api/agents/box/bot/conversations/chat").status_code == 200, what="snapshot")
     m.kill(signal.SIGSTOP)  # the laptop freezes: no frames for 30 s -> offline
     wait_for(lambda: not crew.online("box"), timeout=45, what="silent member offline")
     with crew.client() as c:
@@ -159,7 +161,7 @@ def test_lead_restart_and_link_drop_resume_without_duplicates(crew):
         for i, r in enumerate(ids):
             got = c.post("/api/send", json={"request_id": r, "machine": "box", "agent": "bot", "conversation": "chat",
                                             "text": f"job {i}", "turn": 0}).json()
-            assert got["outcome"] == "queued"
+            assert got.get("outcome") == "queued", got
     crew.lead.kill()  # the lead restarts while the work waits
     port = crew.address.rsplit(":", 1)[1]
     crew.lead.serve("--port", port)
@@ -169,7 +171,8 @@ def test_lead_restart_and_link_drop_resume_without_duplicates(crew):
         late = rid()
         got = c.post("/api/send", json={"request_id": late, "machine": "box", "agent": "bot", "conversation": "chat",
                                         "text": "after the restart", "turn": 0}).json()
-        assert got["outcome"] == "queued" and got["text"].startswith("queued, machine offline since ")
+        assert got.get("outcome") == "queued", got
+        assert got["text"].startswith("queued, machine offline since ")
         ids.append(late)
     m.bridge.send_signal(signal.SIGCONT)
     wait_for(lambda: crew.online("box"), timeout=60, what="member back")
