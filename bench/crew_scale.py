@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time

@@ -109,9 +109,6 @@ def main() -> None:
                 pass
             time.sleep(0.1)
         time.sleep(1)
-        if os.environ.get("PROFILE_BRIDGE"):
-            spy = subprocess.Popen(["py-spy", "record", "-o", os.environ["PROFILE_BRIDGE"], "-f", "raw", "-d", "12",
-                                    "-p", str(bridge.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         token = (state / "api-token").read_text().strip()
         latencies, wall, outcomes = trio.run(run, pong["address"], token, args.conversations, args.rounds)
         total = len(latencies)

@@ -78,7 +78,6 @@ class Bridge:
         self.use_cache = use_cache
         self.caches: dict[str, Cache] = {}
         self._changed = trio.Event()
-        self.change_count = 0
         for agent in config.agents:
             reader = AgentReader(agent.name, transport=agent.transport, address=agent.address, local=is_local(agent),
                                  token_set=bool(agent.token), origin=agent.origin)
@@ -114,7 +113,6 @@ class Bridge:
         await self._changed.wait()
 
     def _on_change(self, _name: str) -> None:
-        self.change_count += 1
         self._changed.set()
         self._changed = trio.Event()
 

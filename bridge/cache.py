@@ -40,7 +40,6 @@ class Cache:
             self.db.executescript("DELETE FROM meta; DELETE FROM items; DELETE FROM logs;")
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (json.dumps(VERSION),))
         self.limiter = trio.CapacityLimiter(1)
-        self.writes = 0
 
     def close(self) -> None:
         self.db.close()
@@ -67,7 +66,6 @@ class Cache:
             for gone in known - open_ids:  # closed conversations leave the cache
                 self.db.execute("DELETE FROM logs WHERE conv=?", (gone,))
                 self.db.execute("DELETE FROM items WHERE conv=?", (gone,))
-        self.writes += 1
 
     async def save(self, hello, state, etag, changed: dict, open_ids: set[str]) -> None:
         await trio.to_thread.run_sync(self._save, hello, state, etag, changed, open_ids, limiter=self.limiter)

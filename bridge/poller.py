@@ -25,7 +25,7 @@ from bridge.reader import AgentReader
 from crew import __version__, logs
 from crew.config import AgentConfig
 from crew.views import READY, VERSION_MISMATCH
-from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, unstructure
+from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX
 
 log = logs.get("durable")
 
@@ -211,6 +211,3 @@ class AgentPoller:
         return {"polls": self.polls, "not_modified": self.not_modified, "viewers": self.viewers,
                 "requests": c.requests if c else 0, "bytes_in": c.bytes_in if c else 0}
 
-
-def status_dict(reader: AgentReader) -> dict:
-    return unstructure(reader.status_view())

@@ -36,10 +36,6 @@ def phone_mismatch(theirs: WireRange) -> str:
             "Update Collie, or the durable agent's SDK.")
 
 
-def doctor_mismatch(theirs: WireRange) -> str:
-    return f"incompatible: the durable agent speaks {theirs}, this Collie speaks {OURS}"
-
-
 @attrs.frozen
 class ConversationView:
     id: str
@@ -97,7 +93,6 @@ class AgentReader:
         self.raw_state: object | None = None
         self.remote = not local
         self._saved: set[str] = set()
-        self.restored_from_cache = False
 
     # --- events -----------------------------------------------------------------------------
     def on_hello(self, data: object, now: float) -> list[str]:
@@ -224,9 +219,6 @@ class AgentReader:
         log = self.logs.get(conv_id)
         return log.since if log else 0
 
-    def reset_items(self, conv_id: str) -> None:
-        self.logs.setdefault(conv_id, ItemLog()).since = 0
-
     def take_dirty(self) -> dict:
         out = {}
         for cid, log in self.logs.items():
@@ -254,7 +246,6 @@ class AgentReader:
             if cid in self.conversations:
                 self.logs[cid] = ItemLog(items=cached["items"].get(cid, {}), since=since, gaps=set(gaps))
                 self._saved.add(cid)
-        self.restored_from_cache = True
 
     # --- reading back -------------------------------------------------------------------------
     def items(self, conv_id: str, since_seq: int = 0) -> list[dict]:

@@ -29,9 +29,9 @@ from bridge.client import AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, plan, receipt
+from bridge.writes import AgentFacts, RecentSends, WriteRequest, plan, receipt
 from crew import logs
-from crew.receipts import NOT_CERTAIN, Receipt, card_for, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, refused
 from crew.views import READY, VERSION_MISMATCH
 from crew.wire import TEXT_MAX_DEFAULT
 
@@ -169,7 +169,7 @@ class Writer:
                 await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
             else:
                 rec = Receipt(request_id=rid, op=req.op, outcome="unknown", reason=exc.reason,
-                              text=NOT_CERTAIN if req.op == "answer" else "Sending, not confirmed",
+                              text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED,
                               channel="program" if req.op == "answer" else None, digest=req.digest)
                 await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
             self._after(req, rec)
@@ -265,5 +265,3 @@ async def _held():
 def _plain(rec: Receipt) -> dict:
     return attrs.asdict(rec)
 
-
-__all__ = ["Writer", "WriteRequest", "Call", "card_for"]

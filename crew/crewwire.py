@@ -22,7 +22,6 @@ READ_ONLY_FLOOR = 1  # a member older than CREW_WIRE.min but not below this is a
 WRITE_OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 BEAT_EVERY = 10.0
 OFFLINE_AFTER = 30.0
-CLOSE_REASONS = ("unauthorized", "version", "label_in_use")
 
 
 def encode(msg: dict) -> str:

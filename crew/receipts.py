@@ -68,11 +68,6 @@ class Receipt:
     current_ask: dict | None = None  # on `changed`: the ask as it stands now
     replay: bool = False  # the stored receipt of a request seen before
 
-    @property
-    def delivered(self) -> bool:
-        """The agent took it (the phone may treat the write as done)."""
-        return self.outcome in ("sent", "queued", "accepted", "stopped", "done", "started")
-
 
 def refused(request_id: str, op: str, reason: str, detail: str | None = None, **kw) -> Receipt:
     text = REASONS.get(reason, reason)

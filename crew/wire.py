@@ -20,17 +20,8 @@ from crew.convert import describe, lenient_converter
 WIRE_MIN = 1
 WIRE_MAX = 1
 
-CAPS = ("asks", "starters", "send", "steer", "abort", "rename", "close", "actions", "history", "reopen", "watch")
-CONVERSATION_STATES = ("idle", "working", "waiting")
 ASK_KINDS = ("permission", "choice", "text", "form")
 PERMISSION_ROLES = ("allow", "always_allow", "deny", "cancel")
-ITEM_KINDS = ("user", "reply", "thinking", "notice", "markdown", "code", "link", "tool", "ask", "turn_end")
-GROWING_KINDS = ("reply", "thinking", "notice", "markdown")
-TOOL_STATUSES = ("running", "completed", "failed", "denied")
-ASK_ENDS = ("answered", "decided", "expired", "stopped")
-ANSWER_OUTCOMES = ("accepted", "decided", "expired", "answered", "changed", "not_open", "invalid")
-ERROR_CODES = {"unauthorized": 401, "bad_request": 400, "not_found": 404, "unsupported": 404,
-               "no_list": 404, "version": 409, "internal": 500, "conflict": 400}
 WAIT_MAX = 30
 ITEMS_LIMIT_DEFAULT = 500
 ITEMS_LIMIT_MAX = 1000
@@ -59,6 +50,11 @@ class WireRange:
 
 
 OURS = WireRange(WIRE_MIN, WIRE_MAX)
+
+
+def doctor_mismatch(theirs: WireRange) -> str:
+    """W2: the doctor's `durable-hello` line shows both ranges."""
+    return f"incompatible: the durable agent speaks {theirs}, this Collie speaks {OURS}"
 
 
 @attrs.frozen
@@ -97,14 +93,6 @@ class Progress:
     percent: float | None = None
     label: str | None = None
 
-
-@attrs.frozen
-class Action:
-    id: str
-    label: str
-    icon: str | None = None
-    busy: bool = False
-    disabled: bool = False
 
 
 @attrs.frozen
@@ -206,14 +194,6 @@ def structure(data: Any, cls: type):
 def unstructure(obj: Any) -> Any:
     return conv.unstructure(obj)
 
-
-def drop_none(data: Any) -> Any:
-    """Omit null optional fields when sending (peers treat missing and null alike)."""
-    if isinstance(data, dict):
-        return {k: drop_none(v) for k, v in data.items() if v is not None}
-    if isinstance(data, list):
-        return [drop_none(v) for v in data]
-    return data
 
 
 def ask_digest(raw_ask: dict[str, Any]) -> str:

@@ -36,7 +36,7 @@ from crew import crewwire, logs
 from crew.crewstore import CrewStore
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
-from crew.receipts import OLDER_COLLIE, Receipt, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, refused
 from crew.views import UNREACHABLE
 from crew.wire import WireRange
 
@@ -352,8 +352,7 @@ class Hub:
                                       "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
         if got is None or not isinstance(got.get("receipt"), dict):
             return Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="link",
-                           text="Not certain the answer arrived. Retry sends it once more." if req.op == "answer"
-                           else "Sending, not confirmed")
+                           text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED)
         fields = {f.name for f in attrs.fields(Receipt)}
         return Receipt(**{k: v for k, v in got["receipt"].items() if k in fields})
 

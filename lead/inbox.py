@@ -38,7 +38,7 @@ import trio
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.fsutil import touch_private
-from crew.receipts import Receipt, refused
+from crew.receipts import Receipt
 
 log = logs.get("inbox")
 
@@ -166,7 +166,6 @@ class Inbox:
         self.wall = wall
         self.wake = trio.Event()
         self.running: set[tuple[str, str]] = set()  # inboxes with a dispatch task in flight
-        self.runs: list[tuple[str, str, str, float]] = []  # (machine, agent, id, when): dispatch order, for tests
         self._seq = (self.db.execute("SELECT MAX(seq) FROM items").fetchone()[0] or 0)
         hub.inbox = self
         hub.on_member_change.append(lambda _label: self.poke())
@@ -248,7 +247,6 @@ class Inbox:
             item.state = "running"
             item.runtime_ref = {"conversation": req.conversation, "turn": None}
             self._insert(item)
-            self.runs.append((machine, req.agent, item.id, now))
             self.running.add(key)  # the dispatcher must not take this for an interrupted run
             try:
                 return await self._dispatch(machine, req, item)
@@ -347,7 +345,6 @@ class Inbox:
             req = WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
                                text=item.text, turn=turn, starter_id=item.starter)
             self._set(item.id, state="running", runtime_ref={"conversation": item.conversation, "turn": None})
-            self.runs.append((item.machine, item.agent, item.id, self.wall()))
             log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
             await self._dispatch(item.machine, req, item, from_queue=True)
         finally:
@@ -389,9 +386,6 @@ class Inbox:
         while True:
             await self.writer.bridge.wait_changed()
             self.poke()
-
-    def active_count(self) -> int:
-        return self.db.execute("SELECT COUNT(*) FROM items WHERE state IN ('pending','approved','running')").fetchone()[0]
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

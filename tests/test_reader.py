@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.reader import LEFT_OUT, AgentReader, doctor_mismatch
+from bridge.reader import LEFT_OUT, AgentReader
 from crew.asks import sanitize_actions, sanitize_ask, sanitize_item
-from crew.wire import WireRange, ask_digest
+from crew.wire import WireRange, ask_digest, doctor_mismatch
 
 
 def hello(instance="i1", wire=(1, 1), caps=("asks", "history")):

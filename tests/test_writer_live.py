@@ -18,7 +18,7 @@ from bridge.panes import chat_items
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew.config import AgentConfig
-from crew.receipts import DECIDED, MAY_BE_APPLIED
+from crew.receipts import DECIDED
 from tests.live import agent, bridge_for, cleanup, short_dir
 
 

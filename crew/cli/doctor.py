@@ -16,7 +16,7 @@ from crew.config import AgentConfig, load_env, programs_off, single_agent
 from crew.errors import ConfigError, NotRunningError
 from crew.security import check_socket_private, check_token, check_url
 from crew.sources import read_sources
-from crew.wire import OURS
+from crew.wire import WireRange, doctor_mismatch
 
 ADVICE = {
     "socket-not-private": "make the socket's folder 0700 and owned by you, with no symlink or group/other-writable folder above it",
@@ -85,8 +85,8 @@ def _hello_line(report: Report, name: str, st: dict) -> None:
     """W2, V3: what the agent said in hello, with both ranges when they do not overlap."""
     check = f"durable-hello {name}"
     if st["status"] == "version_mismatch" and st.get("wire"):
-        report.line("FAIL", check, f"incompatible: the durable agent speaks {st['wire']}, this Collie speaks {OURS}; "
-                                   "update Collie, or the agent's SDK")
+        theirs = WireRange(*map(int, st["wire"].split("..")))
+        report.line("FAIL", check, f"{doctor_mismatch(theirs)}; update Collie, or the agent's SDK")
     elif st.get("wire") and st.get("instance"):
         report.line("ok", check, f"wire {st['wire']} ({st.get('runtime') or 'durable'}, caps: "
                                  f"{', '.join(st.get('caps') or []) or 'none'})")

@@ -7,7 +7,7 @@ import sys
 
 from crew import __version__
 from crew.cli import crew_cmd, doctor, durable, logs_cmd, restart, serve, service, status, tokens_cmd
-from crew.errors import EXIT_USAGE, CollieError
+from crew.errors import CollieError
 from crew.paths import Paths
 
 
@@ -36,11 +36,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-def usage_error(parser: argparse.ArgumentParser, text: str) -> int:
-    parser.print_usage(sys.stderr)
-    print(f"{parser.prog}: error: {text}", file=sys.stderr)
-    return EXIT_USAGE
 
 
 if __name__ == "__main__":

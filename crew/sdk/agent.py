@@ -37,7 +37,6 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from crew import __version__
 from crew.sdk.core import AgentCore, BadRequest, DeliverAnswer, RunAction, Steer, StartTurn, StopTurn
 from crew.sdk.server import Inflight, Request, Response, error, handle_connection
 from crew.wire import WAIT_MAX, WireRange, etag
