@@ -92,7 +92,9 @@ async def idle_cost(caps, viewed: bool, seconds: float) -> tuple[float, float, i
         cleanup(d)
 
 
-async def latency_virtual(caps, samples: int) -> list[float]:
+async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: int) -> list[float]:
+    """Raise an ask after a random pause, time until the bridge's view shows it, let it close; repeat.
+    `clock` is trio.current_time on virtual time (polling) or time.perf_counter (real time)."""
     d = short_dir()
     out = []
     try:
@@ -100,24 +102,25 @@ async def latency_virtual(caps, samples: int) -> list[float]:
             pane = collie.conversation("c")
             collie.ready()
             async with bridge_for([AgentConfig("desk", socket=str(d / "a.sock"))], d) as b:
-                await trio.sleep(3)
-                rng = random.Random(7)
+                while b.status("desk").status != "ready":
+                    await b.wait_changed()
+                await trio.sleep(0.3)
+                rng = random.Random(seed)
                 for _ in range(samples):
-                    await trio.sleep(rng.uniform(0, 10))
+                    await trio.sleep(rng.uniform(*pause))
                     async with trio.open_nursery() as n:
                         n.start_soon(lambda: pane.ask(kind="text", title="?"))
-                        t0 = trio.current_time()
+                        await trio.sleep(0)  # the ask is raised now
+                        t0 = clock()
                         while b.status("desk").waiting_count == 0:
                             await b.wait_changed()
-                        out.append(trio.current_time() - t0)
+                        out.append(clock() - t0)
                         n.cancel_scope.cancel()
                     while b.status("desk").waiting_count:
                         await b.wait_changed()
     finally:
         cleanup(d)
     return out
-
-
 
 
 def main() -> None:
@@ -130,41 +133,13 @@ def main() -> None:
         print(f"{label:18} {per_day:8.0f} state requests/day   {per_poll:6.0f} bytes per idle poll "
               f"(request + 304 answer)   304s: {n304}")
     print("== change latency: agent raises an ask -> bridge view shows it ==")
-    poll = trio.run(latency_virtual, NO_WATCH, 200, clock=trio.testing.MockClock(autojump_threshold=0))
+    poll = trio.run(latency, NO_WATCH, 200, (0, 10), trio.current_time, 7,
+                    clock=trio.testing.MockClock(autojump_threshold=0))
     print(f"polling (10 s, virtual time, n={len(poll)}): p50 {pct(poll, 50):.2f} s  p99 {pct(poll, 99):.2f} s")
     for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
-        watch = trio.run(latency_virtual_real, 200, pause)
+        watch = trio.run(latency, ALL_CAPS, 200, pause, time.perf_counter, 3)
         print(f"watch, {label} (real time, n={len(watch)}): p50 {pct(watch, 50) * 1000:.1f} ms  "
               f"p99 {pct(watch, 99) * 1000:.1f} ms")
-
-
-async def latency_virtual_real(samples: int, pause: tuple[float, float]) -> list[float]:
-    d = short_dir()
-    out = []
-    try:
-        async with agent(d / "a.sock") as collie:
-            pane = collie.conversation("c")
-            collie.ready()
-            async with bridge_for([AgentConfig("desk", socket=str(d / "a.sock"))], d) as b:
-                while b.status("desk").status != "ready":
-                    await b.wait_changed()
-                await trio.sleep(0.3)
-                rng = random.Random(3)
-                for _ in range(samples):
-                    await trio.sleep(rng.uniform(*pause))
-                    async with trio.open_nursery() as n:
-                        n.start_soon(lambda: pane.ask(kind="text", title="?"))
-                        t0 = time.perf_counter()
-                        await trio.sleep(0)
-                        while b.status("desk").waiting_count == 0:
-                            await b.wait_changed()
-                        out.append(time.perf_counter() - t0)
-                        n.cancel_scope.cancel()
-                    while b.status("desk").waiting_count:
-                        await b.wait_changed()
-    finally:
-        cleanup(d)
-    return out
 
 
 if __name__ == "__main__":

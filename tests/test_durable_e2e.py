@@ -106,31 +106,37 @@ def test_attach_real_agents_list_them_and_survive_a_crash(paths, bridge, agents,
     assert "[durable] deployer: reachable again" in paths.log.read_text() or "restarted" in paths.log.read_text()
 
 
-def test_loopback_https_agent_with_a_test_ca(paths, bridge, agents, tmp_path):
-    """T4: an https:// agent verified against the CA in SSL_CERT_FILE; it is `remote` (T9)."""
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    ca_file, cert_file = tmp_path / "ca.pem", tmp_path / "cert.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
-    script = tmp_path / "tls_agent.py"
-    script.write_text(f"""
-import ssl, trio
+TLS_AGENT = """
+import ssl, sys, trio
 from crew.sdk import open_collie
 async def main():
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain({str(cert_file)!r})
-    async with open_collie(url="https://127.0.0.1:0", ssl_context=ctx, token={TOKEN!r}, caps=["asks"], runtime="tls") as c:
+    ctx.load_cert_chain(sys.argv[1])
+    async with open_collie(url="https://127.0.0.1:0", ssl_context=ctx, token=sys.argv[2], caps=["asks"],
+                           runtime="tls") as c:
         c.conversation("c", title="Secure")
         c.ready()
         print("listening", c.address, flush=True)
         await trio.sleep_forever()
 trio.run(main)
-""")
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+"""
+
+
+def start_tls_agent(agents: Agents, tmp_path: Path, *hosts: str) -> tuple[str, Path]:
+    """An SDK agent on https://127.0.0.1 with a certificate from a fresh test CA; (url, CA file)."""
+    ca = trustme.CA()
+    ca_file, cert_file = tmp_path / "ca.pem", tmp_path / "cert.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    ca.issue_cert(*hosts).private_key_and_cert_chain_pem.write_to_path(str(cert_file))
+    proc = subprocess.Popen([sys.executable, "-c", TLS_AGENT, str(cert_file), TOKEN], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     agents.procs.append(proc)
-    proc.stderr = open(os.devnull)
-    url = proc.stdout.readline().split()[1]
+    return proc.stdout.readline().split()[1], ca_file
+
+
+def test_loopback_https_agent_with_a_test_ca(paths, bridge, agents, tmp_path):
+    """T4: an https:// agent verified against the CA in SSL_CERT_FILE; it is `remote` (T9)."""
+    url, ca_file = start_tls_agent(agents, tmp_path, "127.0.0.1", "localhost")
     env = collie_env(paths, T=TOKEN, SSL_CERT_FILE=str(ca_file))
     assert run_collie(paths, "durable", "attach", "sec", "--url", url, "--token-env", "T", env=env).returncode == 0
     bridge(env=env).wait_ready()
@@ -139,27 +145,7 @@ trio.run(main)
 
 
 def test_https_with_an_untrusted_certificate_is_a_tls_failure(paths, bridge, agents, tmp_path):
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    cert_file = tmp_path / "cert.pem"
-    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_file))
-    script = tmp_path / "a.py"
-    script.write_text(f"""
-import ssl, trio
-from crew.sdk import open_collie
-async def main():
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.load_cert_chain({str(cert_file)!r})
-    async with open_collie(url="https://127.0.0.1:0", ssl_context=ctx, token={TOKEN!r}, caps=["asks"]) as c:
-        c.ready()
-        print("listening", c.address, flush=True)
-        await trio.sleep_forever()
-trio.run(main)
-""")
-    proc = subprocess.Popen([sys.executable, str(script)], cwd=REPO, stdout=subprocess.PIPE, text=True)
-    agents.procs.append(proc)
-    proc.stderr = open(os.devnull)
-    url = proc.stdout.readline().split()[1]
+    url, _untrusted_ca = start_tls_agent(agents, tmp_path, "127.0.0.1")
     env = collie_env(paths, T=TOKEN)
     run_collie(paths, "durable", "attach", "sec", "--url", url, "--token-env", "T", env=env)
     bridge(env=env).wait_ready()
