@@ -78,6 +78,7 @@ class Bridge:
         self.use_cache = use_cache
         self.caches: dict[str, Cache] = {}
         self._changed = trio.Event()
+        self.on_agent_change: list[Callable[[str], None]] = []  # e.g. the lead's live channel
         for agent in config.agents:
             reader = AgentReader(agent.name, transport=agent.transport, address=agent.address, local=is_local(agent),
                                  token_set=bool(agent.token), origin=agent.origin)
@@ -112,9 +113,11 @@ class Bridge:
     async def wait_changed(self) -> None:
         await self._changed.wait()
 
-    def _on_change(self, _name: str) -> None:
+    def _on_change(self, name: str) -> None:
         self._changed.set()
         self._changed = trio.Event()
+        for fn in self.on_agent_change:
+            fn(name)
 
     def statistics(self) -> dict:
         return {name: p.statistics() for name, p in self.pollers.items()}

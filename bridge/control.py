@@ -53,6 +53,11 @@ async def _answer(stream: trio.SocketStream, handlers: dict[str, Handler]) -> No
                 reply = {"ok": True, **await handler(req)}
         except (ValueError, json.JSONDecodeError):
             reply = {"ok": False, "error": "malformed request"}
+        except LookupError as exc:  # an op's own refusal ("no paired phone named …")
+            reply = {"ok": False, "error": str(exc.args[0]) if exc.args else "not found"}
+        except Exception as exc:  # a failing op answers its caller; it never ends the bridge
+            log.exception("[bridge] control op failed")
+            reply = {"ok": False, "error": f"the bridge could not do that: {type(exc).__name__}"}
         try:
             await stream.send_all(control.encode(reply))
         except (trio.BrokenResourceError, trio.ClosedResourceError):

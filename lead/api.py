@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 
 import attrs
+import trio
 from quart import Quart, g, jsonify, request
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
@@ -65,8 +67,12 @@ def _int(value, what: str) -> int | None:
     return value
 
 
-def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None) -> None:
-    """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines."""
+def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None, *, door=None,
+               devices=None) -> None:
+    """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
+    (lead.door.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
+    from lead.door import csrf_ok, guard
+    from lead.devices import COOKIE
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -76,13 +82,26 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.before_request
     async def authenticate():
-        if not request.path.startswith("/api"):
+        g.sender = None
+        g.device = None
+        if door is not None:
+            refused = guard(door)
+            if refused is not None:
+                return refused
+        if not request.path.startswith("/api") or request.path == "/api/pair":
             return None
         header = request.headers.get("authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
-        g.sender = None
         if given and same_secret(given, credential):
             g.sender = OWNER
+        elif not given and devices is not None and request.cookies.get(COOKIE):
+            dev = devices.device_for(request.cookies.get(COOKIE))
+            if dev is not None:
+                if not csrf_ok():
+                    return error(403, "csrf", "a write from the phone needs the header X-Collie-CSRF: 1")
+                g.sender, g.device = OWNER, dev.id
+                if devices.seen(dev, time.time()):
+                    await trio.to_thread.run_sync(devices.write_seen, dev)
         elif given and hub is not None and is_inbox_route(request.path):
             found = hub.store.token_for(given)  # an external sender's API token (features I10)
             if found is not None:

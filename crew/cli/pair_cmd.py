@@ -1,0 +1,83 @@
+"""`collie pair` and `collie devices`: pair a phone with the running lead, list and revoke phones.
+
+`pair` asks the running lead for a one-time link (valid 10 minutes, single use) and prints it with a
+QR code drawn in the terminal (segno). The link is shown once: it is not logged and not stored (the
+lead keeps only its hash). Over TLS it also prints the certificate's SHA-256 fingerprint, to compare
+with what the phone's browser shows. `devices` lists paired phones; `devices revoke NAME` forgets one
+(its next request gets 401 and its open live channel closes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+
+from crew import control
+from crew.errors import CollieError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pair", help="print a one-time link and QR code that pairs a phone with this lead")
+    p.add_argument("--no-qr", action="store_true", help="print the link only")
+    p.set_defaults(run=pair)
+    d = sub.add_parser("devices", help="list paired phones, or revoke one")
+    verbs = d.add_subparsers(dest="devices_verb", metavar="VERB")
+    ls = verbs.add_parser("list", help="paired phones: name, paired at, last seen (the default)")
+    ls.set_defaults(run=list_devices)
+    r = verbs.add_parser("revoke", help="forget a paired phone: it must pair again")
+    r.add_argument("name", help="the phone's name (or id) as `collie devices` shows it")
+    r.set_defaults(run=revoke)
+    d.set_defaults(run=list_devices)
+
+
+# device names are cleaned of control characters when a phone pairs (lead.devices.clean_name)
+
+
+def _when(t: float | None) -> str:
+    if not t:
+        return "never"
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
+
+
+def _qr(link: str) -> str:
+    import segno
+
+    out = io.StringIO()
+    segno.make(link, error="m").terminal(out=out, compact=True, border=2)
+    return out.getvalue()
+
+
+def pair(args, paths) -> int:
+    ping = control.call(paths.control_socket, "ping")
+    if ping.get("role") != "lead":
+        raise CollieError("this machine is a crew member: pair the phone with the lead (run `collie pair` there)")
+    got = control.call(paths.control_socket, "pair")
+    link = got["link"]
+    if not args.no_qr:
+        print(_qr(link))
+    print(f"Open this link on the phone (valid 10 minutes, works once):\n  {link}")
+    if got.get("fingerprint"):
+        print(f"The lead's certificate (SHA-256): {got['fingerprint']}")
+        print("If the phone warns about the certificate, check that it shows this fingerprint before you go on.")
+    if got.get("loopback"):
+        print("Note: the lead listens on loopback only; a phone on your network needs `collie serve --host 0.0.0.0` "
+              "(served over TLS).")
+    return 0
+
+
+def list_devices(args, paths) -> int:
+    got = control.call(paths.control_socket, "devices")
+    devices = got.get("devices") or []
+    if not devices:
+        print("no paired phones (pair one with `collie pair`)")
+        return 0
+    print(f"{'NAME':<24} {'PAIRED':<17} LAST SEEN")
+    for d in devices:
+        print(f"{str(d.get('name'))[:24]:<24} {_when(d.get('paired_at')):<17} {_when(d.get('last_seen'))}")
+    return 0
+
+
+def revoke(args, paths) -> int:
+    got = control.call(paths.control_socket, "devices_revoke", name=args.name)
+    print(f"revoked {got['revoked']['name']}: it must pair again")
+    return 0

@@ -1,0 +1,402 @@
+"""The phone's live channel: `GET /api/events`, Server-Sent Events (phone-api.md; docs/phone-api.md).
+
+A channel starts with `hello` (its id) and a `snapshot` (the dashboard, and the pane and items of the
+conversation it views), then carries changes as they happen:
+
+    row        one agent's dashboard row changed (counts, status, line 2)
+    sections   the list of sections changed (a machine joined, went offline or came back, an ask
+               moved one above the others)
+    pane       the viewed conversation's pane state changed (asks appear and close, turn, progress,
+               actions, recent sends and their receipts)
+    items      new or changed chat items of the viewed conversation
+    inbox      an inbox item changed state (queued, running, done, expired, cancelled, failed): the
+               receipt of a write that finished late
+    unauthorized  the phone was revoked; the channel ends
+
+Every event has an id `<boot>-<n>`. A phone that reconnects with `Last-Event-ID` gets the events it
+missed (global ones from the log, and a fresh pane and items for what it views), or — when the lead
+restarted or the log no longer reaches back that far — a fresh `snapshot`. Nothing is lost either way.
+
+Viewing: a channel says what it views (`?machine=&agent=&conversation=` or `POST
+/api/events/<channel>/view`). While at least one channel views an agent, its owner polls it every 2 s
+(W5); the count drops when the channel closes, so an abandoned phone never keeps an agent on fast
+polling. A comment line every 15 s keeps proxies and phone radios from cutting an idle channel.
+
+Bounds: a channel holds at most `QUEUE` events; a phone too slow to take them gets a fresh snapshot
+instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once.
+
+`EventLog` and `diff_rows` are plain (no trio); `Feed` moves the data.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import deque
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from bridge.panes import agent_row, chat_items, pane_state
+from crew import logs
+
+log = logs.get("events")
+
+LOCAL = "local"
+KEEP = 4096  # events kept for resumption
+QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
+MAX_CHANNELS = 200
+HEARTBEAT = 15.0
+COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
+READ_TIMEOUT = 5.0
+
+
+@attrs.frozen
+class Event:
+    id: str
+    seq: int
+    kind: str
+    data: dict
+    scope: tuple | None = None  # None: every channel; ("conv", machine, agent, conversation): its viewers
+
+    def encode(self) -> bytes:
+        body = json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
+        return f"id: {self.id}\nevent: {self.kind}\ndata: {body}\n\n".encode()
+
+
+class EventLog:
+    """Numbered events, the last `keep` of them kept so that a reconnecting phone misses nothing."""
+
+    def __init__(self, boot: str | None = None, keep: int = KEEP) -> None:
+        self.boot = boot or secrets.token_hex(4)
+        self.seq = 0
+        self.kept: deque[Event] = deque(maxlen=keep)
+
+    def append(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
+        self.seq += 1
+        ev = Event(f"{self.boot}-{self.seq}", self.seq, kind, data, scope)
+        self.kept.append(ev)
+        return ev
+
+    def since(self, last_id: str | None) -> list[Event] | None:
+        """The events after `last_id`, or None when they cannot all be given (restart, too old, bad id)."""
+        if not last_id:
+            return None
+        boot, _, n = last_id.rpartition("-")
+        if boot != self.boot or not n.isdigit():
+            return None
+        seq = int(n)
+        if seq > self.seq:
+            return None
+        if seq == self.seq:
+            return []
+        if not self.kept or self.kept[0].seq > seq + 1:
+            return None
+        return [e for e in self.kept if e.seq > seq]
+
+
+def diff_rows(before: dict, after: dict) -> tuple[list, list]:
+    """(changed or new keys, removed keys) between two {key: row} maps."""
+    changed = [k for k, v in after.items() if before.get(k) != v]
+    removed = [k for k in before if k not in after]
+    return changed, removed
+
+
+def dashboard_sections(bridge, hub) -> list[dict]:
+    """D1, D5: the lead's own agents (no machine named), then one section per member."""
+    sections = []
+    rows = [agent_row(r) | {"machine": LOCAL} for r in bridge.readers.values()]
+    if rows:
+        sections.append({"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
+                         "waiting": any(r["waiting"] for r in rows), "online": True})
+    for label, member in sorted((hub.members if hub is not None else {}).items()):
+        mrows = [agent_row(r, member=label) | {"machine": label} for r in member.readers.values()]
+        if mrows:
+            sections.append({"machine": label, "label": label, "title": "Durable agents", "agents": mrows,
+                             "waiting": any(r["waiting"] for r in mrows), "online": member.online,
+                             "offline_since": member.offline_since})
+    return sections
+
+
+def section_heads(sections: list[dict]) -> list[dict]:
+    return [{k: v for k, v in s.items() if k != "agents"} for s in sections]
+
+
+@attrs.define(eq=False)
+class Channel:
+    id: str
+    device: str | None  # the paired device's id; None for the local credential
+    send: trio.MemorySendChannel
+    receive: trio.MemoryReceiveChannel
+    view: tuple | None = None  # (machine, agent, conversation or None)
+    overflowed: bool = False
+    closed: trio.Event = attrs.Factory(trio.Event)
+    close_reason: str | None = None
+
+    @property
+    def agent_key(self) -> tuple | None:
+        return (self.view[0], self.view[1]) if self.view else None
+
+    @property
+    def conv_key(self) -> tuple | None:
+        return ("conv", *self.view) if self.view and self.view[2] else None
+
+    def offer(self, ev: Event) -> None:
+        if self.overflowed:
+            return
+        if ev.scope is not None and ev.scope != self.conv_key:
+            return
+        try:
+            self.send.send_nowait(ev)
+        except trio.WouldBlock:
+            self.overflowed = True  # the stream sends a fresh snapshot when it catches up
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass
+
+
+class Feed:
+    """Watches the bridge, the hub and the inbox; turns what changed into events for every channel."""
+
+    def __init__(self, bridge, hub=None, writer=None, *, log_: EventLog | None = None,
+                 set_viewing: Callable | None = None) -> None:
+        self.bridge = bridge
+        self.hub = hub
+        self.writer = writer
+        self.log = log_ or EventLog()
+        self.channels: dict[str, Channel] = {}
+        self.rows: dict[tuple, dict] = {}
+        self.heads: list[dict] = []
+        self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
+        self.item_marks: dict[tuple, dict] = {}  # ("conv", m, a, c) -> {seq: item} last sent
+        self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
+        self.everything = True
+        self._wake = trio.Event()
+        self.set_viewing = set_viewing
+        self.events_sent = 0
+        bridge_hooks = getattr(bridge, "on_agent_change", None)
+        if bridge_hooks is not None:
+            bridge_hooks.append(lambda name: self.touch(LOCAL, name))
+        if hub is not None:
+            hub.on_member_change.append(lambda label: self.touch(label, None))
+
+    # --- what changed ----------------------------------------------------------------------------
+    def touch(self, machine: str, agent: str | None) -> None:
+        self.dirty.add((machine, agent))
+        self._wake.set()
+
+    def touch_all(self) -> None:
+        self.everything = True
+        self._wake.set()
+
+    def inbox_changed(self, view: dict) -> None:
+        """An inbox item changed state: its receipt goes to every channel at once."""
+        self._publish("inbox", {"item": view})
+        machine, agent = view.get("machine"), view.get("agent")
+        if isinstance(machine, str) and isinstance(agent, str):
+            self.touch(machine, agent)
+
+    def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
+        ev = self.log.append(kind, data, scope)
+        for ch in list(self.channels.values()):
+            ch.offer(ev)
+        self.events_sent += 1
+        return ev
+
+    # --- channels --------------------------------------------------------------------------------
+    def open(self, device: str | None) -> Channel:
+        if len(self.channels) >= MAX_CHANNELS:
+            raise OverflowError(f"{MAX_CHANNELS} live channels are open already")
+        send, receive = trio.open_memory_channel(QUEUE)
+        ch = Channel(secrets.token_urlsafe(12), device, send, receive)
+        self.channels[ch.id] = ch
+        return ch
+
+    async def set_view(self, ch: Channel, view: tuple | None) -> None:
+        old = ch.agent_key
+        ch.view = view
+        new = ch.agent_key
+        if old != new:
+            if new is not None:
+                await self._viewing(new, True)
+            if old is not None:
+                await self._viewing(old, False)
+
+    async def close(self, ch: Channel) -> None:
+        if self.channels.pop(ch.id, None) is None:
+            return
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(2):
+                await self.set_view(ch, None)
+        ch.send.close()
+        ch.closed.set()
+
+    def revoke_device(self, device_id: str) -> None:
+        for ch in list(self.channels.values()):
+            if ch.device == device_id:
+                ch.close_reason = "unauthorized"
+                ch.closed.set()
+                ch.send.close()
+
+    def shutdown(self) -> None:
+        for ch in list(self.channels.values()):
+            ch.close_reason = "shutdown"
+            ch.closed.set()
+            ch.send.close()
+
+    async def _viewing(self, key: tuple, on: bool) -> None:
+        if self.set_viewing is not None:
+            try:
+                await self.set_viewing(key[0], key[1], on)
+            except Exception as exc:  # a gone member or agent must not break the channel
+                log.info("[bridge] viewing %s/%s: %s", key[0], key[1], exc)
+
+    # --- what a channel shows ----------------------------------------------------------------------
+    def reader_of(self, machine: str, agent: str):
+        if machine == LOCAL:
+            return self.bridge.readers.get(agent)
+        return self.hub.reader(machine, agent) if self.hub is not None else None
+
+    async def pane_of(self, machine: str, agent: str, conv: str) -> dict | None:
+        reader = self.reader_of(machine, agent)
+        if reader is None:
+            return None
+        if machine == LOCAL:
+            recent = self.writer.recent_sends(agent, conv) if self.writer is not None else []
+        else:
+            recent = []
+            with trio.move_on_after(READ_TIMEOUT):
+                got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
+                recent = (got or {}).get("lines", [])
+        return pane_state(reader, conv, recent_sends=recent, machine=machine)
+
+    async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
+        reader = self.reader_of(machine, agent)
+        if reader is None or conv not in reader.conversations:
+            return None
+        if machine == LOCAL:
+            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
+            return chat_items(self.bridge.items(agent, conv, 0), tapped)
+        got = None
+        with trio.move_on_after(READ_TIMEOUT):
+            got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": 0})
+        return None if got is None else list(got.get("items") or [])
+
+    async def snapshot(self, ch: Channel) -> dict:
+        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None}
+        if ch.view:
+            machine, agent, conv = ch.view
+            data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
+            if conv:
+                data["pane"] = await self.pane_of(machine, agent, conv)
+                data["items"] = await self.items_of(machine, agent, conv) or []
+        return data
+
+    async def view_events(self, ch: Channel) -> list[Event]:
+        """A fresh pane and all items of what `ch` views, as events of the shared numbering."""
+        out = []
+        if ch.view and ch.view[2]:
+            machine, agent, conv = ch.view
+            key = ("conv", machine, agent, conv)
+            pane = await self.pane_of(machine, agent, conv)
+            items = await self.items_of(machine, agent, conv)
+            out.append(self.log.append("pane", {"machine": machine, "agent": agent, "conversation": conv,
+                                                "pane": pane}, key))
+            if items is not None:
+                out.append(self.log.append("items", {"machine": machine, "agent": agent, "conversation": conv,
+                                                     "items": items, "full": True}, key))
+        return out
+
+    # --- the loop ------------------------------------------------------------------------------------
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        self.rows = self._all_rows()
+        self.heads = section_heads(dashboard_sections(self.bridge, self.hub))
+        self.everything = False
+        task_status.started()
+        bridge_changed = getattr(self.bridge, "wait_changed", None)
+        async with trio.open_nursery() as nursery:
+            if bridge_changed is not None and getattr(self.bridge, "on_agent_change", None) is None:
+                nursery.start_soon(self._follow, bridge_changed)
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                try:
+                    await self.pass_once()
+                except Exception:  # one bad view must not end the live channel for everyone
+                    log.exception("[bridge] the live channel could not compute a change")
+                await trio.sleep(COALESCE)
+
+    async def _follow(self, wait_changed) -> None:
+        while True:
+            await wait_changed()
+            self.touch_all()
+
+    def _all_rows(self) -> dict:
+        rows = {}
+        for section in dashboard_sections(self.bridge, self.hub):
+            for row in section["agents"]:
+                rows[(section["machine"], row["name"])] = row
+        return rows
+
+    async def pass_once(self) -> None:
+        dirty, self.dirty = self.dirty, set()
+        everything, self.everything = self.everything, False
+        if everything:
+            fresh = self._all_rows()
+            before = self.rows
+        else:
+            fresh, before = {}, {}
+            for machine, agent in dirty:
+                for key, row in self._rows_of(machine, agent).items():
+                    fresh[key] = row
+                for key in list(self.rows):
+                    if key[0] == machine and (agent is None or key[1] == agent):
+                        before[key] = self.rows[key]
+        changed, removed = diff_rows(before, fresh)
+        for key in changed:
+            self.rows[key] = fresh[key]
+            self._publish("row", {"machine": key[0], "agent": key[1], "row": fresh[key]})
+        for key in removed:
+            self.rows.pop(key, None)
+            self._publish("row", {"machine": key[0], "agent": key[1], "row": None})
+        heads = section_heads(dashboard_sections(self.bridge, self.hub)) if (changed or removed or dirty or everything) else self.heads
+        if heads != self.heads:
+            self.heads = heads
+            self._publish("sections", {"sections": heads})
+        # panes and items: only what some channel views, and only on the agents that changed
+        viewed = {ch.conv_key for ch in self.channels.values() if ch.conv_key}
+        for key in viewed:
+            _, machine, agent, conv = key
+            if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
+                continue
+            pane = await self.pane_of(machine, agent, conv)
+            if pane != self.panes.get(key):
+                self.panes[key] = pane
+                self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
+            items = await self.items_of(machine, agent, conv)
+            if items is None:
+                continue
+            marks = self.item_marks.get(key, {})
+            new = [i for i in items if marks.get(i.get("seq")) != i]
+            if new:
+                self.item_marks[key] = {i.get("seq"): i for i in items}
+                self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": new,
+                                        "full": False}, key)
+        for key in list(self.panes):
+            if key not in viewed:
+                self.panes.pop(key, None)
+                self.item_marks.pop(key, None)
+
+    def _rows_of(self, machine: str, agent: str | None) -> dict:
+        if machine == LOCAL:
+            readers = {agent: self.bridge.readers[agent]} if agent in self.bridge.readers else (
+                dict(self.bridge.readers) if agent is None else {})
+            return {(LOCAL, n): agent_row(r) | {"machine": LOCAL} for n, r in readers.items()}
+        member = self.hub.members.get(machine) if self.hub is not None else None
+        if member is None:
+            return {}
+        readers = member.readers if agent is None else {k: v for k, v in member.readers.items() if k == agent}
+        return {(machine, n): agent_row(r, member=machine) | {"machine": machine} for n, r in readers.items()}
+
+    def statistics(self) -> dict:
+        return {"channels": len(self.channels), "events": self.events_sent, "seq": self.log.seq}
