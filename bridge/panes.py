@@ -39,9 +39,13 @@ def ask_json(ask) -> dict:
     return d
 
 
+OFFLINE_CONTROLS = ("send",)  # with its machine offline a send still queues in the inbox (I1); the rest fail fast
+
+
 def pane_state(reader: AgentReader, conv_id: str, *, recent_sends: list[dict] | None = None,
-               machine: str = "local") -> dict | None:
-    """B1: one open conversation as the phone draws it; None when it is not open."""
+               machine: str = "local", online: bool = True) -> dict | None:
+    """B1: one open conversation as the phone draws it; None when it is not open. `online` is False for
+    a member machine that is offline: only the controls that can queue stay on."""
     conv = reader.conversations.get(conv_id)
     if conv is None:
         return None
@@ -56,8 +60,11 @@ def pane_state(reader: AgentReader, conv_id: str, *, recent_sends: list[dict] | 
         "ask": asks[0] if asks else None,  # the oldest open ask
         "asks": asks[:ASK_CARDS], "more_asks": max(0, len(asks) - ASK_CARDS),
         "actions": [attrs.asdict(a) for a in conv.actions],
-        "controls": {"steer": "steer" in caps, "stop": "abort" in caps, "send": "send" in caps,
-                     "rename": "rename" in caps, "close": "close" in caps, "actions": "actions" in caps},
+        "controls": {k: v and (online or k in OFFLINE_CONTROLS) for k, v in (
+            ("steer", "steer" in caps), ("stop", "abort" in caps), ("send", "send" in caps),
+            ("rename", "rename" in caps), ("close", "close" in caps), ("actions", "actions" in caps))},
+        "can_reopen": "reopen" in caps and "history" in caps,  # L3: a closed conversation offers Reopen
+        "online": online,
         "progress": conv.progress, "caps": caps, "recent_sends": recent_sends or [],
         "agent_status": reader.status,
     }
@@ -96,6 +103,7 @@ def agent_row(reader: AgentReader, member: str | None = None) -> dict:
     ready = st.status == READY
     return {
         "name": st.name, "badge": EXPERIMENTAL, "line2": line2, "status": st.status,
+        "runtime": st.runtime or "durable", "where": "local" if st.local else "remote", "member": member,
         "status_label": None if ready else STATUS_LABEL[st.status], "reason": st.reason, "detail": st.detail,
         "open": st.open_count if ready else None, "waiting": (st.waiting_count or None) if ready else None,
     }

@@ -141,18 +141,9 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     @app.get("/api/dashboard")
     async def dashboard():
         """D1, D5: the lead's own agents (no machine named), then one section per member."""
-        sections = []
-        rows = [agent_row(r) for r in bridge.readers.values()]
-        if rows:
-            sections.append({"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
-                             "waiting": any(r["waiting"] for r in rows), "online": True})
-        for label, member in sorted((hub.members if hub is not None else {}).items()):
-            mrows = [agent_row(r, member=label) for r in member.readers.values()]
-            if mrows:
-                sections.append({"machine": label, "label": label, "title": "Durable agents", "agents": mrows,
-                                 "waiting": any(r["waiting"] for r in mrows), "online": member.online,
-                                 "offline_since": member.offline_since})
-        return jsonify({"sections": sections})
+        from lead.events import dashboard_sections
+
+        return jsonify({"sections": dashboard_sections(bridge, hub)})
 
     @app.get("/api/agents/<machine>/<agent>/conversations")
     async def conversations(machine: str, agent: str):
@@ -181,7 +172,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             recent = writer.recent_sends(agent, conv)
         else:
             recent = ((await hub.read(machine, agent, "recent_sends", {"conversation": conv})) or {}).get("lines", [])
-        state = pane_state(reader, conv, recent_sends=recent, machine=machine)
+        member = hub.members.get(machine) if machine != LOCAL and hub is not None else None
+        state = pane_state(reader, conv, recent_sends=recent, machine=machine, online=member is None or member.online)
         if state is None:
             return error(404, "not_found", f"no open conversation {conv!r}")
         return jsonify(state)

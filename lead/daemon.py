@@ -101,6 +101,12 @@ class LeadDaemon(Daemon):
         return {"link": f"{self.door.base_url(self.args.host)}/pair#{code}", "expires_at": expires,
                 "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK}
 
+    async def op_live(self, _req: dict) -> dict:
+        """Live channels open, and who views which agent (W5: 2 s polling while viewed)."""
+        viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
+        viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
+        return {**self.feed.statistics(), "viewers": viewers}
+
     async def op_devices(self, _req: dict) -> dict:
         return {"devices": self.devices.listing()}
 
@@ -114,7 +120,7 @@ class LeadDaemon(Daemon):
 
     def handlers(self) -> dict:
         return {**super().handlers(), **self.hub.control_handlers(), "pair": self.op_pair,
-                "devices": self.op_devices, "devices_revoke": self.op_devices_revoke}
+                "devices": self.op_devices, "devices_revoke": self.op_devices_revoke, "live": self.op_live}
 
     def ready_line(self) -> str:
         n = len(self.config.agents)

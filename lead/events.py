@@ -268,7 +268,9 @@ class Feed:
             with trio.move_on_after(READ_TIMEOUT):
                 got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
                 recent = (got or {}).get("lines", [])
-        return pane_state(reader, conv, recent_sends=recent, machine=machine)
+        member = self.hub.members.get(machine) if machine != LOCAL and self.hub is not None else None
+        return pane_state(reader, conv, recent_sends=recent, machine=machine,
+                          online=member is None or member.online)
 
     async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
         reader = self.reader_of(machine, agent)

@@ -158,3 +158,111 @@ def test_revoked_phone_gets_401_at_once_also_on_its_open_live_channel(lead):
         assert got[-1][0] == "unauthorized"
         assert c.get("/api/dashboard").status_code == 401
     assert "no paired phones" in run_collie(paths, "devices").stdout
+
+
+class Stream:
+    """A live channel read on a thread, so a test can act and then wait for an event."""
+
+    def __init__(self, client: httpx.Client, path: str = "/api/events", headers: dict | None = None) -> None:
+        self.events: list[tuple[str, str | None, dict]] = []  # (kind, id, data)
+        self.cond = threading.Condition()
+        self.ctx = client.stream("GET", path, headers=headers or {})
+        self.resp = self.ctx.__enter__()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        kind = ev_id = data = None
+        try:
+            for line in self.resp.iter_lines():
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("id:"):
+                    ev_id = line[3:].strip()
+                elif line.startswith("data:"):
+                    data = json.loads(line[5:])
+                elif line == "" and kind:
+                    with self.cond:
+                        self.events.append((kind, ev_id, data))
+                        self.cond.notify_all()
+                    kind = ev_id = data = None
+        except (httpx.HTTPError, RuntimeError):
+            pass
+
+    def wait(self, pred, timeout: float = 15.0, start: int = 0):
+        """The first event (from index `start`) that `pred` accepts; waits for it."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for ev in self.events[start:]:
+                    if pred(ev):
+                        return ev
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no such event; got {[e[0] for e in self.events]}")
+                self.cond.wait(left)
+
+    def close(self) -> None:
+        self.ctx.__exit__(None, None, None)
+
+
+def owner_client(lead) -> httpx.Client:
+    token = (lead["paths"].state_dir / "api-token").read_text().strip()
+    return httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=15,
+                        headers={"authorization": f"Bearer {token}"})
+
+
+def test_live_channel_carries_rows_panes_items_and_drops_viewing_when_it_dies(lead):
+    """W5, D1, C1: a channel viewing a conversation gets its pane and items; an answered ask changes the
+    row, the pane (the ask closes) and the items; the agent polls at the viewed cadence only while the
+    channel is open."""
+    paths = lead["paths"]
+    with owner_client(lead) as c:
+        s = Stream(c, "/api/events?agent=deployer&conversation=deploy")
+        snap = s.wait(lambda e: e[0] == "snapshot")[2]
+        assert snap["pane"]["ask"]["title"] == "Deploy to staging?"
+        row = snap["dashboard"]["sections"][0]["agents"][0]
+        assert row["waiting"] == 1
+        assert control.call(paths.control_socket, "live")["viewers"] == {"local/deployer": 1}
+        ask = snap["pane"]["ask"]
+        r = c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "agent": "deployer",
+                                                   "digest": ask["digest"], "answer": {"option_ids": ["yes"]}})
+        assert r.json()["outcome"] == "accepted", r.json()
+        s.wait(lambda e: e[0] == "pane" and e[2]["pane"]["ask"] is None)
+        s.wait(lambda e: e[0] == "row" and e[2]["agent"] == "deployer" and e[2]["row"]["waiting"] is None)
+        s.wait(lambda e: e[0] == "items" and any(i.get("kind") == "reply" and "Deployed" in (i.get("text") or "")
+                                                 for i in e[2]["items"]))
+        s.close()
+        wait_for(lambda: control.call(paths.control_socket, "live")["viewers"] == {})
+        assert control.call(paths.control_socket, "live")["channels"] == 0
+
+
+def test_resume_after_a_drop_loses_nothing(lead):
+    """A phone that reconnects with Last-Event-ID gets what happened while it was away: the events it
+    missed, or a fresh snapshot when the lead restarted."""
+    with owner_client(lead) as c:
+        s = Stream(c)
+        s.wait(lambda e: e[0] == "snapshot")
+        last_id = s.events[-1][1]
+        s.close()
+        pane = c.get("/api/agents/local/deployer/conversations/deploy").json()
+        ask = pane["ask"]
+        c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "agent": "deployer",
+                                               "digest": ask["digest"], "answer": {"option_ids": ["no"]}})
+        wait_for(lambda: c.get("/api/dashboard").json()["sections"][0]["agents"][0]["waiting"] is None)
+        again = Stream(c, headers={"Last-Event-ID": last_id})
+        again.wait(lambda e: e[0] == "row" and e[2]["agent"] == "deployer" and e[2]["row"]["waiting"] is None)
+        assert not any(e[0] == "snapshot" for e in again.events)
+        again.close()
+        lead["bridge"].stop()
+    # a restarted lead cannot replay: the phone gets a fresh snapshot
+    b = lead["bridge"].__class__(lead["paths"], collie_env(lead["paths"]), "--tls", "--port", str(lead["port"]))
+    try:
+        b.wait_ready()
+        with owner_client(lead) as c:
+            fresh = Stream(c, headers={"Last-Event-ID": last_id})
+            fresh.wait(lambda e: e[0] == "snapshot")
+            fresh.close()
+    finally:
+        b.stop()
+        b.proc.stdout.close()

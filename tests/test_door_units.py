@@ -1,0 +1,133 @@
+"""The door's plain parts: pairing codes and devices, the Host/Origin rules, the event log (issue 11)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from lead.devices import CODE_TTL, Devices, PairingRefused, clean_name
+from lead.door import Door, split_host
+from lead.events import EventLog, diff_rows
+from lead.tls import covered, fingerprint_pem, make_certificate
+
+T0 = 1_800_000_000.0
+
+
+@pytest.fixture
+def devices(tmp_path):
+    d = Devices(tmp_path / "devices.sqlite")
+    yield d
+    d.close()
+
+
+def test_a_code_pairs_once_and_only_within_ten_minutes(devices, tmp_path):
+    """A pairing code is single use and valid 10 minutes; a wrong, used or expired code says which."""
+    code, expires = devices.new_code(T0)
+    assert expires == T0 + CODE_TTL
+    late, _ = devices.new_code(T0)
+    dev, credential = devices.redeem(code, "Pixel 9", T0 + CODE_TTL - 1)
+    assert dev.name == "Pixel 9" and devices.device_for(credential) is dev
+    with pytest.raises(PairingRefused) as used:
+        devices.redeem(code, "again", T0 + 1)
+    assert used.value.code == "used"
+    with pytest.raises(PairingRefused) as expired:
+        devices.redeem(late, "late", T0 + CODE_TTL)
+    assert expired.value.code == "expired"
+    for bad in ("nope", "", None, 5, "x" * 500):
+        with pytest.raises(PairingRefused) as unknown:
+            devices.redeem(bad, "x", T0)
+        assert unknown.value.code == "unknown"
+
+
+def test_only_hashes_are_stored_and_devices_survive_a_restart(devices, tmp_path):
+    """The lead stores hashes only; a paired phone stays paired across a lead restart; revoking forgets it."""
+    code, _ = devices.new_code(T0)
+    dev, credential = devices.redeem(code, "phone", T0)
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    assert code.encode() not in raw and credential.encode() not in raw
+    devices.close()
+    again = Devices(tmp_path / "devices.sqlite")
+    assert again.device_for(credential).name == "phone"
+    revoked: list[str] = []
+    again.on_revoke.append(revoked.append)
+    assert again.revoke("phone").id == dev.id and revoked == [dev.id]
+    assert again.device_for(credential) is None
+    assert again.revoke("phone") is None
+    again.close()
+    assert sqlite3.connect(tmp_path / "devices.sqlite").execute("SELECT COUNT(*) FROM devices").fetchone() == (0,)
+
+
+def test_device_names_are_cleaned_and_unique(devices):
+    assert clean_name("Pixel\x1b[31m\nevil", "phone") == "Pixel[31mevil"
+    assert clean_name("", "phone") == "phone" and clean_name(None, "phone") == "phone"
+    assert len(clean_name("x" * 100, "phone")) == 40
+    names = []
+    for _ in range(3):
+        code, _ = devices.new_code(T0)
+        names.append(devices.redeem(code, "iPhone", T0)[0].name)
+    assert names == ["iPhone", "iPhone 2", "iPhone 3"]
+
+
+def test_last_seen_is_written_at_most_once_a_minute(devices):
+    code, _ = devices.new_code(T0)
+    dev, _ = devices.redeem(code, "p", T0)
+    assert devices.seen(dev, T0 + 30) is False
+    assert devices.seen(dev, T0 + 60) is True
+    devices.write_seen(dev)
+    assert devices.seen(dev, T0 + 90) is False and dev.last_seen == T0 + 90
+
+
+@pytest.mark.parametrize("host,ok", [
+    ("127.0.0.1:8470", True), ("localhost:8470", True), ("[::1]:8470", True), ("LOCALHOST:8470", True),
+    ("127.0.0.1", True), ("evil.example:8470", False), ("127.0.0.1:9999", False), ("", False),
+    ("localhost.:8470", True), ("127.0.0.1.evil.example:8470", False), ("10.0.0.5:8470", False),
+])
+def test_host_rule_refuses_names_the_lead_does_not_serve(host, ok):
+    """DNS rebinding: only the names this lead serves pass."""
+    assert Door("127.0.0.1", 8470, tls=False).host_ok(host) is ok
+
+
+def test_names_given_with_name_are_served():
+    door = Door("0.0.0.0", 8470, tls=True, names=["collie.lan"])
+    assert door.host_ok("collie.lan:8470") and door.host_ok("127.0.0.1:8470")
+    assert not door.host_ok("evil.example:8470")
+
+
+@pytest.mark.parametrize("origin,ok", [
+    (None, True), ("https://127.0.0.1:8470", True), ("https://localhost:8470", True),
+    ("http://127.0.0.1:8470", False), ("https://evil.example", False), ("null", False),
+    ("https://127.0.0.1:1", False), ("https://127.0.0.1:8470.evil", False),
+])
+def test_origin_rule(origin, ok):
+    assert Door("127.0.0.1", 8470, tls=True).origin_ok(origin) is ok
+
+
+def test_split_host():
+    assert split_host("[::1]:80") == ("::1", 80)
+    assert split_host("Example.COM") == ("example.com", None)
+    assert split_host("a:b:c") == ("a:b:c", None)
+
+
+def test_event_log_gives_what_was_missed_or_says_it_cannot():
+    """A reconnecting phone gets the events after its last id, or None (then a fresh snapshot)."""
+    log = EventLog(boot="b1", keep=3)
+    ids = [log.append("row", {"n": n}).id for n in range(5)]
+    assert [e.data["n"] for e in log.since(ids[2])] == [3, 4]
+    assert log.since(ids[4]) == []
+    assert log.since(ids[0]) is None  # older than what is kept
+    assert log.since("other-3") is None and log.since(None) is None and log.since("b1-99") is None
+    assert log.since("b1-x") is None
+
+
+def test_diff_rows():
+    assert diff_rows({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": 4}) == (["b", "c"], [])
+    assert diff_rows({"a": 1}, {}) == ([], ["a"])
+
+
+def test_generated_certificate_covers_its_names():
+    cert, key = make_certificate(["localhost", "127.0.0.1", "collie.lan"])
+    assert covered(cert, ["localhost", "127.0.0.1"]) and not covered(cert, ["other.lan"])
+    fp = fingerprint_pem(cert)
+    assert len(fp.split(":")) == 32 and fp == fp.upper()
+    assert b"PRIVATE KEY" in key
