@@ -105,7 +105,8 @@ class LeadDaemon(Daemon):
         """Live channels open, and who views which agent (W5: 2 s polling while viewed)."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
-        return {**self.feed.statistics(), "viewers": viewers}
+        return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash),
+                "fingerprint": self.fingerprint, "address": self.address}
 
     async def op_devices(self, _req: dict) -> dict:
         return {"devices": self.devices.listing()}

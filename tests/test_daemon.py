@@ -91,9 +91,10 @@ def test_a_second_bridge_is_refused(paths, bridge):
     assert second.returncode == 1 and "a bridge is already running" in second.stderr
 
 
-def test_plain_http_off_loopback_is_refused(paths):
-    done = run_collie(paths, "serve", "--host", "0.0.0.0", "--port", "0")
-    assert done.returncode == 2 and "--tls-cert" in done.stderr
+def test_a_certificate_without_its_key_is_a_usage_error(paths):
+    """Off loopback the lead serves TLS only (tests/test_door.py); half a certificate is refused at once."""
+    done = run_collie(paths, "serve", "--host", "0.0.0.0", "--port", "0", "--tls-cert", "/nonexistent.pem")
+    assert done.returncode == 2 and "--tls-key" in done.stderr
 
 
 def test_env_config_error_does_not_stop_the_bridge(paths, bridge):

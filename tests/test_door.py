@@ -266,3 +266,30 @@ def test_resume_after_a_drop_loses_nothing(lead):
     finally:
         b.stop()
         b.proc.stdout.close()
+
+
+def test_serve_pair_and_doctor_print_the_certificate_fingerprint(lead):
+    """TLS without homework: the generated certificate's SHA-256 fingerprint is printed by serve (its
+    ready line in the log), pair and doctor, and they agree."""
+    from lead.tls import fingerprint_file
+
+    paths = lead["paths"]
+    fp = fingerprint_file(paths.state_dir / "tls" / "cert.pem")
+    assert fp in paths.log.read_text()
+    assert fp in run_collie(paths, "pair", "--no-qr").stdout
+    doctor = run_collie(paths, "doctor").stdout
+    assert f"ok   tls: " in doctor and fp in doctor and "ok   phones: 0 paired" in doctor
+
+
+def test_off_loopback_the_lead_serves_tls_only_with_a_certificate_it_made(paths, bridge):
+    """`--host` beyond loopback without a certificate: the lead makes one (key 0600) and speaks only TLS."""
+    b = bridge("--host", "0.0.0.0", env=collie_env(paths))
+    port = int(b.wait_ready()["address"].rsplit(":", 1)[1])
+    cert = paths.state_dir / "tls" / "cert.pem"
+    assert stat.S_IMODE((paths.state_dir / "tls" / "key.pem").stat().st_mode) == 0o600
+    ctx = ssl.create_default_context(cafile=str(cert))
+    with httpx.Client(verify=ctx, timeout=10) as c:
+        assert c.get(f"https://127.0.0.1:{port}/healthz").status_code == 200
+    with httpx.Client(timeout=10) as plain:
+        with pytest.raises(httpx.HTTPError):
+            plain.get(f"http://127.0.0.1:{port}/healthz")

@@ -173,6 +173,14 @@ def run(_args, paths) -> int:
                                         f"{link.get('last_error') or 'connecting'}; check the lead runs and the token "
                                         "(a new invite: `collie crew join … --restart`)")
     elif live is not None and pong.get("role") == "lead":
+        phone = control.call(paths.control_socket, "live")
+        if phone.get("fingerprint"):
+            report.line("ok", "tls", f"{phone.get('address')}: certificate SHA-256 {phone['fingerprint']}")
+        elif phone.get("address"):
+            report.line("ok", "tls", f"plain HTTP on loopback ({phone.get('address')}); phones on the network need "
+                                     "`collie serve --host 0.0.0.0` (TLS)")
+        report.line("ok", "phones", f"{phone['devices']} paired, {phone['channels']} live channel"
+                                    f"{'' if phone['channels'] == 1 else 's'} open (`collie devices`)")
         members = control.call(paths.control_socket, "crew")["members"]
         offline = [m["label"] for m in members if not m["online"]]
         report.line("warn" if offline else "ok", "crew",
