@@ -1,0 +1,290 @@
+"""The phone's live channel, measured where the phone sees it (issue 11).
+
+    .venv/bin/python bench/live_channel.py [--asks 200] [--members 50] [--agents 10] [--conversations 20]
+                                           [--phones 100] [--seconds 20] [--rate 10]
+
+Part 1 — ask latency: a real lead and a real member (`collie serve` processes). The agent on the member
+is run by this process with the SDK (watch declared) so that the moment an ask is raised is known
+exactly; a live channel on the lead views its conversation. For each ask: time from raising it in the
+agent to the `pane` event carrying it on the phone's channel. The floor is a loopback HTTP round trip
+to the same lead (`GET /healthz` on a kept-alive connection), measured in the same run.
+
+Part 2 — fan-out: the same lead with members-1 simulated members (real WebSocket links) x agents x
+conversations, and `--phones` live channels open. Lead CPU and RSS idle, then under `--rate` changes a
+second (an ask raised and closed on a simulated agent), and the time from the change frame leaving
+the member to its `row` event reaching each phone (p50/p99 over every phone and change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import trio
+from trio_websocket import open_websocket_url
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from crew_scale import fake_view  # noqa: E402
+from measure import cpu_seconds, pct, rss_mib  # noqa: E402
+
+from crew.crewstore import CrewStore  # noqa: E402
+from crew.sdk import open_collie  # noqa: E402
+from tests.crewlab import Crew, wait_for  # noqa: E402
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:.1f} ms"
+
+
+async def sse(client: httpx.AsyncClient, path: str, on_event, started=None) -> None:
+    async with client.stream("GET", path) as resp:
+        kind = data = None
+        if started is not None:
+            started()
+        async for line in resp.aiter_lines():
+            if line.startswith("event:"):
+                kind = line[6:].strip()
+            elif line.startswith("data:"):
+                data = line[5:]
+            elif line == "" and kind:
+                on_event(kind, data)
+                kind = data = None
+
+
+async def floor(client: httpx.AsyncClient, n: int = 200) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await client.get("/healthz")
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def part1(args, crew: Crew, sock: Path) -> dict:
+    results: dict = {}
+
+    async def run():
+        token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
+        async with open_collie(socket=str(sock), host_name="bench", caps=["asks", "send", "watch"],
+                               caller_check="off", runtime="bench") as collie:
+            pane = collie.conversation("deploy", title="Deploy")
+            collie.ready()
+            m = crew.members["workshop"]
+            assert m.collie("durable", "attach", "bench", "--socket", str(sock)).returncode == 0
+            m.serve()
+            wait_for(lambda: crew.online("workshop"), what="member online")
+            async with httpx.AsyncClient(base_url=crew.address, timeout=30,
+                                         headers={"authorization": f"Bearer {token}"}) as c:
+                async def agent_ready():
+                    while True:
+                        dash = (await c.get("/api/dashboard")).json()["sections"]
+                        rows = [a for s in dash if s["machine"] == "workshop" for a in s["agents"]]
+                        if rows and rows[0]["status"] == "ready":
+                            return
+                        await trio.sleep(0.1)
+                with trio.fail_after(30):
+                    await agent_ready()
+                seen = {"ask": None, "event": trio.Event()}
+
+                def on_event(kind, data):
+                    if kind in ("pane", "snapshot"):
+                        doc = json.loads(data)
+                        p = doc.get("pane") or {}
+                        ask = (p or {}).get("ask")
+                        seen["ask"] = ask["title"] if ask else None
+                        seen["event"].set()
+
+                lat = []
+                async with trio.open_nursery() as n:
+                    n.start_soon(sse, c, "/api/events?machine=workshop&agent=bench&conversation=deploy", on_event)
+                    await trio.sleep(1.0)
+                    results["floor"] = await floor(c)
+                    for i in range(args.asks):
+                        title = f"Ask {i}?"
+                        done = {}
+                        seen["event"] = trio.Event()
+                        t0 = time.perf_counter()
+
+                        async def raise_one(title=title, done=done):
+                            with trio.CancelScope() as cs:
+                                done["cs"] = cs
+                                await pane.ask(kind="permission", title=title, tool_call_id=f"t{i}",
+                                               options=[{"id": "y", "label": "Yes", "role": "allow"}])
+                        n.start_soon(raise_one)
+                        with trio.fail_after(10):
+                            while seen["ask"] != title:
+                                await seen["event"].wait()
+                                seen["event"] = trio.Event()
+                        lat.append(time.perf_counter() - t0)
+                        done["cs"].cancel()  # the agent decides by itself: the ask closes
+                        with trio.fail_after(10):
+                            while seen["ask"] is not None:
+                                await seen["event"].wait()
+                                seen["event"] = trio.Event()
+                        await trio.sleep(0.05)
+                    results["lat"] = lat
+                    n.cancel_scope.cancel()
+
+    trio.run(run)
+    return results
+
+
+def part2(args, crew: Crew) -> dict:
+    ws_url = crew.address.replace("http://", "ws://") + "/crew/v1"
+    store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
+    sims = []
+    for i in range(args.members - 1):
+        tok = secrets.token_hex(32)
+        store.invite(f"sim{i:02d}", tok)
+        sims.append((f"sim{i:02d}", tok))
+    store.close()
+    lead_pid = crew.lead.bridge.pid
+    results: dict = {"fan": []}
+    sent_at: dict[str, float] = {}
+
+    async def sim_member(label, tok, ready, changes):
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {tok}".encode())]) as ws:
+            await ws.send_message(json.dumps({"type": "hello", "label": label, "collie": "0.1.0",
+                                              "crew_wire": {"min": 1, "max": 1}, "ops": [], "boot": "x"}))
+            await ws.get_message()
+            views = [fake_view(f"agent{a}", args.conversations, secrets.token_hex(4)) for a in range(args.agents)]
+            await ws.send_message(json.dumps({"type": "snapshot", "agents": views}))
+            ready()
+            async with trio.open_nursery() as n:
+                async def beats():
+                    while True:
+                        await trio.sleep(10)
+                        await ws.send_message(json.dumps({"type": "beat"}))
+                n.start_soon(beats)
+                async for key in changes:
+                    view = views[0]
+                    conv = view["state"]["conversations"][0]
+                    view["state"]["rev"] += 1
+                    conv["asks"] = [] if conv["asks"] else [{"id": key, "kind": "permission", "title": key,
+                                                             "options": [{"id": "y", "label": "Yes", "role": "allow"}]}]
+                    conv["state"] = "waiting" if conv["asks"] else "idle"
+                    sent_at[key] = time.perf_counter()
+                    await ws.send_message(json.dumps({"type": "agent", "name": view["name"],
+                                                      "view": {k: v for k, v in view.items() if k != "name"}}))
+
+    async def run():
+        token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
+        left = [len(sims)]
+        all_ready = trio.Event()
+
+        def ready():
+            left[0] -= 1
+            if left[0] == 0:
+                all_ready.set()
+
+        chans = [trio.open_memory_channel(100) for _ in sims]
+        async with trio.open_nursery() as n:
+            for (label, tok), (_s, r) in zip(sims, chans):
+                n.start_soon(sim_member, label, tok, ready, r)
+            await all_ready.wait()
+            await trio.sleep(3)
+            opened = [0]
+            phones_up = trio.Event()
+
+            def started():
+                opened[0] += 1
+                if opened[0] == args.phones:
+                    phones_up.set()
+
+            def on_event(kind, data):
+                if kind == "row":
+                    doc = json.loads(data)
+                    row = doc.get("row") or {}
+                    key = f"{doc['machine']}:{row.get('waiting')}"
+                    t = sent_at.get(key)
+                    if t is not None:
+                        results["fan"].append(time.perf_counter() - t)
+
+            limits = httpx.Limits(max_connections=args.phones + 10)
+            async with httpx.AsyncClient(base_url=crew.address, timeout=60, limits=limits,
+                                         headers={"authorization": f"Bearer {token}"}) as c:
+                for _ in range(args.phones):
+                    n.start_soon(sse, c, "/api/events", on_event, started)
+                with trio.fail_after(60):
+                    await phones_up.wait()
+                await trio.sleep(3)
+                c0, w0 = cpu_seconds(lead_pid), time.monotonic()
+                await trio.sleep(args.seconds)
+                results["idle_cpu"] = (cpu_seconds(lead_pid) - c0) / (time.monotonic() - w0)
+                results["idle_rss"] = rss_mib(lead_pid)
+                c0, w0 = cpu_seconds(lead_pid), time.monotonic()
+                k = 0
+                end = time.monotonic() + args.seconds
+                while time.monotonic() < end:
+                    s, _r = chans[k % len(chans)]
+                    label = sims[k % len(sims)][0]
+                    # alternate raise/close on that member's first agent; the row's waiting count says which
+                    key_on = f"{label}:1"
+                    key = key_on if not sent_at.get(f"{label}:on") else f"{label}:None"
+                    sent_at[f"{label}:on"] = key == key_on
+                    await s.send(key)
+                    k += 1
+                    await trio.sleep(1 / args.rate)
+                await trio.sleep(1)
+                results["busy_cpu"] = (cpu_seconds(lead_pid) - c0) / (time.monotonic() - w0)
+                results["busy_rss"] = rss_mib(lead_pid)
+                results["changes"] = k
+                results["floor"] = await floor(c)
+                n.cancel_scope.cancel()
+
+    trio.run(run)
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--asks", type=int, default=200)
+    p.add_argument("--members", type=int, default=50)
+    p.add_argument("--agents", type=int, default=10)
+    p.add_argument("--conversations", type=int, default=20)
+    p.add_argument("--phones", type=int, default=100)
+    p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--rate", type=float, default=10)
+    p.add_argument("--skip-fanout", action="store_true")
+    args = p.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="cl", dir="/tmp"))
+    crew = Crew(base)
+    try:
+        crew.start_lead()
+        crew.add_member("workshop")
+        r1 = part1(args, crew, crew.members["workshop"].run / "bench.sock")
+        f50 = pct(r1["floor"], 50)
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        print(f"floor (loopback HTTP round trip to the lead, GET /healthz): p50 {ms(f50)} p99 {ms(pct(r1['floor'], 99))}")
+        lat = r1["lat"]
+        print(f"ask raised on a member's agent -> pane event on the phone's live channel (n={len(lat)}): "
+              f"p50 {ms(pct(lat, 50))} ({pct(lat, 50) / f50:.0f}x floor)  p99 {ms(pct(lat, 99))} "
+              f"({pct(lat, 99) / f50:.0f}x floor)  mean {ms(statistics.mean(lat))}")
+        if not args.skip_fanout:
+            r2 = part2(args, crew)
+            fan = r2["fan"] or [float("nan")]
+            f50 = pct(r2["floor"], 50)
+            print(f"{args.members} members ({args.members - 1} simulated) x {args.agents} agents x "
+                  f"{args.conversations} conversations, {args.phones} live channels:")
+            print(f"  lead idle: CPU {100 * r2['idle_cpu']:.2f} % of a core, RSS {r2['idle_rss']:.0f} MiB")
+            print(f"  lead under {args.rate:g} changes/s ({r2['changes']} changes): CPU {100 * r2['busy_cpu']:.1f} % "
+                  f"of a core, RSS {r2['busy_rss']:.0f} MiB")
+            print(f"  change frame -> row event at each phone (n={len(r2['fan'])}): p50 {ms(pct(fan, 50))} "
+                  f"p99 {ms(pct(fan, 99))} (floor p50 {ms(f50)})")
+    finally:
+        crew.stop()
+
+
+if __name__ == "__main__":
+    main()
