@@ -68,7 +68,7 @@ def _int(value, what: str) -> int | None:
 
 
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None, *, door=None,
-               devices=None) -> None:
+               devices=None, feed=None) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.door.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     from lead.door import csrf_ok, guard
@@ -218,6 +218,9 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         if reader_of(machine, agent) is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
+        if feed is not None:  # a lease: it lapses unless repeated (W5), see lead.events.LEASE
+            await feed.lease_view(machine, agent, data.get("on") is True)
+            return jsonify({"ok": True, "lease_seconds": 60})
         if machine == LOCAL:
             bridge.set_viewing(agent, data.get("on") is True)
         else:

@@ -136,7 +136,7 @@ class LeadDaemon(Daemon):
 
         door = Door(self.args.host, self.args.port, tls=bool(self.certfile), names=self.args.name)
         app = create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
-                                               door=door, devices=self.devices),
+                                               door=door, devices=self.devices, feed=self.feed),
                                     install_inbox_routes(a, self.hub, self.inbox),
                                     install_door(a, door, self.devices, self.feed,
                                                  owner_check=lambda: getattr(g, "sender", None) == OWNER),

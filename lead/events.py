@@ -48,6 +48,7 @@ KEEP = 4096  # events kept for resumption
 QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
 MAX_CHANNELS = 200
 HEARTBEAT = 15.0
+LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
 
@@ -174,6 +175,7 @@ class Feed:
         self._wake = trio.Event()
         self.set_viewing = set_viewing
         self.events_sent = 0
+        self.leases: dict[tuple, float] = {}  # (machine, agent) -> when the route's viewing lapses
         bridge_hooks = getattr(bridge, "on_agent_change", None)
         if bridge_hooks is not None:
             bridge_hooks.append(lambda name: self.touch(LOCAL, name))
@@ -230,6 +232,28 @@ class Feed:
                 await self.set_view(ch, None)
         ch.send.close()
         ch.closed.set()
+
+    async def lease_view(self, machine: str, agent: str, on: bool) -> None:
+        """The `…/viewing` route: viewing for `LEASE` seconds, renewed by repeating it, so that a
+        script or phone that disappears never keeps an agent on 2-second polling."""
+        key = (machine, agent)
+        had = key in self.leases
+        if on:
+            self.leases[key] = trio.current_time() + LEASE
+            if not had:
+                await self._viewing(key, True)
+        elif had:
+            del self.leases[key]
+            await self._viewing(key, False)
+
+    async def _expire_leases(self) -> None:
+        while True:
+            await trio.sleep(LEASE / 6)
+            now = trio.current_time()
+            for key, until in list(self.leases.items()):
+                if until <= now:
+                    del self.leases[key]
+                    await self._viewing(key, False)
 
     def revoke_device(self, device_id: str) -> None:
         for ch in list(self.channels.values()):
@@ -317,6 +341,7 @@ class Feed:
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._expire_leases)
             if bridge_changed is not None and getattr(self.bridge, "on_agent_change", None) is None:
                 nursery.start_soon(self._follow, bridge_changed)
             while True:

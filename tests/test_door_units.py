@@ -131,3 +131,39 @@ def test_generated_certificate_covers_its_names():
     fp = fingerprint_pem(cert)
     assert len(fp.split(":")) == 32 and fp == fp.upper()
     assert b"PRIVATE KEY" in key
+
+
+class FakeBridge:
+    readers: dict = {}
+
+    def __init__(self) -> None:
+        self.on_agent_change = []
+
+
+async def test_a_viewing_lease_lapses_when_not_renewed(autojump_clock):
+    """W5: `POST …/viewing {"on": true}` keeps an agent on 2 s polling for 60 s unless repeated, so a
+    phone that disappears never keeps it there; repeating it renews; `on: false` ends it at once."""
+    import trio
+
+    from lead.events import Feed
+
+    calls: list = []
+
+    async def set_viewing(machine, agent, on):
+        calls.append((trio.current_time(), machine, agent, on))
+
+    feed = Feed(FakeBridge(), set_viewing=set_viewing)
+    async with trio.open_nursery() as n:
+        await n.start(feed.run)
+        t0 = trio.current_time()
+        await feed.lease_view("local", "desk", True)
+        await trio.sleep(30)
+        await feed.lease_view("local", "desk", True)  # renewed at +30: lapses at +90
+        await trio.sleep(100)
+        await feed.lease_view("m1", "lab", True)
+        await feed.lease_view("m1", "lab", False)
+        n.cancel_scope.cancel()
+    on, off, on2, off2 = calls
+    assert on[1:] == ("local", "desk", True) and on[0] == t0
+    assert off[1:] == ("local", "desk", False) and 90 <= off[0] - t0 <= 100
+    assert on2[1:] == ("m1", "lab", True) and off2[1:] == ("m1", "lab", False) and off2[0] == on2[0]
