@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 
 from bridge.reader import AgentReader, ConversationView
+from crew.markdown import render as render_markdown
 from crew.receipts import LINE_DECIDED, LINE_TIMED_OUT
 from crew.views import READY, STATUS_LABEL
 
@@ -77,6 +78,8 @@ def chat_items(items: list[dict], tapped: set[str]) -> list[dict]:
         if item.get("kind") == "ask" and item.get("end") in ("decided", "expired") and item.get("ask_id") not in tapped:
             lead = LINE_DECIDED if item["end"] == "decided" else LINE_TIMED_OUT
             item = {**item, "line": f"{lead} {item.get('title') or ''}".rstrip()}
+        if item.get("kind") == "markdown":
+            item = {**item, "html": render_markdown(item.get("text") or "")}  # C1: rendered here, never in the page
         out.append(item)
     return out
 

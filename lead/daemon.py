@@ -133,6 +133,7 @@ class LeadDaemon(Daemon):
         from quart import g
 
         from lead.door import Door, install_door
+        from lead.web import install_web
 
         door = Door(self.args.host, self.args.port, tls=bool(self.certfile), names=self.args.name)
         app = create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
@@ -140,6 +141,7 @@ class LeadDaemon(Daemon):
                                     install_inbox_routes(a, self.hub, self.inbox),
                                     install_door(a, door, self.devices, self.feed,
                                                  owner_check=lambda: getattr(g, "sender", None) == OWNER),
+                                    install_web(a, self.bridge, self.hub),
                                     self.hub.install(a, self.shutdown)))
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.hub.run)
