@@ -7,7 +7,8 @@ const CSRF = { "X-Collie-CSRF": "1" };
 const app = {
   dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
   es: null, channel: null, view: null, pane: null, items: new Map(), route: null,
-  cards: new Map(),   // ask id -> {requestId, pending, outcome, text, armed, retry, body}
+  cards: new Map(),   // ask id -> {ask, requestId, pending, outcome, text, armed, retry, body}
+  expired: new Map(), // ask id -> ask: asks that expired while shown (Q3: the buttons stay)
   mine: new Map(),    // request id -> {text, state, at} : my own lines (C3)
   convs: null, closed: [], closedNext: null, closedFooter: null, closedRead: false,
   movedOn: false,
@@ -30,7 +31,7 @@ function h(tag, attrs = {}, ...kids) {
   return el;
 }
 const $view = () => document.getElementById("view");
-function show(...nodes) { const v = $view(); v.replaceChildren(...nodes); }
+function show(...nodes) { const v = $view(); v.replaceChildren(...nodes); v.dataset.route = location.hash || "#/"; }
 function where(text) { document.getElementById("where").textContent = text || ""; }
 function banner(text) { const b = document.getElementById("banner"); b.hidden = !text; b.textContent = text || ""; }
 const enc = encodeURIComponent;
@@ -103,6 +104,7 @@ function connect() {
     const d = JSON.parse(e.data);
     if (!sameView(d)) return;
     if (app.pane && d.pane && d.pane.turn !== app.pane.turn) app.movedOn = false;
+    keepExpired(app.pane, d.pane);
     app.pane = d.pane; rerender();
   });
   es.addEventListener("items", (e) => {
@@ -113,6 +115,12 @@ function connect() {
   es.addEventListener("inbox", () => { if (isRoute("inbox")) renderInbox(); });
   es.addEventListener("unauthorized", () => { es.close(); app.es = null; showUnpaired(); });
   es.onerror = () => { if (es.readyState === EventSource.CLOSED) { app.es = null; setTimeout(connect, 2000); } };
+}
+function keepExpired(before, after) {
+  const still = new Set(((after && after.asks) || []).map((a) => a.id));
+  for (const a of (before && before.asks) || []) {
+    if (!still.has(a.id) && a.expires_at && new Date(a.expires_at).getTime() <= Date.now() + 1000) app.expired.set(a.id, a);
+  }
 }
 function sameView(d) {
   return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
@@ -145,12 +153,12 @@ async function navigate() {
     : (r.agent ? { machine: r.machine, agent: r.agent, conversation: null } : null);
   const changed = JSON.stringify(view) !== JSON.stringify(app.view);
   app.view = view;
-  if (changed) { app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); pushView(); }
+  if (changed) { app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map(); pushView(); }
   try {
     if (r.name === "dash") { await loadDashboard(); }
     if (r.name === "agent") { app.convs = null; app.closed = []; app.closedNext = null; app.closedFooter = null;
       app.closedRead = false; await loadConversations(); }
-    if (r.name === "chat") await loadChat();
+    if (r.name === "chat") { app.loading = true; try { await loadChat(); } finally { app.loading = false; } }
     if (r.name === "closedview") return renderClosedView();
     if (r.name === "new") return renderStarters();
     if (r.name === "inbox") return renderInbox();
@@ -314,7 +322,7 @@ async function answer(ask, payload, { confirmed = false, retry = false } = {}) {
   const requestId = retry && st.requestId ? st.requestId : rid();
   const body = retry && st.body ? st.body : { request_id: requestId, machine: r.machine, agent: r.agent,
     digest: ask.digest, answer: payload, confirmed };
-  app.cards.set(ask.id, { ...st, requestId, body, pending: true, outcome: null, text: null });
+  app.cards.set(ask.id, { ...st, ask, requestId, body, pending: true, outcome: null, text: null });
   renderChat();
   let rec;
   try { rec = await write(`/api/ask/${enc(ask.id)}`, body); }
@@ -344,7 +352,7 @@ function askCard(ask) {
       if (o.role === "always_allow") {
         const armed = st.armed;
         return h("button", { disabled: dis, class: armed ? "primary" : "", onclick: () => {
-          if (!armed) { app.cards.set(ask.id, { ...st, armed: true }); renderChat(); }
+          if (!armed) { app.cards.set(ask.id, { ...st, ask, armed: true }); renderChat(); }
           else answer(ask, { option_ids: [o.id] }, { confirmed: true });
         } }, armed ? `${S.tapAgain} ${ask.tool || ""}`.trim() : (o.label || S.alwaysAllow));
       }
@@ -431,6 +439,7 @@ async function sessionWrite(op, extra = {}) {
 }
 function renderChat() {
   const r = app.route, p = app.pane;
+  if (!p && app.loading) return;  // the pane of this view is on its way
   if (!p) {
     where(r.agent);
     return show(h("p", { class: "muted", text: "This conversation is not open." }),
@@ -456,6 +465,13 @@ function renderChat() {
     for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
   }
   for (const a of asks) if (!placed.has(a.id)) list.push(cardFor(a));
+  // A card stays while it has something to say (an uncertain answer with Retry, an outcome) and, Q3,
+  // after its ask expired: the buttons stay, and a late tap is answered `Timed out before an answer.`
+  const open = new Set(asks.map((a) => a.id));
+  for (const [id, st] of app.cards) {
+    if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
+  }
+  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
   if (p.more_asks) list.push(h("div", { class: "note", text: S.showMore(p.more_asks) }));
   // C3: my own lines until the agent's copy arrives (the lead's recent sends, then this page's own)
   const recent = new Map((p.recent_sends || []).map((m) => [m.request_id, m]));

@@ -1,0 +1,331 @@
+"""The phone app in a real browser (headless Chromium driven by Playwright) against a real lead, a real
+member and fixture agents, as a person uses it: pair from the printed link, read the dashboard, answer
+every kind of ask, send, steer, stop, press an agent's button, page closed conversations, run a starter,
+approve and reorder inbox items (issue 12; features D, L, Q, O, R, C, N, I, S3).
+
+Set COLLIE_SCREENSHOTS=<folder> to save the main screens at phone size (docs/screenshots/ comes from it).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.browser import launch
+from tests.crewlab import Crew, wait_for
+
+pytestmark = pytest.mark.slow
+PHONE = {"width": 360, "height": 780}
+SHOTS = os.environ.get("COLLIE_SCREENSHOTS")
+
+
+def shot(page, name: str) -> None:
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=False)
+
+
+def ready(crew: Crew, machine: str, count: int) -> None:
+    with crew.client() as c:
+        def check():
+            for s in c.get("/api/dashboard").json()["sections"]:
+                if s["machine"] == machine and len(s["agents"]) == count and all(
+                        a["status"] == "ready" for a in s["agents"]):
+                    return True
+            return False
+        wait_for(check, timeout=30, what=f"{machine} agents ready")
+
+
+@pytest.fixture(scope="module")
+def crew():
+    c = Crew(Path(tempfile.mkdtemp(prefix="cp", dir="/tmp")))
+    for name, kind in (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"),
+                       ("lib", "starters")):
+        c.lead.agent(name, kind)
+    c.start_lead()
+    m = c.add_member("workshop")
+    m.agent("lab", "deployer")
+    m.serve()
+    wait_for(lambda: c.online("workshop"), what="member online")
+    ready(c, "local", 5)
+    ready(c, "workshop", 1)
+    yield c
+    c.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+def paired_page(crew: Crew, browser):
+    out = crew.lead.collie("pair", "--no-qr")
+    assert out.returncode == 0, out.stderr
+    link = re.search(r"(https?://\S+/pair#\S+)", out.stdout).group(1)
+    ctx = browser.new_context(viewport=PHONE, device_scale_factor=2)
+    page = ctx.new_page()
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.goto(link)
+    page.wait_for_url(re.compile(r"/(#/?)?$"))
+    page.wait_for_selector("main section")
+    page.base = link.split("/pair#")[0]
+    return page
+
+
+@pytest.fixture
+def page(crew, browser):
+    p = paired_page(crew, browser)
+    yield p
+    assert p.errors == [], p.errors
+    p.context.close()
+
+
+def chat(page, machine: str, agent: str, conv: str) -> None:
+    goto(page, f"#/c/{machine}/{agent}/{conv}")
+    page.wait_for_selector("main h1")
+
+
+def goto(page, route: str) -> None:
+    """Open a screen and wait until that screen (not the previous one) is drawn."""
+    page.goto(f"{page.base}/{route}")
+    page.wait_for_selector(f"main[data-route='{route}']")
+
+
+def agent_items(crew: Crew, machine: str, agent: str, conv: str) -> list[dict]:
+    with crew.client() as c:
+        return c.get(f"/api/agents/{machine}/{agent}/conversations/{conv}/items").json().get("items", [])
+
+
+def test_pair_from_the_printed_link_and_see_needs_you_across_two_machines(page):
+    """D1, D5: one Durable agents section per machine with the Experimental badge; above them one Needs
+    you list with every open ask on every machine; one tap opens that ask's card."""
+    needs = page.locator("section.section-needs").first
+    needs.get_by_text("Deploy to staging?").first.wait_for()
+    entries = needs.locator("a.row")
+    texts = entries.all_inner_texts()
+    assert any("desk" in t for t in texts) and any("lab · workshop" in t for t in texts)
+    assert page.get_by_role("heading", name="Durable agents · workshop").is_visible()
+    assert page.locator("a.row:has-text('deployer, local, workshop') .badge").inner_text() == "Experimental"
+    shot(page, "dashboard")
+    needs.locator("a.row:has-text('workshop')").click()
+    page.wait_for_selector(".card[data-ask]")
+    assert page.locator(".card .head").first.inner_text() == "Needs your answer · lab"
+
+
+def test_answer_every_kind_of_ask(page, crew):
+    """Q4, Q5: choice, multi-choice (`Pick any number`), text (`N of max`), form (`Required`), and
+    Always allow with its two taps naming the tool — each answer reaches the agent."""
+    chat(page, "local", "forms", "choice")
+    page.locator(".card button:has-text('Green')").click()
+    wait_for(lambda: any("answer: ['green']" in (i.get("text") or "") for i in agent_items(crew, "local", "forms", "choice")))
+
+    chat(page, "local", "forms", "multi")
+    card = page.locator(".card").first
+    card.get_by_text("Pick any number").wait_for()
+    card.get_by_label("Red").check()
+    card.get_by_label("Blue").check()
+    card.get_by_role("button", name="Send").click()
+    wait_for(lambda: any("answer: ['red', 'blue']" in (i.get("text") or "") for i in agent_items(crew, "local", "forms", "multi")))
+
+    chat(page, "local", "forms", "text")
+    card = page.locator(".card").first
+    card.locator("input[type=text]").fill("feature/x")
+    card.get_by_text("9 of 40").wait_for()
+    card.get_by_role("button", name="Send").click()
+    wait_for(lambda: any("answer: feature/x" in (i.get("text") or "") for i in agent_items(crew, "local", "forms", "text")))
+
+    chat(page, "local", "forms", "form")
+    card = page.locator(".card").first
+    card.get_by_text("Required").first.wait_for()
+    shot(page, "ask-form")
+    card.locator("select").select_option("staging")
+    card.get_by_label("Note").fill("tonight")
+    card.get_by_label("Force").check()
+    card.get_by_role("button", name="Send").click()
+    wait_for(lambda: any("'env': 'staging'" in (i.get("text") or "") and "'force': True" in (i.get("text") or "")
+                         for i in agent_items(crew, "local", "forms", "form")))
+
+    chat(page, "local", "desk", "deploy")
+    always = page.locator(".card button:has-text('Always')")
+    always.click()
+    armed = page.locator(".card button:has-text('Tap again to always allow')")
+    assert armed.inner_text() == "Tap again to always allow deploy"
+    shot(page, "ask-permission")
+    armed.click()
+    wait_for(lambda: any(i.get("text") == "Deployed to staging." for i in agent_items(crew, "local", "desk", "deploy")))
+
+
+def test_a_lost_reply_shows_not_certain_and_retry_applies_it_once(page, crew):
+    """O: the answer reached the agent but its reply was lost: the card says `Not certain the answer
+    arrived. Retry sends it once more.`; Retry (same request id) closes it, and the agent applied it once."""
+    chat(page, "workshop", "lab", "deploy")
+    page.wait_for_selector(".card[data-ask]")
+    lost = {"n": 0}
+
+    def drop_reply(route):
+        if lost["n"] == 0:
+            lost["n"] += 1
+            route.fetch()  # the request reaches the lead and the agent…
+            route.abort()  # …and the reply never reaches the phone
+        else:
+            route.continue_()
+
+    page.route("**/api/ask/**", drop_reply)
+    page.locator(".card button:has-text('Not now')").click()
+    page.get_by_text("Not certain the answer arrived. Retry sends it once more.").wait_for()
+    page.get_by_role("button", name="Retry").click()
+    page.wait_for_selector(".card[data-ask]", state="detached")
+    time.sleep(1)
+    replies = [i for i in agent_items(crew, "workshop", "lab", "deploy") if i.get("kind") == "reply"]
+    assert [r["text"] for r in replies].count("Not deployed (accepted).") == 1
+
+
+def test_send_steer_stop_and_an_agents_buttons(page, crew):
+    """C3, C5, C7: a send shows my line, then the agent's streamed reply; Stop with nothing running says
+    so; agent buttons: at most 4, with their icons, a disabled one dimmed, and a tap reaches the agent."""
+    chat(page, "local", "writer", "chat")
+    page.get_by_label("Message").fill("hello there")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".item.reply:has-text('Looking at it: hello there done.')").wait_for(timeout=15000)
+    assert page.locator(".item.user:has-text('hello there')").count() == 1
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text("Nothing is running in this conversation").wait_for()
+    shot(page, "chat")
+
+    chat(page, "local", "steps", "job")
+    assert page.locator(".header2").inner_text() == "Jobs"  # C6: progress shows only while it works or waits
+    buttons = page.locator(".bar .actions button")
+    labels = buttons.all_inner_texts()
+    assert labels[:2] == ["Steer", "Stop"] and len(labels) == 6  # Steer, Stop + the first 4 agent buttons
+    assert page.get_by_role("button", name="Ship").is_disabled()
+    assert page.locator(".bar .actions button:has-text('Next step') [aria-hidden]").inner_text().strip() == "▶"
+    page.get_by_role("button", name="Next step").click()
+    page.locator(".item.notice:has-text('action next')").wait_for()
+
+
+def test_page_250_closed_conversations_and_run_a_starter(page, crew):
+    """L1, L5, N1, N2: closed conversations load 100 at a time with `Load more`; a starter opens a new
+    conversation in Chat."""
+    goto(page, "#/a/local/lib")
+    page.get_by_role("heading", name="Closed").wait_for()
+    closed = page.locator("ul[aria-label='Closed'] li")
+    wait_for(lambda: closed.count() == 100)
+    page.get_by_role("button", name="Load more").click()
+    wait_for(lambda: closed.count() == 200)
+    page.get_by_role("button", name="Load more").click()
+    wait_for(lambda: closed.count() == 250)
+    assert page.get_by_role("button", name="Load more").count() == 0
+    shot(page, "conversations")
+    page.get_by_role("link", name="New conversation").click()
+    page.get_by_role("heading", name="New conversation").wait_for()
+    shot(page, "new-conversation")
+    page.get_by_role("button", name="Triage the inbox").click()
+    page.locator(".item.reply:has-text('Started triage.')").wait_for(timeout=15000)
+
+
+def test_inbox_approve_and_reorder(page, crew):
+    """I3, I7: a sender whose requests need approval queues two; the owner sees `waiting for approval`,
+    moves the second above the first and approves both: they run in the order the owner set."""
+    out = crew.lead.collie("tokens", "create", f"relay{uuid.uuid4().hex[:6]}", "--approval", "required")
+    assert out.returncode == 0, out.stderr
+    path = re.search(r"(/\S+)", out.stdout).group(1)
+    token = Path(path.rstrip(":,.")).read_text().strip()
+    with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}, timeout=20) as relay:
+        for text in ("first from relay", "second from relay"):
+            r = relay.post("/api/agents/local/writer/inbox",
+                           json={"request_id": str(uuid.uuid4()), "conversation": "chat", "text": text})
+            assert r.status_code == 200, r.text
+    goto(page, "#/inbox/local/writer")
+    items = page.locator(".inbox-item")
+    wait_for(lambda: items.count() == 2)
+    assert "waiting for approval from" in items.nth(0).inner_text()
+    shot(page, "inbox")
+    items.nth(1).get_by_role("button", name="Move up").click()
+    wait_for(lambda: "second from relay" in items.nth(0).inner_text())
+    items.nth(0).get_by_role("button", name="Approve").click()
+    page.locator(".inbox-item:has-text('first from relay')").get_by_role("button", name="Approve").click()
+
+    def order():
+        users = [i["text"] for i in agent_items(crew, "local", "writer", "chat") if i.get("kind") == "user"]
+        return [t for t in users if "from relay" in t]
+    wait_for(lambda: order() == ["second from relay", "first from relay"], timeout=30, what="both ran, in order")
+
+
+def test_main_screens_pass_an_accessibility_check(page):
+    """Labels, contrast and touch-target size of the dashboard, a list and a chat with a card, checked by
+    axe-core in the same browser: no serious or critical violation."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    axe = Axe()
+    options = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21aa", "wcag22aa"]}}
+    for where in ("/#/", "/#/a/local/desk", "/#/c/local/forms/form", "/#/c/local/desk/deploy"):
+        goto(page, where[1:])
+        time.sleep(0.3)
+        result = axe.run(page, options=options)
+        bad = [v for v in result.response["violations"] if v.get("impact") in ("serious", "critical")]
+        assert bad == [], (where, [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in bad])
+
+
+def test_the_shell_opens_offline_and_says_so(page):
+    """The PWA: a service worker keeps the shell, which opens with no network and says it is offline."""
+    page.goto(page.base + "/#/")
+    page.wait_for_function("navigator.serviceWorker && navigator.serviceWorker.controller !== null", timeout=15000) \
+        if page.evaluate("navigator.serviceWorker.controller") is None else None
+    page.reload()
+    page.wait_for_selector("main section")
+    page.context.set_offline(True)
+    try:
+        page.reload()
+        page.get_by_text("Offline: showing what was last loaded.").wait_for(timeout=10000)
+        assert page.locator("header .home").inner_text() == "Collie"
+    finally:
+        page.context.set_offline(False)
+    manifest = page.evaluate("fetch('/manifest.webmanifest').then(r => r.json())")
+    assert manifest["display"] == "standalone" and manifest["start_url"] == "/"
+
+
+def test_a_section_moves_above_when_an_ask_arrives(browser):
+    """D2, D5: the section of the machine whose agent waits for you sits above the others; when its ask
+    is answered it moves back down, and when a new ask arrives it moves above again — live, no reload."""
+    c = Crew(Path(tempfile.mkdtemp(prefix="cq", dir="/tmp")))
+    try:
+        c.lead.agent("writer", "streamer")
+        c.start_lead()
+        m = c.add_member("workshop")
+        m.agent("lab", "deployer")
+        m.serve()
+        wait_for(lambda: c.online("workshop"), what="member online")
+        ready(c, "local", 1)
+        ready(c, "workshop", 1)
+        page = paired_page(c, browser)
+        order = lambda: page.locator("main section[data-machine]").evaluate_all(  # noqa: E731
+            "els => els.map(e => e.dataset.machine)")
+        wait_for(lambda: order() == ["workshop", "local"], what="the waiting member's section first")
+        page.locator("section.section-needs a.row").first.click()
+        page.locator(".card button:has-text('Ship it')").click()
+        page.locator(".item.reply:has-text('Deployed to staging.')").wait_for()
+        goto(page, "#/")
+        wait_for(lambda: order() == ["local", "workshop"], what="the answered section back down")
+        with c.client() as api:
+            turn = api.get("/api/agents/workshop/lab/conversations/deploy").json()["turn"]
+            got = api.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": "workshop", "agent": "lab",
+                                              "conversation": "deploy", "text": "again", "turn": turn}).json()
+            assert got["outcome"] in ("sent", "queued"), got
+        wait_for(lambda: order() == ["workshop", "local"], what="the section above again when the ask arrives")
+        assert page.errors == []
+        page.context.close()
+    finally:
+        c.stop()
