@@ -67,8 +67,18 @@ def _int(value, what: str) -> int | None:
     return value
 
 
+def masked_rows(rows: list, on: bool) -> list:
+    """X1: titles and subtitles of a conversation list with secrets masked (when redaction is on)."""
+    if not on:
+        return rows
+    from crew.redact import redact
+
+    return [{**r, **{k: redact(r[k]) for k in ("title", "subtitle", "line") if isinstance(r.get(k), str)}}
+            if isinstance(r, dict) else r for r in rows]
+
+
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None, *, door=None,
-               devices=None, feed=None) -> None:
+               devices=None, feed=None, redact_on: bool = True) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.door.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     from lead.door import csrf_ok, guard
@@ -155,13 +165,16 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                 got = await hub.read(machine, agent, "closed", {"cursor": request.args.get("cursor")})
                 if got is None:
                     return jsonify({"closed": [], "next": None, "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
+                if isinstance(got, dict) and isinstance(got.get("closed"), list):
+                    got = {**got, "closed": masked_rows(got["closed"], redact_on)}
                 return jsonify(got)
             got = await bridge.read_closed(agent, request.args.get("cursor"))
-            return jsonify({"closed": got.conversations, "next": got.next, "footer": got.footer,
+            return jsonify({"closed": masked_rows(got.conversations, redact_on), "next": got.next, "footer": got.footer,
                             "reason": got.reason})
         warning = bridge.warning(agent) if machine == LOCAL else (
             reader.detail if reader.status == "version_mismatch" else None)
-        return jsonify({"open": conversation_rows(reader), "status": reader.status, "warning": warning})
+        return jsonify({"open": masked_rows(conversation_rows(reader), redact_on), "status": reader.status,
+                        "warning": warning})
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):

@@ -73,6 +73,15 @@ class LeadDaemon(Daemon):
         self.devices = Devices(paths.state_dir / "devices.sqlite")
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
         self.devices.on_revoke.append(self.feed.revoke_device)
+        import socket as _socket
+
+        from crew.redact import enabled as redaction_enabled
+        from lead.push import Pusher
+
+        self.redact_on = redaction_enabled({**env, **os.environ})
+        self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=_socket.gethostname(),
+                             redact_on=self.redact_on)
+        self.devices.on_revoke.append(self.pusher.store.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         if not self.certfile and (args.tls or args.host not in LOOPBACK):
             self.certfile, self.keyfile = self._generated(paths, names_for(args.host, args.name), ensure_certificate)
@@ -105,7 +114,8 @@ class LeadDaemon(Daemon):
         """Live channels open, and who views which agent (W5: 2 s polling while viewed)."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
-        return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash),
+        push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
+        return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
                 "fingerprint": self.fingerprint, "address": self.address}
 
     async def op_devices(self, _req: dict) -> dict:
@@ -133,11 +143,14 @@ class LeadDaemon(Daemon):
         from quart import g
 
         from lead.door import Door, install_door
+        from lead.push import install_push
         from lead.web import install_web
 
         door = Door(self.args.host, self.args.port, tls=bool(self.certfile), names=self.args.name)
         app = create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
-                                               door=door, devices=self.devices, feed=self.feed),
+                                               door=door, devices=self.devices, feed=self.feed,
+                                               redact_on=self.redact_on),
+                                    install_push(a, self.pusher),
                                     install_inbox_routes(a, self.hub, self.inbox),
                                     install_door(a, door, self.devices, self.feed,
                                                  owner_check=lambda: getattr(g, "sender", None) == OWNER),
@@ -147,6 +160,7 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.hub.run)
             nursery.start_soon(self.inbox.run)
             await nursery.start(self.feed.run)
+            await nursery.start(self.pusher.run)
 
             async def end_channels():
                 await self.shutdown.wait()

@@ -1,0 +1,463 @@
+"""Web Push for asks: limited per machine, once per ask across restarts, end-to-end encrypted (features
+P1–P4, X1; crew.md §5; docs/push.md).
+
+- **Delivery** (RFC 8030, 8291, 8292): the lead makes a VAPID key pair at first start
+  (`<state>/push/vapid.pem`, 0600) and serves the public key at `GET /api/push/key`; a phone registers
+  its browser's subscription with `POST /api/push/subscribe` (stored per paired device; revoking the
+  device drops them). A push is encrypted with the subscription's keys (`aes128gcm`, http-ece) and
+  signed (py-vapid), then POSTed over the project's trio HTTP client with `TTL`, `Urgency: high` and,
+  for the "raising many asks" push, a `Topic` so it replaces instead of stacking. The push service
+  sees ciphertext only. 404/410 removes the subscription; 429/5xx is retried with backoff, honouring
+  `Retry-After`. Endpoints must be `https://` (or loopback, for tests and local relays); other private
+  addresses are refused.
+- **Limits** (P1, P4), per machine, sliding windows counting pushes actually sent: 3 a minute per pane,
+  10 a minute and 30 an hour per agent; the ask that would be the 31st in an hour sends exactly one
+  `A durable agent on {host} is raising many asks` and that agent is silent for an hour. Beyond a limit
+  the ask still shows on the phone and in the Needs you list. `PushLimiter` is plain (the clock is
+  passed in) and its state is saved, so a lead restart changes nothing.
+- **Once per ask** (P3): `(machine, agent, tool_call_id)` is remembered on disk (30 days) whether or not
+  it pushed, so an ask raised again after an agent, member or lead restart shows but does not push.
+- **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
+  by `crew.redact` unless `COLLIE_REDACT=off`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import sqlite3
+import time
+from collections import deque
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import attrs
+import trio
+
+from crew import logs
+from crew.fsutil import ensure_private_dir, touch_private
+
+log = logs.get("push")
+
+PANE_PER_MIN = 3
+AGENT_PER_MIN = 10
+AGENT_PER_HOUR = 30
+MINUTE, HOUR = 60.0, 3600.0
+SILENCE = HOUR
+REMEMBER = 30 * 86400.0
+TTL = 4 * 3600  # seconds a push service keeps an undelivered ask push
+MANY = "A durable agent on {host} is raising many asks"
+TITLE_MAX, LINE_MAX = 60, 120
+MAX_SUBSCRIPTIONS = 20
+SUB_MAX_BYTES = 4096
+
+
+# --- the limiter (pure) ----------------------------------------------------------------------------
+class PushLimiter:
+    """P1, P4: decide whether an ask pushes. `admit(...)` returns `push`, `many` (send the single
+    "raising many asks" push now) or `quiet` (show, do not push); it records what it admits."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        self.panes: dict[tuple, deque] = {}
+        self.agents: dict[tuple, deque] = {}  # (machine, agent) -> push times within the last hour
+        self.silent: dict[tuple, float] = {}  # (machine, agent) -> silent until
+        if state:
+            for k, v in state.get("panes", []):
+                self.panes[tuple(k)] = deque(v)
+            for k, v in state.get("agents", []):
+                self.agents[tuple(k)] = deque(v)
+            for k, v in state.get("silent", []):
+                self.silent[tuple(k)] = v
+
+    def admit(self, machine: str, agent: str, pane: str, now: float) -> str:
+        akey, pkey = (machine, agent), (machine, agent, pane)
+        until = self.silent.get(akey)
+        if until is not None:
+            if now < until:
+                return "quiet"
+            del self.silent[akey]
+        hour = self.agents.setdefault(akey, deque())
+        while hour and hour[0] <= now - HOUR:
+            hour.popleft()
+        mins = self.panes.setdefault(pkey, deque())
+        while mins and mins[0] <= now - MINUTE:
+            mins.popleft()
+        if len(hour) >= AGENT_PER_HOUR:
+            self.silent[akey] = now + SILENCE
+            hour.clear()
+            return "many"
+        if len(mins) >= PANE_PER_MIN or sum(1 for t in hour if t > now - MINUTE) >= AGENT_PER_MIN:
+            return "quiet"
+        hour.append(now)
+        mins.append(now)
+        return "push"
+
+    def state(self, now: float) -> dict:
+        """What must survive a restart (empty windows dropped)."""
+        return {"panes": [[list(k), [t for t in v if t > now - MINUTE]] for k, v in self.panes.items()
+                          if any(t > now - MINUTE for t in v)],
+                "agents": [[list(k), [t for t in v if t > now - HOUR]] for k, v in self.agents.items()
+                           if any(t > now - HOUR for t in v)],
+                "silent": [[list(k), v] for k, v in self.silent.items() if v > now]}
+
+
+# --- text and endpoints (pure) ---------------------------------------------------------------------
+def _cut(text: str | None, limit: int) -> str | None:
+    if not text:
+        return None
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: dict, redact_on: bool) -> dict:
+    """P2: `Permission needed in <pane>`, the agent's title (≤ 60) and line (≤ 120), masked (X1)."""
+    from crew.redact import redact
+
+    mask = redact if redact_on else (lambda s: s)
+    title = f"Permission needed in {mask(_cut(pane, TITLE_MAX))}"
+    parts = [p for p in (_cut(ask.get("push_title"), TITLE_MAX), _cut(ask.get("push_line"), LINE_MAX)) if p]
+    body = mask(" — ".join(parts)) if parts else None
+    return {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
+            "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
+            "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
+
+
+def many_payload(machine: str, agent: str, host: str) -> dict:
+    return {"kind": "many", "title": MANY.format(host=host), "body": None, "tag": f"many:{machine}/{agent}",
+            "url": f"/#/a/{_q(machine)}/{_q(agent)}"}
+
+
+def _q(s: str) -> str:
+    from urllib.parse import quote
+
+    return quote(s, safe="")
+
+
+def check_endpoint(url: object) -> str | None:
+    """None when a push endpoint may be used, else why not."""
+    if not isinstance(url, str) or len(url) > 2048:
+        return "endpoint must be an https:// URL"
+    try:
+        parts = urlsplit(url)
+        host = (parts.hostname or "").lower()
+        _ = parts.port
+    except ValueError:
+        return "endpoint is not a valid URL"
+    if not host:
+        return "endpoint has no host"
+    loopback = host in ("localhost", "127.0.0.1", "::1")
+    try:
+        ip = ipaddress.ip_address(host)
+        loopback = loopback or ip.is_loopback
+        if not ip.is_loopback and (ip.is_private or ip.is_link_local or ip.is_reserved or ip.is_multicast
+                                   or ip.is_unspecified):
+            return "endpoint is in a private address range"
+    except ValueError:
+        if host.endswith(".local") or host.endswith(".internal") or "." not in host and not loopback:
+            return "endpoint must name a public push service"
+    if parts.scheme == "https" or (parts.scheme == "http" and loopback):
+        return None
+    return "endpoint must be an https:// URL (http:// only on loopback)"
+
+
+def b64d(s: str) -> bytes:
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def b64e(b: bytes) -> str:
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
+
+@attrs.frozen
+class Subscription:
+    endpoint: str
+    p256dh: str
+    auth: str
+    device: str | None
+
+
+def parse_subscription(data: object, device: str | None) -> Subscription:
+    """A browser's PushSubscription JSON → Subscription; ValueError says what is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("the body must be a PushSubscription: {\"endpoint\", \"keys\": {\"p256dh\", \"auth\"}}")
+    problem = check_endpoint(data.get("endpoint"))
+    if problem:
+        raise ValueError(problem)
+    keys = data.get("keys")
+    if not isinstance(keys, dict) or not isinstance(keys.get("p256dh"), str) or not isinstance(keys.get("auth"), str):
+        raise ValueError("keys.p256dh and keys.auth must be base64url strings")
+    try:
+        point, auth = b64d(keys["p256dh"]), b64d(keys["auth"])
+    except (ValueError, TypeError):
+        raise ValueError("keys.p256dh and keys.auth must be base64url strings") from None
+    if len(point) != 65 or point[0] != 4 or len(auth) != 16:
+        raise ValueError("keys.p256dh must be an uncompressed P-256 point and keys.auth 16 bytes")
+    return Subscription(data["endpoint"], keys["p256dh"], keys["auth"], device)
+
+
+# --- storage ---------------------------------------------------------------------------------------
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS subs (endpoint TEXT PRIMARY KEY, p256dh TEXT NOT NULL, auth TEXT NOT NULL, device TEXT,
+    created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS pushed (machine TEXT NOT NULL, agent TEXT NOT NULL, key TEXT NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY (machine, agent, key));
+CREATE TABLE IF NOT EXISTS limiter (id INTEGER PRIMARY KEY CHECK (id = 1), state TEXT NOT NULL);
+"""
+
+
+class PushStore:
+    """`<state>/push/push.sqlite` (0600): subscriptions, the asks already seen, the limiter's windows."""
+
+    def __init__(self, folder: Path) -> None:
+        ensure_private_dir(folder)
+        path = folder / "push.sqlite"
+        touch_private(path)
+        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+        self.subs = {r[0]: Subscription(*r) for r in self.db.execute("SELECT endpoint, p256dh, auth, device FROM subs")}
+        row = self.db.execute("SELECT state FROM limiter WHERE id=1").fetchone()
+        self.limiter_state = json.loads(row[0]) if row else None
+
+    def seen(self, machine: str, agent: str, key: str) -> bool:
+        return self.db.execute("SELECT 1 FROM pushed WHERE machine=? AND agent=? AND key=?",
+                               (machine, agent, key)).fetchone() is not None
+
+    def remember(self, machine: str, agent: str, key: str, now: float, limiter: dict) -> bool:
+        """Mark an ask seen and save the limiter, in one commit; False when it was seen already."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            cur = self.db.execute("INSERT OR IGNORE INTO pushed VALUES (?, ?, ?, ?)", (machine, agent, key, now))
+            self.db.execute("INSERT OR REPLACE INTO limiter VALUES (1, ?)", (json.dumps(limiter),))
+            self.db.execute("DELETE FROM pushed WHERE at < ?", (now - REMEMBER,))
+        return cur.rowcount == 1
+
+    def add(self, sub: Subscription, now: float) -> None:
+        mine = [s for s in self.subs.values() if s.device == sub.device and s.endpoint != sub.endpoint]
+        for old in sorted(mine, key=lambda s: s.endpoint)[: max(0, len(mine) - MAX_SUBSCRIPTIONS + 1)]:
+            self.remove(old.endpoint)
+        self.db.execute("INSERT OR REPLACE INTO subs VALUES (?, ?, ?, ?, ?)",
+                        (sub.endpoint, sub.p256dh, sub.auth, sub.device, now))
+        self.subs[sub.endpoint] = sub
+
+    def remove(self, endpoint: str) -> bool:
+        self.db.execute("DELETE FROM subs WHERE endpoint=?", (endpoint,))
+        return self.subs.pop(endpoint, None) is not None
+
+    def drop_device(self, device: str) -> int:
+        gone = [s.endpoint for s in self.subs.values() if s.device == device]
+        for e in gone:
+            self.remove(e)
+        return len(gone)
+
+
+# --- keys and the wire -------------------------------------------------------------------------------
+def load_vapid(folder: Path):
+    """The lead's VAPID key pair, made at first start (private key 0600)."""
+    from py_vapid import Vapid02
+
+    ensure_private_dir(folder)
+    path = folder / "vapid.pem"
+    if path.exists():
+        if (path.stat().st_mode & 0o777) != 0o600:
+            path.chmod(0o600)
+        return Vapid02.from_file(str(path))
+    v = Vapid02()
+    v.generate_keys()
+    from crew.fsutil import atomic_write
+
+    atomic_write(path, v.private_pem(), mode=0o600)
+    return v
+
+
+def public_key_b64(vapid) -> str:
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return b64e(vapid.public_key.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint))
+
+
+def encrypt(sub: Subscription, payload: bytes) -> bytes:
+    """RFC 8291 aes128gcm with a fresh sender key: only the subscriber can read it."""
+    import http_ece
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    sender = ec.generate_private_key(ec.SECP256R1())
+    return http_ece.encrypt(payload, salt=os.urandom(16), private_key=sender, dh=b64d(sub.p256dh),
+                            auth_secret=b64d(sub.auth), version="aes128gcm")
+
+
+def vapid_headers(vapid, endpoint: str, subject: str, now: float) -> dict:
+    parts = urlsplit(endpoint)
+    aud = f"{parts.scheme}://{parts.netloc}"
+    return vapid.sign({"aud": aud, "exp": int(now) + 12 * 3600, "sub": subject})
+
+
+class Pusher:
+    """Watches for new asks on every machine and pushes them to the paired phones, within the limits."""
+
+    def __init__(self, bridge, hub, folder: Path, *, host: str, redact_on: bool = True,
+                 subject: str = "mailto:collie@localhost", client_factory=None) -> None:
+        self.bridge, self.hub = bridge, hub
+        self.store = PushStore(folder)
+        self.vapid = load_vapid(folder)
+        self.public_key = public_key_b64(self.vapid)
+        self.limiter = PushLimiter(self.store.limiter_state)
+        self.host, self.redact_on, self.subject = host, redact_on, subject
+        self.dirty: set[tuple] = set()
+        self._wake = trio.Event()
+        self.client_factory = client_factory
+        self.limiter_disk = trio.CapacityLimiter(1)
+        self.stats = {"pushed": 0, "quiet": 0, "many": 0, "failed": 0, "removed": 0}
+        self.known: set[tuple] = set()  # asks already looked at (their row is on disk)
+        self.sent_log: deque = deque(maxlen=100)  # (when, machine, agent, ask, decision) for tests and doctor
+        hooks = getattr(bridge, "on_agent_change", None)
+        if hooks is not None:
+            hooks.append(lambda name: self.touch("local", name))
+        if hub is not None:
+            hub.on_member_change.append(lambda label: self.touch(label, None))
+
+    def touch(self, machine: str, agent: str | None) -> None:
+        self.dirty.add((machine, agent))
+        self._wake.set()
+
+    def _readers(self, machine: str, agent: str | None):
+        if machine == "local":
+            rs = self.bridge.readers
+        else:
+            member = self.hub.members.get(machine) if self.hub is not None else None
+            rs = member.readers if member else {}
+        return [r for n, r in rs.items() if agent is None or n == agent]
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        import httpx
+
+        factory = self.client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(10.0), http2=False))
+        async with factory() as client, trio.open_nursery() as nursery:
+            self.client = client
+            self.nursery = nursery
+            self.touch("local", None)
+            for label in list(self.hub.members) if self.hub is not None else []:
+                self.touch(label, None)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                dirty, self.dirty = self.dirty, set()
+                for machine, agent in dirty:
+                    try:
+                        await self._scan(machine, agent)
+                    except Exception:  # one machine's odd view must not stop pushes for the others
+                        log.exception("[bridge] push: could not look at %s", machine)
+
+    async def _scan(self, machine: str, agent: str | None) -> None:
+        for reader in self._readers(machine, agent):
+            for conv in list(reader.conversations.values()):
+                for ask in list(conv.asks):
+                    key = ask.tool_call_id or f"ask:{ask.id}"
+                    if (machine, reader.name, key) in self.known:
+                        continue
+                    if len(self.known) > 100_000:
+                        self.known.clear()
+                    self.known.add((machine, reader.name, key))
+                    if await trio.to_thread.run_sync(self.store.seen, machine, reader.name, key,
+                                                     limiter=self.limiter_disk):
+                        continue
+                    now = time.time()
+                    decision = self.limiter.admit(machine, reader.name, conv.id, now)
+                    fresh = await trio.to_thread.run_sync(self.store.remember, machine, reader.name, key, now,
+                                                          self.limiter.state(now), limiter=self.limiter_disk)
+                    if not fresh:
+                        continue
+                    self.stats[decision if decision != "push" else "pushed"] += 1
+                    self.sent_log.append((now, machine, reader.name, ask.id, decision))
+                    if decision == "push":
+                        payload = ask_payload(machine=machine, agent=reader.name, conversation=conv.id,
+                                              pane=conv.title or "Untitled conversation",
+                                              ask={"id": ask.id, "push_title": ask.push_title,
+                                                   "push_line": ask.push_line}, redact_on=self.redact_on)
+                        self._send_all(payload, urgency="high", topic=None)
+                    elif decision == "many":
+                        host = self.host if machine == "local" else machine
+                        self._send_all(many_payload(machine, reader.name, host), urgency="high",
+                                       topic="many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24])
+
+    def _send_all(self, payload: dict, *, urgency: str, topic: str | None) -> None:
+        body = json.dumps(payload, separators=(",", ":")).encode()
+        for sub in list(self.store.subs.values()):
+            self.nursery.start_soon(self.deliver, sub, body, urgency, topic)
+
+    async def deliver(self, sub: Subscription, body: bytes, urgency: str, topic: str | None) -> int | None:
+        """One push to one subscription, with retries; returns the push service's last status."""
+        delay = 1.0
+        for attempt in range(4):
+            now = time.time()
+            headers = {"TTL": str(TTL), "Urgency": urgency, "Content-Encoding": "aes128gcm",
+                       "Content-Type": "application/octet-stream",
+                       **vapid_headers(self.vapid, sub.endpoint, self.subject, now)}
+            if topic:
+                headers["Topic"] = topic
+            try:
+                with trio.fail_after(15):
+                    resp = await self.client.post(sub.endpoint, content=encrypt(sub, body), headers=headers)
+            except Exception as exc:  # noqa: BLE001 - a push service's failure is that push's failure
+                log.info("[bridge] push to %s failed: %s", urlsplit(sub.endpoint).hostname, type(exc).__name__)
+                status = None
+            else:
+                status = resp.status_code
+                if status < 300:
+                    return status
+                if status in (404, 410):
+                    self.store.remove(sub.endpoint)
+                    self.stats["removed"] += 1
+                    log.info("[bridge] push subscription gone (%s): removed", status)
+                    return status
+                if status != 429 and status < 500:
+                    self.stats["failed"] += 1
+                    log.info("[bridge] push refused by the push service: HTTP %s", status)
+                    return status
+                retry_after = resp.headers.get("retry-after", "")
+                if retry_after.isdigit():
+                    delay = min(float(retry_after), 600.0)
+            if attempt < 3:
+                await trio.sleep(delay)
+                delay = min(delay * 2, 600.0)
+        self.stats["failed"] += 1
+        return status
+
+
+def install_push(app, pusher: Pusher) -> None:
+    """`GET /api/push/key`, `POST /api/push/subscribe`, `DELETE /api/push/subscribe` (phone-api.md)."""
+    from quart import g, jsonify, request
+
+    def error(status: int, code: str, message: str):
+        return jsonify({"error": code, "message": message}), status
+
+    @app.get("/api/push/key")
+    async def push_key():
+        return jsonify({"key": pusher.public_key})
+
+    @app.post("/api/push/subscribe")
+    async def push_subscribe():
+        data = await request.get_json(force=True, silent=True)
+        try:
+            sub = parse_subscription(data, getattr(g, "device", None))
+        except ValueError as exc:
+            return error(400, "bad_request", str(exc))
+        await trio.to_thread.run_sync(pusher.store.add, sub, time.time())
+        return jsonify({"ok": True})
+
+    @app.delete("/api/push/subscribe")
+    async def push_unsubscribe():
+        data = await request.get_json(force=True, silent=True)
+        endpoint = data.get("endpoint") if isinstance(data, dict) else None
+        if not isinstance(endpoint, str):
+            return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
+        sub = pusher.store.subs.get(endpoint)
+        if sub is None or (sub.device != getattr(g, "device", None) and getattr(g, "device", None) is not None):
+            return error(404, "not_found", "no such subscription")
+        await trio.to_thread.run_sync(pusher.store.remove, endpoint)
+        return jsonify({"ok": True})
