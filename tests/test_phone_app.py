@@ -329,3 +329,80 @@ def test_a_section_moves_above_when_an_ask_arrives(browser):
         page.context.close()
     finally:
         c.stop()
+
+
+def test_push_through_the_service_worker_shows_the_asks_notification(paths, bridge, browser):
+    """P2 in the browser: the page subscribes through its service worker (the browser's push service is
+    replaced by a fake one on loopback: headless Chromium has no network), a new ask makes the lead send
+    an encrypted push, the fake service decrypts it with the subscription's key and delivers it to the
+    service worker (DevTools protocol), which shows `Permission needed in <pane>`."""
+    from tests.conftest import collie_env, run_collie
+    from tests.live import cleanup, short_dir
+    from tests.pushlab import FakePushService, Subscriber
+    from tests.test_durable_e2e import Agents, live
+
+    service = FakePushService()
+    run = short_dir()
+    agents = Agents()
+    try:
+        agents.start("asker", "--socket", str(run / "ask" / "a.sock"))
+        assert run_collie(paths, "durable", "attach", "forms", "--socket", str(run / "ask" / "a.sock")).returncode == 0
+        b = bridge(env=collie_env(paths))
+        address = b.wait_ready()["address"]
+        wait_for(lambda: all(a["status"] == "ready" for a in live(paths).values()))
+        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        sub = Subscriber(service.url("/ok/chromium"))
+        ctx = browser.new_context(viewport=PHONE)
+        ctx.grant_permissions(["notifications"], origin=address)
+        # the browser's own push service is out of reach here: subscribe() answers with our fake one
+        ctx.add_init_script(f"""
+          if (window.PushManager) {{
+            const fake = {json_dumps(sub.json())};
+            let current = null;
+            PushManager.prototype.subscribe = async function () {{ current = {{ toJSON: () => fake, endpoint: fake.endpoint }}; return current; }};
+            PushManager.prototype.getSubscription = async function () {{ return current; }};
+          }}""")
+        page = ctx.new_page()
+        errors: list = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(link)
+        page.wait_for_selector("main section")
+        page.get_by_role("button", name="Notify me when an agent asks").click()
+        page.get_by_text("Notifications are on for this phone.").wait_for()
+        cdp = ctx.new_cdp_session(page)
+        regs: dict = {}
+        cdp.on("ServiceWorker.workerRegistrationUpdated",
+               lambda ev: regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
+        cdp.send("ServiceWorker.enable")
+        for _ in range(100):  # Playwright delivers events while the test calls into it
+            if regs:
+                break
+            page.wait_for_timeout(100)
+        assert regs, "the service worker's registration"
+        with httpx.Client(base_url=address, timeout=10,
+                          headers={"authorization": f"Bearer {(paths.state_dir / 'api-token').read_text().strip()}"}) as c:
+            pane = c.get("/api/agents/local/forms/conversations/choice").json()
+            ask = pane["ask"]
+            c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "agent": "forms",
+                                                   "digest": ask["digest"], "answer": {"option_ids": ["red"]}})
+        got = service.wait(lambda r: r["path"] == "/ok/chromium")
+        payload = sub.decrypt(got["body"])
+        assert payload["title"] == "Permission needed in Pick one"
+        origin = address.rstrip("/")
+        cdp.send("ServiceWorker.deliverPushMessage", {"origin": origin, "registrationId": list(regs.values())[0],
+                                                      "data": json_dumps(payload)})
+        titles = lambda: page.evaluate(  # noqa: E731
+            "navigator.serviceWorker.ready.then(r => r.getNotifications()).then(ns => ns.map(n => n.title))")
+        wait_for(lambda: titles() == ["Permission needed in Pick one"], what="the notification")
+        assert errors == []
+        ctx.close()
+    finally:
+        agents.stop()
+        service.close()
+        cleanup(run)
+
+
+def json_dumps(obj) -> str:
+    import json
+
+    return json.dumps(obj)

@@ -179,7 +179,8 @@ let needsTimer = null;
 function refreshNeeds() {
   clearTimeout(needsTimer);
   needsTimer = setTimeout(async () => {
-    try { app.needs = (await api("/api/needs")).asks; if (isRoute("dash")) renderDashboard(); } catch (_) { /* keep */ }
+    try { app.needs = (await api("/api/needs")).asks; closeAnsweredNotifications(); if (isRoute("dash")) renderDashboard(); }
+    catch (_) { /* keep */ }
   }, 50);
 }
 function agentRow(machine, a) {
@@ -209,6 +210,8 @@ function renderDashboard() {
   const toggle = h("input", { type: "checkbox", id: "only", checked: app.onlyNeeds,
     onchange: (e) => { app.onlyNeeds = e.target.checked; localStorage.setItem("onlyNeeds", app.onlyNeeds ? "1" : "0"); renderDashboard(); } });
   nodes.push(h("label", { class: "toggle", for: "only" }, toggle, S.onlyNeedsYou));
+  if (pushState.offer) nodes.push(h("button", { id: "push", onclick: turnOnPush, text: S.notifyOn }));
+  if (pushState.note) nodes.push(h("p", { class: "note", role: "status", text: pushState.note }));
   // D2, D5: a section with an agent waiting for you moves above the others
   const sections = [...app.dash.sections].sort((a, b) => (b.waiting ? 1 : 0) - (a.waiting ? 1 : 0));
   for (const s of sections) {
@@ -537,6 +540,39 @@ async function renderInbox() {
       ? h("button", { onclick: () => write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}).then(renderInbox), text: "Clear the inbox" }) : null);
 }
 
+// ---- push (P) ------------------------------------------------------------------------------------------
+const pushState = { offer: false, note: "" };
+async function checkPush() {
+  if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) return;
+  try {
+    const reg = await navigator.serviceWorker.ready;
+    const sub = await reg.pushManager.getSubscription();
+    pushState.offer = !sub && Notification.permission !== "denied";
+    if (sub) await write("/api/push/subscribe", sub.toJSON());  // the lead may have dropped it: register again
+  } catch (_) { pushState.offer = false; }
+  if (isRoute("dash")) renderDashboard();
+}
+async function turnOnPush() {
+  try {
+    if ((await Notification.requestPermission()) !== "granted") { pushState.note = S.notifyDenied; return renderDashboard(); }
+    const { key } = await api("/api/push/key");
+    const reg = await navigator.serviceWorker.ready;
+    const raw = Uint8Array.from(atob(key.replace(/-/g, "+").replace(/_/g, "/") + "===".slice((key.length + 3) % 4)), (c) => c.charCodeAt(0));
+    const sub = await reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: raw });
+    const got = await write("/api/push/subscribe", sub.toJSON());
+    pushState.offer = !(got && got.ok);
+    pushState.note = got && got.ok ? S.notifyDone : (got && got.message) || S.notifyFailed;
+  } catch (e) { pushState.note = S.notifyFailed; }
+  renderDashboard();
+}
+function closeAnsweredNotifications() {
+  if (!("serviceWorker" in navigator)) return;
+  navigator.serviceWorker.ready.then((reg) => reg.getNotifications()).then((list) => {
+    const open = new Set(app.needs.map((n) => `ask:${n.machine}/${n.agent}/${n.ask}`));
+    for (const n of list) if (n.tag && n.tag.startsWith("ask:") && !open.has(n.tag)) n.close();
+  }).catch(() => {});
+}
+
 // ---- start -------------------------------------------------------------------------------------------
 setInterval(() => { // Q3: countdowns move without a redraw of the whole page
   for (const el of document.querySelectorAll("[data-expiry]")) el.textContent = countdown({ expires_at: el.dataset.expiry });
@@ -545,4 +581,4 @@ window.addEventListener("hashchange", navigate);
 window.addEventListener("offline", () => banner(S.offline));
 window.addEventListener("online", () => banner(""));
 if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
-navigate().then(connect);
+navigate().then(connect).then(checkPush);

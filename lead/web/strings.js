@@ -38,6 +38,10 @@ export const S = {
   offline: "Offline: showing what was last loaded.",
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
+  notifyOn: "Notify me when an agent asks",
+  notifyDone: "Notifications are on for this phone.",
+  notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
+  notifyFailed: "Could not turn on notifications here.",
 };
 // C7: the twelve icons an agent button may name; any other name draws no icon
 export const ICONS = {play: "▶", pause: "⏸", check: "✓", x: "✕", refresh: "↻", archive: "🗄", flag: "⚑",

@@ -18,3 +18,31 @@ self.addEventListener("fetch", (e) => {
     return r;
   }).catch(() => caches.match(path)));
 });
+
+// Push (features P2, P3): show the ask's notification; tapping it opens that ask's card. A push for an
+// ask that was answered meanwhile (on another device, or in the agent) is not shown.
+self.addEventListener("push", (e) => {
+  let d;
+  try { d = e.data.json(); } catch (_) { d = { title: "Collie", body: e.data ? e.data.text() : "" }; }
+  e.waitUntil((async () => {
+    if (d.kind === "ask" && d.ask) {
+      try {
+        const r = await fetch("/api/needs", { credentials: "same-origin", cache: "no-store" });
+        if (r.ok) {
+          const open = (await r.json()).asks.some((a) => a.machine === d.ask.machine && a.agent === d.ask.agent && a.ask === d.ask.id);
+          if (!open) return;
+        }
+      } catch (_) { /* offline: show it */ }
+    }
+    await self.registration.showNotification(d.title || "Collie", { body: d.body || "", tag: d.tag, data: { url: d.url || "/" },
+      icon: "/icon.svg", renotify: d.kind === "many" });
+  })());
+});
+self.addEventListener("notificationclick", (e) => {
+  e.notification.close();
+  const url = (e.notification.data && e.notification.data.url) || "/";
+  e.waitUntil(self.clients.matchAll({ type: "window", includeUncontrolled: true }).then((wins) => {
+    for (const w of wins) { if ("focus" in w) { w.navigate(url); return w.focus(); } }
+    return self.clients.openWindow(url);
+  }));
+});
