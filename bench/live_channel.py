@@ -1,4 +1,4 @@
-"""The phone's live channel, measured where the phone sees it (issue 11).
+"""The phone's live channel and push, measured where the phone sees them (issues 11, 13).
 
     .venv/bin/python bench/live_channel.py [--asks 200] [--members 50] [--agents 10] [--conversations 20]
                                            [--phones 100] [--seconds 20] [--rate 10]
@@ -8,6 +8,9 @@ is run by this process with the SDK (watch declared) so that the moment an ask i
 exactly; a live channel on the lead views its conversation. For each ask: time from raising it in the
 agent to the `pane` event carrying it on the phone's channel. The floor is a loopback HTTP round trip
 to the same lead (`GET /healthz` on a kept-alive connection), measured in the same run.
+
+Part 3 — push: ask raised on a member's agent -> the encrypted push request reaching a push service on
+loopback (10 agents x 10 panes, inside the P1 limits).
 
 Part 2 — fan-out: the same lead with members-1 simulated members (real WebSocket links) x agents x
 conversations, and `--phones` live channels open. Lead CPU and RSS idle, then under `--rate` changes a
@@ -140,6 +143,66 @@ def part1(args, crew: Crew, sock: Path) -> dict:
     return results
 
 
+def part3(args, crew: Crew, run: Path) -> dict:
+    """Ask raised on a member's agent -> the encrypted push request arriving at a push service on
+    loopback (fake; it decrypts nothing: the time it receives the request is what is measured).
+    10 agents x 10 panes, so that every ask is inside the P1 limits (3/min per pane, 10/min per agent)."""
+    from tests.pushlab import FakePushService, Subscriber
+
+    service = FakePushService()
+    results: dict = {"lat": []}
+
+    async def run_():
+        token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
+        async with httpx.AsyncClient(base_url=crew.address, timeout=30,
+                                     headers={"authorization": f"Bearer {token}"}) as c:
+            sub = Subscriber(service.url("/ok/bench"))
+            assert (await c.post("/api/push/subscribe", json=sub.json())).json()["ok"]
+            results["floor"] = await floor(c)
+        async with trio.open_nursery() as n:
+            collies = []
+            for a in range(args.push_agents):
+                cm = open_collie(socket=str(run / f"p{a}.sock"), host_name="bench", caps=["asks", "watch"],
+                                 caller_check="off", runtime="bench")
+                collie = await n.start(_hold, cm)
+                panes = [collie.conversation(f"c{i}", title=f"Pane {i}") for i in range(10)]
+                collie.ready()
+                collies.append((collie, panes))
+            m = crew.members["workshop"]
+            for a in range(args.push_agents):
+                assert m.collie("durable", "attach", f"p{a}", "--socket", str(run / f"p{a}.sock")).returncode == 0
+            assert m.collie("restart").returncode == 0
+            await trio.sleep(3)
+            base = len(service.received)
+            for i in range(10):
+                for a, (collie, panes) in enumerate(collies):
+                    title = f"Push {a}-{i}?"
+                    t0 = time.perf_counter()
+
+                    async def ask(pane=panes[i], title=title):
+                        with trio.move_on_after(8):
+                            await pane.ask(kind="permission", title=title, tool_call_id=title,
+                                           options=[{"id": "y", "label": "Yes", "role": "allow"}])
+                    n.start_soon(ask)
+                    want = base + 1
+                    with trio.fail_after(10):
+                        while len(service.received) < want:
+                            await trio.sleep(0.001)
+                    results["lat"].append(time.perf_counter() - t0)
+                    base = want
+            n.cancel_scope.cancel()
+
+    trio.run(run_)
+    service.close()
+    return results
+
+
+async def _hold(cm, *, task_status=trio.TASK_STATUS_IGNORED):
+    async with cm as collie:
+        task_status.started(collie)
+        await trio.sleep_forever()
+
+
 def part2(args, crew: Crew) -> dict:
     ws_url = crew.address.replace("http://", "ws://") + "/crew/v1"
     store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
@@ -257,6 +320,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--rate", type=float, default=10)
     p.add_argument("--skip-fanout", action="store_true")
+    p.add_argument("--push-agents", type=int, default=10, help="agents raising asks for the push latency (10 asks each)")
     args = p.parse_args()
     base = Path(tempfile.mkdtemp(prefix="cl", dir="/tmp"))
     crew = Crew(base)
@@ -271,6 +335,12 @@ def main() -> None:
         print(f"ask raised on a member's agent -> pane event on the phone's live channel (n={len(lat)}): "
               f"p50 {ms(pct(lat, 50))} ({pct(lat, 50) / f50:.0f}x floor)  p99 {ms(pct(lat, 99))} "
               f"({pct(lat, 99) / f50:.0f}x floor)  mean {ms(statistics.mean(lat))}")
+        r3 = part3(args, crew, crew.members["workshop"].run)
+        lat = r3["lat"]
+        f50 = pct(r3["floor"], 50)
+        print(f"ask raised on a member's agent -> push request at the push service (n={len(lat)}): "
+              f"p50 {ms(pct(lat, 50))} ({pct(lat, 50) / f50:.0f}x floor)  p99 {ms(pct(lat, 99))} "
+              f"({pct(lat, 99) / f50:.0f}x floor)")
         if not args.skip_fanout:
             r2 = part2(args, crew)
             fan = r2["fan"] or [float("nan")]
