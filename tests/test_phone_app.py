@@ -8,6 +8,7 @@ Set COLLIE_SCREENSHOTS=<folder> to save the main screens at phone size (docs/scr
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
@@ -406,3 +407,62 @@ def json_dumps(obj) -> str:
     import json
 
     return json.dumps(obj)
+
+
+def test_an_expired_ask_keeps_its_buttons_and_a_late_tap_says_timed_out(paths, bridge, browser):
+    """Q3, O, R2: the card counts down (`Expires in N s`, then `Expired`); after expiry its buttons stay,
+    and a late tap is answered `Timed out before an answer.`"""
+    from tests.conftest import collie_env, run_collie
+    from tests.live import cleanup, short_dir
+    from tests.test_durable_e2e import Agents, live
+
+    run = short_dir()
+    agents = Agents()
+    try:
+        agents.start("deployer", "--socket", str(run / "d" / "a.sock"), "--expires", "8")
+        assert run_collie(paths, "durable", "attach", "desk", "--socket", str(run / "d" / "a.sock")).returncode == 0
+        b = bridge(env=collie_env(paths))
+        b.wait_ready()
+        wait_for(lambda: all(a["status"] == "ready" for a in live(paths).values()))
+        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        ctx = browser.new_context(viewport=PHONE)
+        page = ctx.new_page()
+        page.goto(link)
+        page.wait_for_selector("main section")
+        page.base = link.split("/pair#")[0]
+        chat(page, "local", "desk", "deploy")
+        # the agent's first ask expired before anyone looked: R3 leaves its line in the chat
+        page.locator(".item.line:has-text('Timed out before an answer: Deploy to staging?')").wait_for(timeout=20000)
+        page.get_by_label("Message").fill("deploy again")
+        page.locator(".editor button:has-text('Send')").click()  # the agent asks again, 8 s to answer
+        counting = page.locator(".card:has([data-expiry]:text-matches('^Expires in [0-9]+ s$'))")
+        counting.wait_for(timeout=15000)
+        card = page.locator(f".card[data-ask='{counting.get_attribute('data-ask')}']")
+        card.locator("[data-expiry]:text('Expired')").wait_for(timeout=20000)
+        page.wait_for_timeout(2000)  # the agent has closed it by now: the card stays (Q3)
+        card.locator("button:has-text('Ship it')").click()
+        card.locator(".outcome:has-text('Timed out before an answer.')").wait_for()
+        ctx.close()
+    finally:
+        agents.stop()
+        cleanup(run)
+
+
+def test_an_ask_that_changed_under_you_comes_back_as_it_is_now(page):
+    """O, B5: when the ask changed while the card was shown (the digest the phone quotes is no longer the
+    ask's), nothing reaches the agent; the card says `This ask changed. Read it again and tap an answer.`
+    and shows the ask as it stands now, ready for a new tap."""
+    chat(page, "local", "forms", "choice")
+    card = page.locator(".card").first
+    card.wait_for()
+
+    def stale(route):
+        body = json.loads(route.request.post_data)
+        body["digest"] = "0" * 64  # what the phone saw before the ask changed
+        route.continue_(post_data=json.dumps(body))
+
+    page.route("**/api/ask/**", stale)
+    card.locator("button:has-text('Red')").click()
+    page.get_by_text("This ask changed. Read it again and tap an answer.").wait_for()
+    page.unroute("**/api/ask/**")
+    assert page.locator(".card button:has-text('Red')").is_enabled()
