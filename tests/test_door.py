@@ -278,7 +278,7 @@ def test_serve_pair_and_doctor_print_the_certificate_fingerprint(lead):
     assert fp in paths.log.read_text()
     assert fp in run_collie(paths, "pair", "--no-qr").stdout
     doctor = run_collie(paths, "doctor").stdout
-    assert f"ok   tls: " in doctor and fp in doctor and "ok   phones: 0 paired" in doctor
+    assert "ok   tls: " in doctor and fp in doctor and "ok   phones: 0 paired" in doctor
 
 
 def test_off_loopback_the_lead_serves_tls_only_with_a_certificate_it_made(paths, bridge):

@@ -4,9 +4,7 @@ per ask across restarts, the payload a push service can only carry (never read),
 from __future__ import annotations
 
 import json
-import re
 import time
-import uuid
 
 import httpx
 import pytest
