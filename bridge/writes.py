@@ -15,6 +15,9 @@ Refused here, before anything reaches the agent:
   answer (Q7); an ask already answered through this bridge (single use);
 - an action that is not listed, busy or disabled (C7).
 The agent checks turn, asks and digests again when the write arrives, closing every race.
+
+`lock_key(...)` names the session a write locks (B7): an answer locks the conversation its ask
+belongs to, so a card answer is refused `busy` while a send to that conversation is in flight.
 """
 
 from __future__ import annotations
@@ -59,10 +62,20 @@ class WriteRequest:
         data = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(data.encode()).hexdigest()
 
-    @property
-    def session(self) -> tuple[str, str]:
-        """The lock key (features B7): one lock per conversation; starters share one per agent."""
-        return (self.agent, self.conversation if self.op != "starter" else "\0starters")
+
+
+def lock_key(req: WriteRequest, conversations: dict[str, ConversationView]) -> tuple[str, str]:
+    """The session a write locks (features B7, crew.md §3): its conversation. An answer names no
+    conversation: it locks the one whose open ask it answers (an ask not listed, which the agent will
+    only report on, locks itself alone). Starters share one lock per agent."""
+    if req.op == "starter":
+        return (req.agent, "\0starters")
+    if req.op == "answer":
+        for conv in conversations.values():
+            if any(ask.id == req.ask_id for ask in conv.asks):
+                return (req.agent, conv.id)
+        return (req.agent, "\0ask:" + (req.ask_id or ""))
+    return (req.agent, req.conversation or "")
 
 
 @attrs.frozen

@@ -285,3 +285,39 @@ async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_cl
         assert sorted(r.outcome for r in got) == ["sent", "sent", "sent"]
         assert sum(r.replay for r in got) == 2 and len(writes_seen(collie, "/send")) == 1
         assert w.inflight == {}
+
+
+
+async def test_a_member_keeps_its_own_lock_under_the_leads(tmp, autojump_clock, monkeypatch):
+    """crew.md §3 (issue 8.3): on a member (`caller_locked`: the lead holds the session's lock), a
+    write the lead gave up waiting for may still be in flight here — a card answer for that
+    conversation is then refused `busy` at once and reaches nothing; a Stop, which already waited at
+    the lead, reaches the agent at once instead of waiting a second time."""
+    monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = collie.handle
+
+        async def slow(req):
+            answer = await inner(req)
+            if req.path.endswith("/rename"):
+                await trio.sleep(20)  # applied at once, answered late
+            return answer
+
+        collie.handle = slow
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            view = b.conversations("desk")[0].asks[0]
+            turn = b.conversations("desk")[0].turn
+            n.start_soon(lambda: w.write(WriteRequest(request_id=rid(), op="rename", agent="desk", conversation="c",
+                                                      title="Renamed"), caller_locked=True))
+            await trio.sleep(1)
+            t0 = trio.current_time()
+            busy = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                              digest=view.digest, answer_text="x"), caller_locked=True)
+            assert busy.reason == "busy" and trio.current_time() == t0 and writes_seen(collie, "/answer") == []
+            await w.write(WriteRequest(request_id=rid(), op="abort", agent="desk", conversation="c", turn=turn),
+                          caller_locked=True)
+            assert [t - t0 for t, _m, _p in writes_seen(collie, "/abort")] == [pytest.approx(0, abs=0.1)]
+            n.cancel_scope.cancel()
