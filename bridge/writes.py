@@ -13,7 +13,8 @@ Refused here, before anything reaches the agent:
   B5); an option not offered, text over the limit, a missing required field, a wrong field type;
   an `always_allow` option without the second tap (`confirmed`, B8, Q5); a kind Collie cannot
   answer (Q7); an ask already answered through this bridge (single use);
-- an action that is not listed, busy or disabled (C7).
+- an action that is not listed, busy or disabled (C7); a stop or an action whose turn is not the
+  current one (`turn_moved`, C7: `The conversation moved on, so the action did not run.`).
 The agent checks turn, asks and digests again when the write arrives, closing every race.
 
 `lock_key(...)` names the session a write locks (B7): an answer locks the conversation its ask
@@ -144,7 +145,9 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
             return refused(rid, op, "ask_open")
         return Call(f"{base}/{op}", {"request_id": rid, "text": text, "turn": req.turn})
     if op == "abort":
-        return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn if req.turn is not None else conv.turn})
+        if req.turn != conv.turn:  # the phone must quote the turn it saw (C7); nothing reaches the agent
+            return refused(rid, op, "turn_moved", text=MOVED_ON)
+        return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn})
     if op == "action":
         action = next((a for a in conv.actions if a.id == req.action_id), None)
         if action is None:
@@ -153,10 +156,9 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
             return refused(rid, op, "busy", "the button is busy")
         if action.disabled:
             return refused(rid, op, "disabled")
-        turn = conv.turn if req.turn is None else req.turn  # the newest turn the phone saw (C7)
-        if turn != conv.turn:
-            return Receipt(request_id=rid, op=op, outcome="refused", reason="turn_moved", text=MOVED_ON)
-        return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": turn})
+        if req.turn != conv.turn:  # the newest turn the phone saw (C7)
+            return refused(rid, op, "turn_moved", text=MOVED_ON)
+        return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": req.turn})
     if op == "rename":
         title = (req.title or "").strip()
         if not title:
@@ -263,7 +265,7 @@ def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
     conversation = answer.get("conversation") if isinstance(answer.get("conversation"), str) else None
     if outcome == "refused":
         reason = answer.get("reason") if isinstance(answer.get("reason"), str) else "refused"
-        text = MOVED_ON if req.op == "action" and reason == "turn_moved" else REASONS.get(reason, message or reason)
+        text = MOVED_ON if req.op in ("action", "abort") and reason == "turn_moved" else REASONS.get(reason, message or reason)
         return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason=reason, text=text,
                        message=message, replay=replay)
     return Receipt(request_id=req.request_id, op=req.op, outcome=outcome, message=message, turn=turn,

@@ -65,6 +65,13 @@ def _int(value, what: str) -> int | None:
     return value
 
 
+def _turn(value) -> int:
+    """Steer, Stop and agent buttons act on the turn the phone saw (wire §6, B7, C7): required."""
+    if value is None:
+        raise BadRequest("turn is required: the turn the phone saw (so a tap never acts on a later turn)")
+    return _int(value, "turn")
+
+
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines."""
 
@@ -262,6 +269,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
         fields = {}
+        if op in ("steer", "abort", "action"):
+            fields["turn"] = _turn(data.get("turn"))
         if op in ("steer",):
             if not isinstance(data.get("text"), str):
                 raise BadRequest("text must be a string")
@@ -272,7 +281,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             fields["title"] = data["title"]
         return await run_write(WriteRequest(
             request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=_id(conv, "conversation"),
-            turn=_int(data.get("turn"), "turn"), **fields, **extra), machine)
+            **fields, **extra), machine)
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
     async def steer(machine: str, agent: str, conv: str):

@@ -147,3 +147,46 @@ async def test_a_members_agent_is_locked_the_same_way(tmp, autojump_clock):
         ops = [(msg["op"], at - t_send) for at, msg in link.calls]
         assert ops == [("send", 0.0), ("abort", pytest.approx(SLOW))]
         assert member.online
+
+
+async def forever(pane, text):
+    await trio.sleep_forever()
+
+
+@pytest.mark.parametrize("route", ["stop", "actions/ship", "steer"])
+async def test_stop_buttons_and_steer_must_quote_the_turn(tmp, autojump_clock, route):
+    """wire §6, B7, C7 (issue 8.6): a session write without `turn` is a 400 with a reason; one
+    quoting a turn that has passed is refused `turn_moved` — `The conversation moved on, so the
+    action did not run.` for Stop and buttons — and nothing reaches the agent; the current turn goes."""
+    sock = tmp / "a.sock"
+    async with agent(sock, on_send=forever) as collie:
+        pane = collie.conversation("c", title="Chat")
+        pane.set_actions([{"id": "ship", "label": "Ship", "icon": "send"}])
+        collie.ready()
+        async with api_lab(tmp, [AgentConfig("desk", socket=str(sock))]) as lab:
+            for turn in (0, 1):  # turn 1 runs, is stopped; turn 2 runs: a phone that saw turn 1 is stale
+                sent = await lab.post_json("/api/send", {"request_id": rid(), "agent": "desk", "conversation": "c",
+                                                         "text": f"go {turn}", "turn": turn})
+                assert sent["outcome"] == "sent"
+                if turn == 0:
+                    stopped = await lab.post_json("/api/agents/local/desk/conversations/c/stop",
+                                                  {"request_id": rid(), "turn": 1})
+                    assert stopped["outcome"] == "stopped"
+                    while lab.bridge.conversations("desk")[0].state == "working":
+                        await lab.bridge.wait_changed()
+            before = len(posts(collie, "/abort"))
+            path = f"/api/agents/local/desk/conversations/c/{route}"
+            extra = {"text": "faster"} if route == "steer" else {}
+            missing = await lab.post(path, {"request_id": rid(), **extra})
+            assert missing.status_code == 400
+            assert "turn is required" in (await missing.get_json())["message"]
+            stale = await lab.post_json(path, {"request_id": rid(), "turn": 1, **extra})
+            assert (stale["outcome"], stale["reason"]) == ("refused", "turn_moved")
+            if route != "steer":
+                assert stale["text"] == MOVED_ON
+            suffix = {"stop": "/abort", "actions/ship": "/actions/ship", "steer": "/steer"}[route]
+            seen = len(posts(collie, suffix)) - (before if route == "stop" else 0)
+            assert seen == 0  # nothing reached the agent
+            current = await lab.post_json(path, {"request_id": rid(), "turn": 2, **extra})
+            assert current["outcome"] in ("stopped", "done", "sent")
+            assert len(posts(collie, suffix)) - (before if route == "stop" else 0) == 1
