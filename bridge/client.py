@@ -5,12 +5,13 @@
         peer-not-you           the socket's listener runs as another user
         connection-refused     nothing listens (a stale socket, or the agent is down)
         timeout                no answer within the request's limit
-        unauthorized           the agent refused the token (401/403)
         tls                    the certificate check failed (the cause chain is reported)
         too-large              the answer is over the body cap
+        closed                 the agent closed the connection mid-answer
         protocol               the answer is not JSON, or an unexpected status
-        version                the agent answered 409 version
-        unsupported, not_found, no_list, conflict, bad_request   the agent's own error codes
+    └── AgentRefused(code, detail)     the agent answered with an error code of the wire (§1):
+        unauthorized (401/403), bad_request, not_found, unsupported, no_list, conflict, version,
+        internal (500). It was reached; for every code but `internal` it did nothing.
 
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
 private is noticed before anything is sent. Every request has a timeout; bodies are capped.
@@ -33,6 +34,8 @@ from crew.security import check_socket_private
 STATE_CAP = 8 * 1024 * 1024
 SMALL_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 10.0
+AGENT_CODES = ("unauthorized", "bad_request", "not_found", "unsupported", "no_list", "conflict", "version", "internal")
+MESSAGE_MAX = 500
 
 
 class _Body(httpx.AsyncByteStream):
@@ -63,6 +66,10 @@ class AgentUnreachable(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
+
+
+class AgentRefused(AgentUnreachable):
+    """The agent answered with a wire error code (`reason`); `detail` is its message (or ours)."""
 
 
 class Answer:
@@ -164,16 +171,19 @@ class AgentClient:
         try:
             parsed = json.loads(body) if body else None
         except (ValueError, UnicodeDecodeError):
-            raise AgentUnreachable("protocol", f"the answer to {path} is not JSON (status {status})") from None
+            if status not in (401, 403):
+                raise AgentUnreachable("protocol", f"the answer to {path} is not JSON (status {status})") from None
+            parsed = None
         if status in (401, 403):
-            raise AgentUnreachable("unauthorized", "the agent refused the token (give the agent the new token, "
-                                                   "re-run `collie durable attach`, `collie restart`)"
-                                   if not self.agent.socket else "the agent refused this caller")
+            raise AgentRefused("unauthorized", "the agent refused the token (give the agent the new token, "
+                                               "re-run `collie durable attach`, `collie restart`)"
+                               if not self.agent.socket else "the agent refused this caller")
         if status >= 400:
             code = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
-            message = parsed.get("message") if isinstance(parsed, dict) else None
-            if code in ("version", "unsupported", "not_found", "no_list", "conflict", "bad_request"):
-                raise AgentUnreachable(code, str(message or code))
+            message = parsed.get("message") if isinstance(parsed, dict) and isinstance(parsed.get("message"), str) else None
+            message = message[:MESSAGE_MAX] if message else None
+            if code in AGENT_CODES:
+                raise AgentRefused(code, message or code)
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}" + (f": {message}" if message else ""))
         if status != 200:
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}")

@@ -9,7 +9,9 @@ For one write, in order:
 3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
 4. The request is written to the journal (fsync'd) *before* anything is sent.
 5. It is sent once, with a timeout. No answer → `unknown`; nothing was sent (connection refused)
-   → refused `unreachable`. The outcome goes to the journal, then to the phone.
+   → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
+   refusal with its own reason where the agent did nothing, `unknown` where that is not known).
+   The outcome goes to the journal, then to the phone.
 
 A retry (same request id after `unknown`, or recovery at start) resends exactly the recorded wire
 body under the same id; the agent's own journal makes that safe. Recovery at start first looks for
@@ -25,11 +27,11 @@ import attrs
 import trio
 
 from bridge.bridge import Bridge
-from bridge.client import AgentUnreachable
+from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, RecentSends, WriteRequest, lock_key, plan, receipt
+from bridge.writes import AgentFacts, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
 from crew import logs
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, refused
 from crew.views import READY, VERSION_MISMATCH
@@ -40,8 +42,11 @@ log = logs.get("writes")
 WRITE_TIMEOUT = 10.0
 FRESH_WITHIN = 1.0  # re-read the agent before a write when the view is older than this
 RECOVER_EVERY = 5.0
+# failures before a byte of the request was written
 NOT_DELIVERED = {"connection-refused", "no-socket", "socket-not-private", "bad-socket-path", "peer-not-you", "tls",
-                 "config", "unauthorized", "version", "unsupported", "not_found", "conflict", "bad_request"}
+                 "config"}
+# agent error answers after which the request stays open in the journal (Retry and recovery resend it)
+RESEND_AFTER = {"internal", "unauthorized", "version"}
 
 
 class Writer:
@@ -168,6 +173,15 @@ class Writer:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
             answer = await poller.client.request("POST", path, json_body=body, timeout=WRITE_TIMEOUT)
+        except AgentRefused as exc:  # the agent answered, with an error code (wire §1)
+            rec = error_receipt(req, exc.reason, exc.detail, retry=retry)
+            if rec.outcome == "unknown" and exc.reason in RESEND_AFTER:
+                await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
+            else:
+                await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+            log.info("[durable] %s: %s %s: the agent answered %s: %s", req.agent, req.op, rid, exc.reason, rec.outcome)
+            self._after(req, rec, key)
+            return rec
         except AgentUnreachable as exc:
             if exc.reason in NOT_DELIVERED and not retry:
                 rec = refused(rid, req.op, "unreachable", exc.detail)

@@ -19,6 +19,7 @@ The agent checks turn, asks and digests again when the write arrives, closing ev
 
 `lock_key(...)` names the session a write locks (B7): an answer locks the conversation its ask
 belongs to, so a card answer is refused `busy` while a send to that conversation is in flight.
+`error_receipt(...)` turns an agent's error answer (wire §1) into what is true to tell the phone.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import attrs
 
 from bridge.reader import ConversationView
 from crew.asks import AskView
-from crew.receipts import MOVED_ON, REASONS, Receipt, card_for, refused
+from crew.receipts import MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Receipt, card_for, refused
 
 OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",
@@ -270,6 +271,38 @@ def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
                        message=message, replay=replay)
     return Receipt(request_id=req.request_id, op=req.op, outcome=outcome, message=message, turn=turn,
                    conversation=conversation, replay=replay)
+
+
+def error_receipt(req: WriteRequest, code: str, detail: str | None, *, retry: bool = False) -> Receipt:
+    """The agent answered a write with a wire error code (wire §1) instead of an outcome: what is
+    true to tell the phone.
+
+    - `internal`: the agent failed while handling it, so whether it applied it is not known:
+      `unknown` (the journal keeps it open; Retry and recovery resend the same id, safely).
+    - `conflict`: the agent already holds this request id with another body. This body did
+      nothing, but an earlier request under the same id — in practice an earlier form of this very
+      tap — may have been applied: `unknown` with `May already be applied. Check the chat.`, final
+      (resending the same id can only conflict again).
+    - any other code on a first attempt: the agent did nothing, a true refusal with its own reason
+      (`not_found` on an answer is the O row `not_open`: no such open ask, no reason given).
+    - on a retry (a first attempt went out before, and may have been applied): an answer keeps its
+      O-table retry rows (`not_open` → `May already be applied. Check the chat.`); `unauthorized` and
+      `version` stop at the agent's door, so it stays `unknown` to be resent; anything else is the
+      final `unknown` with `May already be applied. Check the chat.`.
+    """
+    rid, op = req.request_id, req.op
+    answer = op == "answer"
+    common = {"request_id": rid, "op": op, "channel": "program" if answer else None,
+              "digest": req.digest if answer else None}
+    message = detail if detail and detail != code else None
+    if code == "internal" or (retry and code in ("unauthorized", "version")):
+        return Receipt(outcome="unknown", reason=code, text=NOT_CERTAIN if answer else NOT_CONFIRMED,
+                       message=message, **common)
+    if answer and code == "not_found":
+        return Receipt(outcome="not_open", text=card_for("not_open", retry=retry), message=message, **common)
+    if code == "conflict" or retry:
+        return Receipt(outcome="unknown", reason=code, text=MAY_BE_APPLIED, message=message, **common)
+    return refused(rid, op, code, message, channel=common["channel"], digest=common["digest"])
 
 
 # --- C3, C4: the pane's own lines ------------------------------------------------------------

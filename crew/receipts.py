@@ -49,6 +49,8 @@ REASONS = {
     "read_only": "This ask cannot be answered from the phone.",
     "disabled": "That button is disabled",
     "conflict": "This request id was used for something else",
+    "bad_request": "The durable agent could not read the request",
+    "unauthorized": "The durable agent refused Collie (its token, or this caller)",
     "machine_offline": "The machine is offline",
 }
 
