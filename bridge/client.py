@@ -2,7 +2,7 @@
 
     AgentUnreachable(reason, detail)   any failure; `reason` is one of
         socket-not-private, no-socket, bad-socket-path   the private-path check (T1, T2) failed
-        peer-not-you           the socket's listener runs as another user
+        peer-not-you           the socket's listener runs as another user (checked on connect)
         connection-refused     nothing listens (a stale socket, or the agent is down)
         timeout                no answer within the request's limit
         tls                    the certificate check failed (the cause chain is reported)
@@ -14,7 +14,10 @@
         internal (500). It was reached; for every code but `internal` it did nothing.
 
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
-private is noticed before anything is sent. Every request has a timeout; bodies are capped.
+private is noticed before anything is sent. On a socket, the uid of the listening process
+(SO_PEERCRED) is checked as soon as a connection is made, before a byte of any request is written
+on it (T3); a connection that fails the check is closed and never pooled. Every request has a
+timeout; bodies are capped.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import socket
 import ssl
 import struct
 
+import httpcore
 import httpx
+import trio
 
 from crew import __version__
 from crew.config import AgentConfig
@@ -77,6 +82,59 @@ class Answer:
         self.status, self.headers, self.body = status, headers, body
 
 
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED), where the platform tells."""
+    if not hasattr(socket, "SO_PEERCRED") or sock.family != socket.AF_UNIX:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return uid
+
+
+def check_peer(path: str, sock: socket.socket) -> None:
+    """T3, wire §1: the process listening on the agent's socket must run as this user."""
+    uid = peer_uid(sock)
+    if uid is not None and uid != os.getuid():
+        raise AgentUnreachable("peer-not-you", f"the process listening on {path} runs as uid {uid}")
+
+
+class _PeerCheckedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's trio backend, with the peer check made the moment a socket connection opens —
+    before httpcore writes a byte of the request on it."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._inner = httpcore.TrioBackend()
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        stream = await self._inner.connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
+        try:
+            check_peer(self._path, stream.get_extra_info("socket"))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
+        return stream
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return await self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                             socket_options=socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class _SocketTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a Unix socket, its pool using `_PeerCheckedBackend`. httpx takes no
+    network backend, so the pool it made is replaced by the same pool with ours (httpx 0.28)."""
+
+    def __init__(self, path: str, limits: httpx.Limits) -> None:
+        super().__init__(uds=path, limits=limits, retries=0)
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, uds=path, retries=0,
+            network_backend=_PeerCheckedBackend(path))
+
+
 def _cause(exc: BaseException) -> BaseException:
     while exc.__cause__ is not None or exc.__context__ is not None:
         exc = exc.__cause__ or exc.__context__
@@ -89,9 +147,8 @@ class AgentClient:
         headers = {"user-agent": f"collie/{__version__}", "accept": "application/json"}
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=30)
         if agent.socket:
-            transport = httpx.AsyncHTTPTransport(uds=agent.socket, limits=limits, retries=0)
-            self.http = httpx.AsyncClient(transport=transport, base_url="http://durable-agent", headers=headers,
-                                          timeout=DEFAULT_TIMEOUT)
+            self.http = httpx.AsyncClient(transport=_SocketTransport(agent.socket, limits),
+                                          base_url="http://durable-agent", headers=headers, timeout=DEFAULT_TIMEOUT)
         else:
             headers["authorization"] = f"Bearer {agent.token}"
             verify = ssl_context or ssl.create_default_context()
@@ -108,17 +165,6 @@ class AgentClient:
             problem = check_socket_private(self.agent.socket)
             if problem:
                 raise AgentUnreachable(problem.code, problem.text)
-
-    def _check_peer(self, response: httpx.Response) -> None:
-        if not self.agent.socket or not hasattr(socket, "SO_PEERCRED"):
-            return
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is None:
-            return
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid != os.getuid():
-            raise AgentUnreachable("peer-not-you", f"the process listening on {self.agent.socket} runs as uid {uid}")
 
     async def request(self, method: str, path: str, *, json_body: object | None = None,
                       headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
@@ -137,7 +183,6 @@ class AgentClient:
         try:
             resp = await self.http.send(request, stream=True)
             try:
-                self._check_peer(resp)
                 declared = resp.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:
                     raise AgentUnreachable("too-large", f"the answer to {path} is {declared} bytes; the limit is {cap}")
