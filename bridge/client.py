@@ -4,7 +4,7 @@
         socket-not-private, no-socket, bad-socket-path   the private-path check (T1, T2) failed
         peer-not-you           the socket's listener runs as another user (checked on connect)
         connection-refused     nothing listens (a stale socket, or the agent is down)
-        timeout                no answer within the request's limit
+        timeout                no complete answer within the request's deadline
         tls                    the certificate check failed (the cause chain is reported)
         too-large              the answer is over the body cap
         closed                 the agent closed the connection mid-answer
@@ -16,8 +16,13 @@
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
 private is noticed before anything is sent. On a socket, the uid of the listening process
 (SO_PEERCRED) is checked as soon as a connection is made, before a byte of any request is written
-on it (T3); a connection that fails the check is closed and never pooled. Every request has a
-timeout; bodies are capped.
+on it (T3); a connection that fails the check is closed and never pooled.
+
+`timeout` is a total deadline for the whole exchange: waiting for a connection, connecting,
+writing, and reading the whole body. An agent that drips its answer a byte at a time is cut off
+there and its connection closed, not kept for the next request. Long reads (items, closed lists:
+every GET but `/v1/state`) take at most `BULK_LANES` of the pool's `MAX_CONNECTIONS`, so slow reads
+never starve the poll or the writes. Bodies are capped (`cap`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import os
 import socket
 import ssl
 import struct
+from contextlib import asynccontextmanager
 
 import httpcore
 import httpx
@@ -39,6 +45,8 @@ from crew.security import check_socket_private
 STATE_CAP = 8 * 1024 * 1024
 SMALL_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 10.0
+MAX_CONNECTIONS = 6
+BULK_LANES = 2  # of MAX_CONNECTIONS: the rest stay free for state polls, hello and writes
 AGENT_CODES = ("unauthorized", "bad_request", "not_found", "unsupported", "no_list", "conflict", "version", "internal")
 MESSAGE_MAX = 500
 
@@ -141,11 +149,16 @@ def _cause(exc: BaseException) -> BaseException:
     return exc
 
 
+@asynccontextmanager
+async def _no_lane():
+    yield
+
+
 class AgentClient:
     def __init__(self, agent: AgentConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self.agent = agent
         headers = {"user-agent": f"collie/{__version__}", "accept": "application/json"}
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=30)
+        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=2, keepalive_expiry=30)
         if agent.socket:
             self.http = httpx.AsyncClient(transport=_SocketTransport(agent.socket, limits),
                                           base_url="http://durable-agent", headers=headers, timeout=DEFAULT_TIMEOUT)
@@ -154,6 +167,7 @@ class AgentClient:
             verify = ssl_context or ssl.create_default_context()
             self.http = httpx.AsyncClient(base_url=agent.url.rstrip("/"), headers=headers, verify=verify,
                                           timeout=DEFAULT_TIMEOUT, limits=limits, trust_env=False)
+        self.bulk = trio.Semaphore(BULK_LANES)
         self.requests = 0
         self.bytes_in = 0
 
@@ -169,8 +183,17 @@ class AgentClient:
     async def request(self, method: str, path: str, *, json_body: object | None = None,
                       headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
                       cap: int = SMALL_CAP) -> Answer:
-        """One request; raises `AgentUnreachable` for anything but a parsed answer."""
+        """One request, all of it within `timeout` seconds; raises `AgentUnreachable` (or its
+        `AgentRefused`) for anything but a parsed 2xx/304 answer."""
         self._check_path()
+        bulk = method == "GET" and not path.startswith("/v1/state")
+        with trio.move_on_after(timeout):
+            async with self.bulk if bulk else _no_lane():
+                return await self._exchange(method, path, json_body, headers, timeout, cap)
+        raise AgentUnreachable("timeout", f"no complete answer to {method} {path} within {timeout:g} s")
+
+    async def _exchange(self, method: str, path: str, json_body: object | None, headers: dict[str, str] | None,
+                        timeout: float, cap: int) -> Answer:
         self.requests += 1
         content = json.dumps(json_body, separators=(",", ":")).encode() if json_body is not None else None
         hdrs = dict(headers or {})
