@@ -33,6 +33,7 @@ import socket
 import ssl
 import struct
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 import httpcore
 import httpx
@@ -88,6 +89,13 @@ class AgentRefused(AgentUnreachable):
 class Answer:
     def __init__(self, status: int, headers: httpx.Headers, body: object | None) -> None:
         self.status, self.headers, self.body = status, headers, body
+
+
+def path_id(value: str) -> str:
+    """An id as one path segment (wire §1): every reserved byte percent-encoded, and a segment made
+    only of dots (`.`, `..`) encoded too, so no URL normaliser can take it for a step."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if set(value) <= {"."} else quoted
 
 
 def peer_uid(sock: socket.socket) -> int | None:

@@ -26,10 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from urllib.parse import quote
-
 import attrs
 
+from bridge.client import path_id
 from bridge.reader import ConversationView
 from crew.asks import AskView
 from crew.receipts import MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Receipt, card_for, refused
@@ -101,7 +100,7 @@ class Call:
 
 
 def _q(value: str) -> str:
-    return quote(value, safe="")
+    return path_id(value)
 
 
 def find_ask(facts: AgentFacts, ask_id: str) -> tuple[ConversationView, AskView] | None:
