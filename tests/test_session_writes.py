@@ -1,4 +1,4 @@
-"""Session writes through the phone API, on virtual time (features B7, C7, O; crew.md §3; issue 8.3, 8.5, 8.6).
+"""Session writes through the phone API, on virtual time (features B7, C7; crew.md §3; issue 8.3, 8.6).
 
 Each test drives the documented routes (`POST /api/send`, `/api/ask/<id>`, the session routes) of a
 lead whose bridge talks to a real SDK agent over a socket — or, for a member's agent, to a member
@@ -11,8 +11,7 @@ import pytest
 import trio
 
 from crew.config import AgentConfig
-from crew.receipts import MAY_BE_APPLIED, MOVED_ON, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
-from crew.sdk.server import Response
+from crew.receipts import MOVED_ON
 from tests.apilab import FakeLink, add_member, api_lab, rid
 from tests.live import agent, cleanup, short_dir
 
