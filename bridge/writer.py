@@ -8,8 +8,8 @@ For one write, in order:
    (`bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
 3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
 4. The request is written to the journal (fsync'd) *before* anything is sent.
-5. It is sent once, with a timeout. No answer → `unknown`; nothing was sent (connection refused)
-   → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
+5. It is sent once, within a total deadline. No answer → `unknown`; nothing was sent (connection
+   refused, the socket's listener is another user) → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
    refusal with its own reason where the agent did nothing, `unknown` where that is not known).
    The outcome goes to the journal, then to the phone.
 
