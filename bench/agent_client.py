@@ -5,8 +5,8 @@
 Two real agent processes on Unix sockets: a fixture agent (`nohistory`) and a `drip` agent that
 answers a closed-list read one byte every `--every` seconds. Prints:
 - the floor: a hand-written HTTP/1.1 `GET /v1/state` on one kept-alive socket (same agent, same run);
-- `AgentClient.request("GET", "/v1/state")` p50/p99 and its ratio to the floor (the total deadline,
-  the read lanes and the per-connection peer check are all on this path);
+- `AgentClient.request("GET", "/v1/state")` p50/p99 and its ratio to the floor (the total deadline
+  and the per-connection peer check are on this path);
 - a closed-list read from the drip agent: when it ends, and the state read's latency while five
   such reads are in flight.
 Run it with another checkout's code first on the path to compare (PYTHONPATH=/path/to/checkout).
@@ -32,7 +32,10 @@ if str(REPO) not in sys.path:
 
 from measure import pct  # noqa: E402
 
+from bridge import client as client_mod  # noqa: E402
 from bridge.client import AgentClient, AgentUnreachable  # noqa: E402
+
+THROUGH = hasattr(client_mod, "THROUGH_LANES")  # an older checkout has no lanes
 from crew.config import AgentConfig  # noqa: E402
 
 
@@ -95,7 +98,8 @@ async def main() -> None:
             async with trio.open_nursery() as n:
                 async def closed_list():
                     try:
-                        await drip.request("GET", "/v1/conversations?state=closed&limit=100", timeout=10.0)
+                        await drip.request("GET", "/v1/conversations?state=closed&limit=100", timeout=10.0,
+                                           **({"through": True} if THROUGH else {}))
                         ended.append((time.perf_counter() - t0, "answered"))
                     except AgentUnreachable as exc:
                         ended.append((time.perf_counter() - t0, exc.reason))

@@ -20,9 +20,10 @@ on it (T3); a connection that fails the check is closed and never pooled.
 
 `timeout` is a total deadline for the whole exchange: waiting for a connection, connecting,
 writing, and reading the whole body. An agent that drips its answer a byte at a time is cut off
-there and its connection closed, not kept for the next request. Long reads (items, closed lists:
-every GET but `/v1/state`) take at most `BULK_LANES` of the pool's `MAX_CONNECTIONS`, so slow reads
-never starve the poll or the writes. Bodies are capped (`cap`).
+there and its connection closed, not kept for the next request. The phone's read-throughs (closed
+lists, closed conversations' items: `through=True`) take at most `THROUGH_LANES` of the pool's
+`MAX_CONNECTIONS`, so however many the phone starts, the poll and the writes keep connections.
+Bodies are capped (`cap`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ STATE_CAP = 8 * 1024 * 1024
 SMALL_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 10.0
 MAX_CONNECTIONS = 6
-BULK_LANES = 2  # of MAX_CONNECTIONS: the rest stay free for state polls, hello and writes
+THROUGH_LANES = 2  # of MAX_CONNECTIONS: the rest stay free for the poller (state, items, hello) and writes
 AGENT_CODES = ("unauthorized", "bad_request", "not_found", "unsupported", "no_list", "conflict", "version", "internal")
 MESSAGE_MAX = 500
 
@@ -175,7 +176,7 @@ class AgentClient:
             verify = ssl_context or ssl.create_default_context()
             self.http = httpx.AsyncClient(base_url=agent.url.rstrip("/"), headers=headers, verify=verify,
                                           timeout=DEFAULT_TIMEOUT, limits=limits, trust_env=False)
-        self.bulk = trio.Semaphore(BULK_LANES)
+        self.through = trio.Semaphore(THROUGH_LANES)
         self.requests = 0
         self.bytes_in = 0
 
@@ -190,13 +191,13 @@ class AgentClient:
 
     async def request(self, method: str, path: str, *, json_body: object | None = None,
                       headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      cap: int = SMALL_CAP) -> Answer:
+                      cap: int = SMALL_CAP, through: bool = False) -> Answer:
         """One request, all of it within `timeout` seconds; raises `AgentUnreachable` (or its
-        `AgentRefused`) for anything but a parsed 2xx/304 answer."""
+        `AgentRefused`) for anything but a parsed 2xx/304 answer. `through`: a read the phone asked
+        for (it waits for one of the `THROUGH_LANES`, within the same deadline)."""
         self._check_path()
-        bulk = method == "GET" and not path.startswith("/v1/state")
         with trio.move_on_after(timeout):
-            async with self.bulk if bulk else _no_lane():
+            async with self.through if through else _no_lane():
                 return await self._exchange(method, path, json_body, headers, timeout, cap)
         raise AgentUnreachable("timeout", f"no complete answer to {method} {path} within {timeout:g} s")
 

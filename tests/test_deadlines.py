@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from bridge.bridge import FOOTER_NO_ANSWER
-from bridge.client import BULK_LANES
+from bridge.client import THROUGH_LANES
 from bridge.writer import WRITE_TIMEOUT
 from crew.config import AgentConfig
 from fixtures.drip import Drip, unix_listener
@@ -47,13 +47,13 @@ async def test_a_dripping_agent_is_cut_off_at_the_deadline_and_the_pool_survives
                         got = await (await lab.get("/api/agents/local/drip/conversations?closed=1")).get_json()
                         ended.append((trio.current_time() - t0, got["footer"], got["reason"]))
 
-                    for _ in range(2 * BULK_LANES + 1):  # more reads than the pool has lanes for them
+                    for _ in range(2 * THROUGH_LANES + 1):  # more reads than the pool has lanes for them
                         n.start_soon(closed_list)
                     await trio.sleep(1)
-                    assert drip.dripping == BULK_LANES
+                    assert drip.dripping == THROUGH_LANES
                     state = await client.request("GET", "/v1/state")  # the poll still gets a connection
                     assert state.status == 200 and trio.current_time() - t0 == pytest.approx(1)
-                assert ended == [(pytest.approx(READ_DEADLINE), FOOTER_NO_ANSWER, "timeout")] * (2 * BULK_LANES + 1)
+                assert ended == [(pytest.approx(READ_DEADLINE), FOOTER_NO_ANSWER, "timeout")] * (2 * THROUGH_LANES + 1)
                 await trio.sleep(drip.every)  # the agent's next byte finds the connection closed
                 assert drip.dripping == 0
         agents.cancel_scope.cancel()
