@@ -40,7 +40,7 @@ from crew.config import AgentConfig  # noqa: E402
 
 
 def start(kind: str, sock: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the agents always come from this checkout
     proc = subprocess.Popen([sys.executable, "-m", "fixtures", kind, "--socket", str(sock), *extra], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline().startswith("listening"), kind
@@ -118,8 +118,10 @@ async def main() -> None:
         await drip.aclose()
         print(f"5 closed-list reads from an agent dripping 1 byte / {args.every:g} s (deadline 10 s): "
               f"ended after {', '.join(f'{t:.2f} s ({r})' for t, r in sorted(ended)) or 'more than 300 s'}")
-        print(f"state reads during them: median {statistics.median(state_lat) * 1000:.2f} ms, "
-              f"max {max(state_lat) * 1000:.2f} ms")
+        ok = [x for x in state_lat if x == x]
+        failed = f", {len(state_lat) - len(ok)} of {len(state_lat)} failed" if len(ok) < len(state_lat) else ""
+        print(f"state reads during them: median {statistics.median(ok) * 1000 if ok else float('nan'):.2f} ms, "
+              f"max {max(ok) * 1000 if ok else float('nan'):.2f} ms{failed}")
     finally:
         for proc in agents:
             proc.kill()
