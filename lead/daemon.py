@@ -8,32 +8,45 @@ crew hub that gathers members and routes their writes.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 from functools import partial
 
 import trio
 
-from bridge.daemon import Daemon, run_daemon
+from bridge.daemon import Daemon, first_of, run_daemon
 from crew import __version__, logs
-from crew.errors import EXIT_USAGE
+from crew.cli.serve import LOOPBACK, add_options, check_options
+from crew.errors import EXIT_USAGE, CollieError
 from lead.api import create_api, install_inbox_routes, load_or_create_credential
 from lead.http import create_app, serve_http
 
 log = logs.get("daemon")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8470
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LISTEN_ADVICE = {
+    errno.EADDRINUSE: "address already in use (stop the program that listens there, or choose another --port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges: choose another --port)",
+    errno.EADDRNOTAVAIL: "this machine has no such address (choose another --host)",
+}
+
+
+class ListenError(CollieError):
+    """The phone's server could not bind: one line naming the address and what to change (10.4)."""
+
+
+def listen_error(host: str, port: int, err: OSError) -> ListenError:
+    if isinstance(err, socket.gaierror):
+        why = f"unknown host ({err.strerror or err}; choose another --host)"
+    else:
+        why = LISTEN_ADVICE.get(err.errno or 0) or f"{(err.strerror or str(err)).lower()} (check --host and --port)"
+    shown = f"[{host}]" if ":" in host else host
+    return ListenError(f"cannot listen on {shown}:{port}: {why}")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="collie serve", description="Run this machine's Collie bridge in the foreground.")
-    p.add_argument("--host", default=os.environ.get("COLLIE_HOST", DEFAULT_HOST),
-                   help="address for the phone's API (default 127.0.0.1; anything else needs --tls-cert)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("COLLIE_PORT", DEFAULT_PORT)),
-                   help=f"port for the phone's API (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--tls-cert", help="certificate (PEM) for serving off loopback")
-    p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
+    add_options(p)
     return p
 
 
@@ -44,9 +57,7 @@ class LeadDaemon(Daemon):
     def __init__(self, args, paths, config) -> None:
         super().__init__(args, paths, config)
         self.credential, created = load_or_create_credential(paths)
-        if created:
-            log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
-                     paths.state_dir / "api-token")
+        self.made_credential = created  # logged once the server listens; removed if the start fails
         logs.redactor.add(self.credential)
         from lead.hub import Hub  # the crew hub: members, their views, routing
 
@@ -65,6 +76,11 @@ class LeadDaemon(Daemon):
     def handlers(self) -> dict:
         return {**super().handlers(), **self.hub.control_handlers()}
 
+    def abandon(self) -> None:
+        """A start that failed leaves no credential it made behind (issue 10.4)."""
+        if self.made_credential:
+            (self.paths.state_dir / "api-token").unlink(missing_ok=True)
+
     def ready_line(self) -> str:
         n = len(self.config.agents)
         return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {self.address}, "
@@ -78,16 +94,28 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.hub.run)
             nursery.start_soon(self.inbox.run)
             async with trio.open_nursery() as web:
-                binds = await web.start(partial(
-                    serve_http, app, [f"{self.args.host}:{self.args.port}"], self.shutdown,
-                    certfile=self.args.tls_cert, keyfile=self.args.tls_key))
+                try:
+                    binds = await web.start(partial(
+                        serve_http, app, [f"{self.args.host}:{self.args.port}"], self.shutdown,
+                        certfile=self.args.tls_cert, keyfile=self.args.tls_key))
+                except BaseException as exc:
+                    err = first_of(exc, OSError)
+                    if err is None:
+                        raise
+                    raise listen_error(self.args.host, self.args.port, err) from None
                 self.address = binds[0] if binds else ""
+                if self.made_credential:
+                    log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
+                             self.paths.state_dir / "api-token")
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
 
 
-def _refuse_plain_http(args: argparse.Namespace, _paths) -> tuple[int, str] | None:
+def _check(args: argparse.Namespace, _paths) -> tuple[int, str] | None:
+    problem = check_options(args)
+    if problem:
+        return EXIT_USAGE, problem
     if args.host in LOOPBACK or (args.tls_cert and args.tls_key):
         return None
     return EXIT_USAGE, (f"--host {args.host} is off loopback: plain HTTP there would carry credentials in clear; "
@@ -95,4 +123,4 @@ def _refuse_plain_http(args: argparse.Namespace, _paths) -> tuple[int, str] | No
 
 
 def main(argv: list[str]) -> int:
-    return run_daemon(LeadDaemon, parser().parse_args(argv), argv, check=_refuse_plain_http)
+    return run_daemon(LeadDaemon, parser().parse_args(argv), argv, check=_check)

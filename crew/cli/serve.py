@@ -1,28 +1,79 @@
-"""`collie serve`: run the bridge in the foreground (the daemon is its own program: `python -m lead`)."""
+"""`collie serve`: run the bridge in the foreground (the daemon is its own program: `python -m lead`).
+
+The daemon is started as ``python -P -m lead|member``: `-P` keeps the current folder off the import
+path, so a `lead.py` (or `crew/`) lying in the folder the user happens to be in never runs in its
+place (issue 9.8). The options are declared here once, for `collie serve --help` and for the
+lead's own parser alike; `check_options` turns every bad value into one line naming what to change.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 
+from crew.logs import printable
 from crew.paths import Paths
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8470
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help=f"address for the phone's API (default $COLLIE_HOST or {DEFAULT_HOST}; "
+                                  "off loopback it needs --tls-cert and --tls-key)")
+    p.add_argument("--port", metavar="PORT",
+                   help=f"port for the phone's API (default $COLLIE_PORT or {DEFAULT_PORT}; 0 picks a free one)")
+    p.add_argument("--tls-cert", metavar="PEM", help="certificate (PEM) for serving off loopback")
+    p.add_argument("--tls-key", metavar="PEM", help="private key (PEM) for --tls-cert")
+
+
+def check_options(args: argparse.Namespace, environ: dict[str, str] | None = None) -> str | None:
+    """Fill in defaults from the environment; a bad value gives one line that says what to change."""
+    env = os.environ if environ is None else environ
+    args.host = args.host or env.get("COLLIE_HOST") or DEFAULT_HOST
+    if args.port is not None:
+        text, where = str(args.port), "--port"
+    else:
+        text, where = env.get("COLLIE_PORT") or str(DEFAULT_PORT), "COLLIE_PORT"
+    try:
+        port = int(text.strip())
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        return f"{where} {printable(text)[:40]} is not a port: give 1-65535 (0 picks a free one)"
+    args.port = port
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together: give both, or neither"
+    if args.tls_cert:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            return f"cannot load --tls-cert {args.tls_cert} with --tls-key {args.tls_key}: {exc.strerror or exc}"
+    return None
 
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run this machine's bridge in the foreground",
-                       description="Run this machine's bridge in the foreground. Options: --host, --port, "
-                                   "--tls-cert, --tls-key (see `python -m lead --help`).")
-    p.add_argument("options", nargs=argparse.REMAINDER, help="passed to the daemon")
+                       description="Run this machine's bridge in the foreground: a lead (it serves the phone), "
+                                   "or a member when `collie crew join` wrote crew.json (then the options are unused).")
+    add_options(p)
     p.set_defaults(run=run)
+
+
+def daemon_command(module: str, options: list[str]) -> list[str]:
+    """`python -P -m <module> …`: never import from the current folder (issue 9.8)."""
+    return [sys.executable, "-P", "-m", module, *options]
 
 
 def exec_daemon(options: list[str]) -> int:
     """A machine that joined a crew (crew.json exists) runs as a member; any other leads."""
     module = "member" if Paths.from_env().crew.exists() else "lead"
-    os.execv(sys.executable, [sys.executable, "-m", module, *options])
+    os.execv(sys.executable, daemon_command(module, options))
     return 0  # not reached
 
 
-def run(args, _paths) -> int:
-    return exec_daemon(args.options)
+def run(args, _paths) -> int:  # reached only through --help's parser; `main` execs before parsing
+    return exec_daemon([])
