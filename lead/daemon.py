@@ -17,7 +17,7 @@ import trio
 
 from bridge.daemon import Daemon, first_of, run_daemon
 from crew import __version__, logs
-from crew.cli.serve import LOOPBACK, add_options, check_options
+from crew.cli.serve import LOOPBACK, add_options, check_options, serve_env
 from crew.errors import EXIT_USAGE, CollieError
 from lead.api import create_api, install_inbox_routes, load_or_create_credential
 from lead.http import create_app, serve_http
@@ -112,8 +112,8 @@ class LeadDaemon(Daemon):
             nursery.cancel_scope.cancel()
 
 
-def _check(args: argparse.Namespace, _paths) -> tuple[int, str] | None:
-    problem = check_options(args)
+def _check(args: argparse.Namespace, paths) -> tuple[int, str] | None:
+    problem = check_options(args, serve_env(paths))
     if problem:
         return EXIT_USAGE, problem
     if args.host in LOOPBACK or (args.tls_cert and args.tls_key):

@@ -193,9 +193,14 @@ def test_join_speaks_of_the_member_token(cli, paths, capsys):
     assert "member token" in capsys.readouterr().out
 
 
-def test_invite_with_no_lead_running_uses_collie_port(cli, paths, monkeypatch):
+@pytest.mark.parametrize("where", ["environment", ".env"])
+def test_invite_with_no_lead_running_uses_collie_port(cli, paths, monkeypatch, where):
     """10.5: the join command printed by invite carries the port `collie serve` would take."""
-    monkeypatch.setenv("COLLIE_PORT", "9555")
+    if where == ".env":
+        ensure_private_dir(paths.config_dir)
+        paths.dotenv.write_text("COLLIE_PORT=9555\n")
+    else:
+        monkeypatch.setenv("COLLIE_PORT", "9555")
     status, out, _ = cli("crew", "invite", "--label", "lab")
     assert status == 0 and "collie crew join ws://127.0.0.1:9555/crew/v1" in out
 

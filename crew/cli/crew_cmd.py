@@ -15,7 +15,7 @@ import sqlite3
 import time
 
 from crew import control, crewwire
-from crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT
+from crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve_env
 from crew.cli.status import crew_members
 from crew.cli.restart import restart_after_change
 from crew.crewconfig import CrewConfig, check_lead_address, read_crew, remove_crew, write_crew
@@ -103,8 +103,9 @@ def _lead_address(paths) -> str:
     try:
         address = control.call(paths.control_socket, "ping", timeout=1)["address"]
     except NotRunningError:
-        host = os.environ.get("COLLIE_HOST") or DEFAULT_HOST
-        port = (os.environ.get("COLLIE_PORT") or "").strip() or str(DEFAULT_PORT)
+        env = serve_env(paths)
+        host = env.get("COLLIE_HOST") or DEFAULT_HOST
+        port = (env.get("COLLIE_PORT") or "").strip() or str(DEFAULT_PORT)
         address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     return crewwire.ws_url(address)
 

@@ -13,6 +13,8 @@ import os
 import ssl
 import sys
 
+from crew.config import load_env
+from crew.errors import ConfigError
 from crew.logs import printable
 from crew.paths import Paths
 
@@ -28,6 +30,14 @@ def add_options(p: argparse.ArgumentParser) -> None:
                    help=f"port for the phone's API (default $COLLIE_PORT or {DEFAULT_PORT}; 0 picks a free one)")
     p.add_argument("--tls-cert", metavar="PEM", help="certificate (PEM) for serving off loopback")
     p.add_argument("--tls-key", metavar="PEM", help="private key (PEM) for --tls-cert")
+
+
+def serve_env(paths: Paths) -> dict[str, str]:
+    """Where COLLIE_HOST / COLLIE_PORT come from: `.env` overlaid by the process environment."""
+    try:
+        return load_env(paths)
+    except ConfigError:
+        return dict(os.environ)  # the start reports a broken .env itself, in its own words
 
 
 def check_options(args: argparse.Namespace, environ: dict[str, str] | None = None) -> str | None:

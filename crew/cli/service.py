@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from crew import control
-from crew.cli.serve import add_options, check_options, daemon_command
+from crew.cli.serve import add_options, check_options, daemon_command, serve_env
 from crew.errors import CollieError, UsageError
 from crew.fsutil import atomic_write
 
@@ -80,11 +80,12 @@ def _running_lead(paths) -> tuple[str, int] | None:
 
 def serve_options(args, paths) -> list[str]:
     """The options the unit serves with (see the module docstring for the order of sources)."""
-    if args.host is None and args.port is None and not os.environ.get("COLLIE_HOST") and not os.environ.get("COLLIE_PORT"):
+    env = serve_env(paths)
+    if args.host is None and args.port is None and not env.get("COLLIE_HOST") and not env.get("COLLIE_PORT"):
         running = _running_lead(paths)
         if running:
             args.host, args.port = running
-    problem = check_options(args)
+    problem = check_options(args, env)
     if problem:
         raise UsageError(problem)
     options = ["--host", args.host, "--port", str(args.port)]
