@@ -12,7 +12,7 @@ import socket
 import stat
 
 from crew import control
-from crew.cli.status import crew_members
+from crew.cli.status import bridge_down, crew_members
 from crew.config import AgentConfig, load_env, programs_off, single_agent
 from crew.crewconfig import read_crew
 from crew.errors import ConfigError, NotRunningError
@@ -86,12 +86,6 @@ def with_advice(text: str, reason: str | None) -> str:
     """`text`, then the advice for `reason` unless the text already gives it (no phrase twice)."""
     advice = ADVICE.get(reason or "", "")
     return text + (f"; {advice}" if advice and advice[:24] not in text else "")
-
-
-def bridge_down(exc: NotRunningError) -> str:
-    """One phrase for a bridge that does not answer, without repeating `not running`."""
-    text = str(exc)
-    return "not running (start it with `collie serve`)" if text.startswith("no bridge is running") else text
 
 
 def _hello_line(report: Report, name: str, st: dict) -> None:

@@ -13,6 +13,7 @@ import sys
 
 from crew import control
 from crew.cli.restart import restart_after_change
+from crew.cli.status import bridge_down
 from crew.config import load_env, programs_off, single_agent
 from crew.errors import EXIT_USAGE, CollieError, NotRunningError, UsageError
 from crew.logs import printable
@@ -132,7 +133,7 @@ def list_agents(_args, paths) -> int:
         live = {a["name"]: a for a in reply["agents"]}
         bridge_note = None
     except NotRunningError as exc:
-        live, bridge_note = None, str(exc)
+        live, bridge_note = None, bridge_down(exc)
     if off:
         print("durable agents are off (COLLIE_PROGRAMS=off in .env): sources.json is ignored")
     rows = []
@@ -155,8 +156,9 @@ def list_agents(_args, paths) -> int:
         widths = [max(len(r[i]) for r in rows + [("NAME", "VIA", "ADDRESS", "STATUS")]) for i in range(3)]
         for r in [("NAME", "VIA", "ADDRESS", "STATUS")] + rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
-    if bridge_note:
-        print(f"({bridge_note}; statuses are unknown)")
+    if bridge_note and rows:
+        print(f"(statuses are unknown: the bridge is {bridge_note})" if bridge_note.startswith("not running")
+              else f"(statuses are unknown: {bridge_note})")
     return 0
 
 

@@ -58,6 +58,14 @@ def crew_members(paths, live: list[dict] | None = None) -> list[dict]:
     return out
 
 
+def bridge_down(exc: NotRunningError) -> str:
+    """One phrase for a bridge that does not answer, each fact said once (issue 10.5)."""
+    text = str(exc)
+    if text.startswith("no bridge is running"):
+        return "not running (start it with `collie serve`)"
+    return text.removeprefix("the bridge ").removeprefix("cannot reach the bridge: ") + " (see `collie logs`)"
+
+
 def say(text: str) -> None:
     print(printable(text))
 
@@ -69,9 +77,7 @@ def run(_args, paths) -> int:
         pong = control.call(paths.control_socket, "ping")
         agents = control.call(paths.control_socket, "agents")
     except NotRunningError as exc:
-        text = str(exc)
-        say("bridge: " + ("not running (start it with `collie serve`)" if text.startswith("no bridge is running")
-                          else text))
+        say(f"bridge: {bridge_down(exc)}")
         return 1
     say(f"bridge: running, pid {pong['pid']}, Collie {pong['collie']}, up {_ago(time.time() - pong['started'])}")
     if pong.get("role") != "member":  # a member serves no phone: its address is the link's (crew line below)
