@@ -35,13 +35,17 @@ class ListenError(CollieError):
     """The phone's server could not bind: one line naming the address and what to change (10.4)."""
 
 
+def bind_text(host: str, port: int) -> str:
+    """host:port as hypercorn and people read it; an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def listen_error(host: str, port: int, err: OSError) -> ListenError:
     if isinstance(err, socket.gaierror):
         why = f"unknown host ({err.strerror or err}; choose another --host)"
     else:
         why = LISTEN_ADVICE.get(err.errno or 0) or f"{(err.strerror or str(err)).lower()} (check --host and --port)"
-    shown = f"[{host}]" if ":" in host else host
-    return ListenError(f"cannot listen on {shown}:{port}: {why}")
+    return ListenError(f"cannot listen on {bind_text(host, port)}: {why}")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -96,7 +100,7 @@ class LeadDaemon(Daemon):
             async with trio.open_nursery() as web:
                 try:
                     binds = await web.start(partial(
-                        serve_http, app, [f"{self.args.host}:{self.args.port}"], self.shutdown,
+                        serve_http, app, [bind_text(self.args.host, self.args.port)], self.shutdown,
                         certfile=self.args.tls_cert, keyfile=self.args.tls_key))
                 except BaseException as exc:
                     err = first_of(exc, OSError)
