@@ -219,3 +219,11 @@ def test_serve_help_lists_its_options(cli):
     assert status == 0
     for option in ("--host", "--port", "--tls-cert", "--tls-key", "COLLIE_PORT"):
         assert option in out
+
+
+def test_doctor_warns_about_two_hand_written_names_for_one_socket(cli, paths, desk):
+    """10.5: a sources.json written by hand with one socket under two names: doctor names both."""
+    entries = json.loads(paths.sources.read_text()) + [{"name": "desk-two", "kind": "durable", "socket": desk}]
+    paths.sources.write_text(json.dumps(entries))
+    _, doctor, _ = cli("doctor")
+    assert 'warn config: "desk-two" reaches the same socket as "desk"' in doctor
