@@ -17,7 +17,7 @@ import trio
 
 from bridge.daemon import Daemon, first_of, run_daemon
 from crew import __version__, logs
-from crew.cli.serve import LOOPBACK, add_options, check_options, serve_env
+from crew.cli.serve import LOOPBACK, ServeParser, add_options, check_options, serve_env
 from crew.errors import EXIT_USAGE, CollieError
 from lead.api import create_api, install_inbox_routes, load_or_create_credential
 from lead.http import create_app, serve_http
@@ -49,7 +49,7 @@ def listen_error(host: str, port: int, err: OSError) -> ListenError:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collie serve", description="Run this machine's Collie bridge in the foreground.")
+    p = ServeParser(prog="collie serve", description="Run this machine's Collie bridge in the foreground.")
     add_options(p)
     return p
 

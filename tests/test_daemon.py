@@ -234,6 +234,7 @@ def test_restart_refuses_a_broken_config_and_keeps_the_bridge(paths, bridge):
     (["--port", "http"], {}, "[bridge] FATAL: --port http is not a port: give 1-65535 (0 picks a free one)"),
     ([], {"COLLIE_PORT": "eighty"}, "[bridge] FATAL: COLLIE_PORT eighty is not a port: give 1-65535 (0 picks a free one)"),
     (["--tls-cert", "/nonexistent.pem"], {}, "[bridge] FATAL: --tls-cert and --tls-key go together: give both, or neither"),
+    (["--prot", "9000"], {}, "[bridge] FATAL: unrecognized arguments: --prot 9000 (see `collie serve --help`)"),
 ])
 def test_a_bad_option_is_one_line(paths, argv, env, line):
     """10.4: a bad start-up option gives one line naming what to change, exit 2, no traceback."""

@@ -23,6 +23,13 @@ DEFAULT_PORT = 8470
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+class ServeParser(argparse.ArgumentParser):
+    """The daemon's own parser: a wrong command line is one FATAL line too, not usage text (10.4)."""
+
+    def error(self, message: str):
+        self.exit(2, f"[bridge] FATAL: {message} (see `collie serve --help`)\n")
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help=f"address for the phone's API (default $COLLIE_HOST or {DEFAULT_HOST}; "
                                   "off loopback it needs --tls-cert and --tls-key)")
