@@ -132,7 +132,7 @@ class Bridge:
             return ClosedRead(reason="no_history")  # L6: no Closed group, no note
         path = "/v1/conversations?state=closed&limit=100" + (f"&cursor={quote(cursor, safe='')}" if cursor else "")
         try:
-            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP)
+            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP, through=True)
             page = structure(answer.body, ClosedPage)
         except AgentUnreachable as exc:
             if exc.reason == "no_list":
@@ -152,7 +152,7 @@ class Bridge:
         out: list[dict] = []
         for _ in range(100):
             path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit=1000"
-            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP)
+            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP, through=True)
             try:
                 page = structure(answer.body, ItemsPage)
             except WireError as exc:

@@ -2,18 +2,28 @@
 
     AgentUnreachable(reason, detail)   any failure; `reason` is one of
         socket-not-private, no-socket, bad-socket-path   the private-path check (T1, T2) failed
-        peer-not-you           the socket's listener runs as another user
+        peer-not-you           the socket's listener runs as another user (checked on connect)
         connection-refused     nothing listens (a stale socket, or the agent is down)
-        timeout                no answer within the request's limit
-        unauthorized           the agent refused the token (401/403)
+        timeout                no complete answer within the request's deadline
         tls                    the certificate check failed (the cause chain is reported)
         too-large              the answer is over the body cap
+        closed                 the agent closed the connection mid-answer
         protocol               the answer is not JSON, or an unexpected status
-        version                the agent answered 409 version
-        unsupported, not_found, no_list, conflict, bad_request   the agent's own error codes
+    └── AgentRefused(code, detail)     the agent answered with an error code of the wire (§1):
+        unauthorized (401/403), bad_request, not_found, unsupported, no_list, conflict, version,
+        internal (500). It was reached; for every code but `internal` it did nothing.
 
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
-private is noticed before anything is sent. Every request has a timeout; bodies are capped.
+private is noticed before anything is sent. On a socket, the uid of the listening process
+(SO_PEERCRED) is checked as soon as a connection is made, before a byte of any request is written
+on it (T3); a connection that fails the check is closed and never pooled.
+
+`timeout` is a total deadline for the whole exchange: waiting for a connection, connecting,
+writing, and reading the whole body. An agent that drips its answer a byte at a time is cut off
+there and its connection closed, not kept for the next request. The phone's read-throughs (closed
+lists, closed conversations' items: `through=True`) take at most `THROUGH_LANES` of the pool's
+`MAX_CONNECTIONS`, so however many the phone starts, the poll and the writes keep connections.
+Bodies are capped (`cap`).
 """
 
 from __future__ import annotations
@@ -23,8 +33,12 @@ import os
 import socket
 import ssl
 import struct
+from contextlib import asynccontextmanager
+from urllib.parse import quote
 
+import httpcore
 import httpx
+import trio
 
 from crew import __version__
 from crew.config import AgentConfig
@@ -33,6 +47,10 @@ from crew.security import check_socket_private
 STATE_CAP = 8 * 1024 * 1024
 SMALL_CAP = 256 * 1024
 DEFAULT_TIMEOUT = 10.0
+MAX_CONNECTIONS = 6
+THROUGH_LANES = 2  # of MAX_CONNECTIONS: the rest stay free for the poller (state, items, hello) and writes
+AGENT_CODES = ("unauthorized", "bad_request", "not_found", "unsupported", "no_list", "conflict", "version", "internal")
+MESSAGE_MAX = 500
 
 
 class _Body(httpx.AsyncByteStream):
@@ -65,9 +83,73 @@ class AgentUnreachable(Exception):
         self.reason, self.detail = reason, detail
 
 
+class AgentRefused(AgentUnreachable):
+    """The agent answered with a wire error code (`reason`); `detail` is its message (or ours)."""
+
+
 class Answer:
     def __init__(self, status: int, headers: httpx.Headers, body: object | None) -> None:
         self.status, self.headers, self.body = status, headers, body
+
+
+def path_id(value: str) -> str:
+    """An id as one path segment (wire §1): every reserved byte percent-encoded, and a segment made
+    only of dots (`.`, `..`) encoded too, so no URL normaliser can take it for a step."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if set(value) <= {"."} else quoted
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a Unix socket (SO_PEERCRED), where the platform tells."""
+    if not hasattr(socket, "SO_PEERCRED") or sock.family != socket.AF_UNIX:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return uid
+
+
+def check_peer(path: str, sock: socket.socket) -> None:
+    """T3, wire §1: the process listening on the agent's socket must run as this user."""
+    uid = peer_uid(sock)
+    if uid is not None and uid != os.getuid():
+        raise AgentUnreachable("peer-not-you", f"the process listening on {path} runs as uid {uid}")
+
+
+class _PeerCheckedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's trio backend, with the peer check made the moment a socket connection opens —
+    before httpcore writes a byte of the request on it."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._inner = httpcore.TrioBackend()
+
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        stream = await self._inner.connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
+        try:
+            check_peer(self._path, stream.get_extra_info("socket"))
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            raise
+        return stream
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        return await self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
+                                             socket_options=socket_options)
+
+    async def sleep(self, seconds: float) -> None:
+        await trio.sleep(seconds)
+
+
+class _SocketTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport over a Unix socket, its pool using `_PeerCheckedBackend`. httpx takes no
+    network backend, so the pool it made is replaced by the same pool with ours (httpx 0.28)."""
+
+    def __init__(self, path: str, limits: httpx.Limits) -> None:
+        super().__init__(uds=path, limits=limits, retries=0)
+        self._pool = httpcore.AsyncConnectionPool(
+            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry, uds=path, retries=0,
+            network_backend=_PeerCheckedBackend(path))
 
 
 def _cause(exc: BaseException) -> BaseException:
@@ -76,20 +158,25 @@ def _cause(exc: BaseException) -> BaseException:
     return exc
 
 
+@asynccontextmanager
+async def _no_lane():
+    yield
+
+
 class AgentClient:
     def __init__(self, agent: AgentConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self.agent = agent
         headers = {"user-agent": f"collie/{__version__}", "accept": "application/json"}
-        limits = httpx.Limits(max_connections=4, max_keepalive_connections=2, keepalive_expiry=30)
+        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=2, keepalive_expiry=30)
         if agent.socket:
-            transport = httpx.AsyncHTTPTransport(uds=agent.socket, limits=limits, retries=0)
-            self.http = httpx.AsyncClient(transport=transport, base_url="http://durable-agent", headers=headers,
-                                          timeout=DEFAULT_TIMEOUT)
+            self.http = httpx.AsyncClient(transport=_SocketTransport(agent.socket, limits),
+                                          base_url="http://durable-agent", headers=headers, timeout=DEFAULT_TIMEOUT)
         else:
             headers["authorization"] = f"Bearer {agent.token}"
             verify = ssl_context or ssl.create_default_context()
             self.http = httpx.AsyncClient(base_url=agent.url.rstrip("/"), headers=headers, verify=verify,
                                           timeout=DEFAULT_TIMEOUT, limits=limits, trust_env=False)
+        self.through = trio.Semaphore(THROUGH_LANES)
         self.requests = 0
         self.bytes_in = 0
 
@@ -102,22 +189,20 @@ class AgentClient:
             if problem:
                 raise AgentUnreachable(problem.code, problem.text)
 
-    def _check_peer(self, response: httpx.Response) -> None:
-        if not self.agent.socket or not hasattr(socket, "SO_PEERCRED"):
-            return
-        stream = response.extensions.get("network_stream")
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is None:
-            return
-        _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-        if uid != os.getuid():
-            raise AgentUnreachable("peer-not-you", f"the process listening on {self.agent.socket} runs as uid {uid}")
-
     async def request(self, method: str, path: str, *, json_body: object | None = None,
                       headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                      cap: int = SMALL_CAP) -> Answer:
-        """One request; raises `AgentUnreachable` for anything but a parsed answer."""
+                      cap: int = SMALL_CAP, through: bool = False) -> Answer:
+        """One request, all of it within `timeout` seconds; raises `AgentUnreachable` (or its
+        `AgentRefused`) for anything but a parsed 2xx/304 answer. `through`: a read the phone asked
+        for (it waits for one of the `THROUGH_LANES`, within the same deadline)."""
         self._check_path()
+        with trio.move_on_after(timeout):
+            async with self.through if through else _no_lane():
+                return await self._exchange(method, path, json_body, headers, timeout, cap)
+        raise AgentUnreachable("timeout", f"no complete answer to {method} {path} within {timeout:g} s")
+
+    async def _exchange(self, method: str, path: str, json_body: object | None, headers: dict[str, str] | None,
+                        timeout: float, cap: int) -> Answer:
         self.requests += 1
         content = json.dumps(json_body, separators=(",", ":")).encode() if json_body is not None else None
         hdrs = dict(headers or {})
@@ -130,7 +215,6 @@ class AgentClient:
         try:
             resp = await self.http.send(request, stream=True)
             try:
-                self._check_peer(resp)
                 declared = resp.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:
                     raise AgentUnreachable("too-large", f"the answer to {path} is {declared} bytes; the limit is {cap}")
@@ -164,16 +248,19 @@ class AgentClient:
         try:
             parsed = json.loads(body) if body else None
         except (ValueError, UnicodeDecodeError):
-            raise AgentUnreachable("protocol", f"the answer to {path} is not JSON (status {status})") from None
+            if status not in (401, 403):
+                raise AgentUnreachable("protocol", f"the answer to {path} is not JSON (status {status})") from None
+            parsed = None
         if status in (401, 403):
-            raise AgentUnreachable("unauthorized", "the agent refused the token (give the agent the new token, "
-                                                   "re-run `collie durable attach`, `collie restart`)"
-                                   if not self.agent.socket else "the agent refused this caller")
+            raise AgentRefused("unauthorized", "the agent refused the token (give the agent the new token, "
+                                               "re-run `collie durable attach`, `collie restart`)"
+                               if not self.agent.socket else "the agent refused this caller")
         if status >= 400:
             code = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
-            message = parsed.get("message") if isinstance(parsed, dict) else None
-            if code in ("version", "unsupported", "not_found", "no_list", "conflict", "bad_request"):
-                raise AgentUnreachable(code, str(message or code))
+            message = parsed.get("message") if isinstance(parsed, dict) and isinstance(parsed.get("message"), str) else None
+            message = message[:MESSAGE_MAX] if message else None
+            if code in AGENT_CODES:
+                raise AgentRefused(code, message or code)
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}" + (f": {message}" if message else ""))
         if status != 200:
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}")

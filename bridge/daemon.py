@@ -4,8 +4,10 @@ Start-up, in order: private state folder and log → A15 log move → refuse a s
 the config strictly (a broken sources.json logs one ``[bridge] FATAL:`` line and exits 78) →
 tighten sources.json to 0600 → serve. Shutdown on SIGINT/SIGTERM is graceful: the role's front
 (the lead's HTTP server, the member's link) gets a few seconds, everything else is cancelled.
-`collie restart` (or SIGHUP) shuts down the same way and then re-executes the daemon in the same
-process, so a foreground terminal or a service manager keeps watching the same pid.
+`collie restart` (or SIGHUP) first reads the new configuration as a start would; when it is broken
+the running bridge keeps going and the refusal says why in one line (issue 10.2). Otherwise it
+shuts down the same way and re-executes the daemon in the same process (``python -P``: never from
+the current folder), so a foreground terminal or a service manager keeps watching the same pid.
 
 A role subclasses `Daemon`: `role`, `module` (what `python -m` re-executes), `front()` (its
 long-running service, which must return once `shutdown` is set) and extra control ops.
@@ -27,8 +29,10 @@ from bridge.journal import Journal
 from bridge.state import migrate_legacy_logs, prepare_agent_dir, prepare_state
 from bridge.writer import Writer
 from crew import __version__, control, logs
+from crew.cli.serve import daemon_command
 from crew.config import BridgeConfig, load_bridge_config, secrets_of
-from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, ConfigError, NotRunningError
+from crew.crewconfig import read_crew
+from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, CollieError, ConfigError, NotRunningError
 from crew.paths import Paths
 from crew.sources import tighten_mode
 
@@ -50,6 +54,7 @@ class Daemon:
         self.writer = Writer(self.bridge, self.journal)
         self.shutdown = trio.Event()
         self.restart = False
+        self.ready = False
         self.started = time.time()
         self.address = ""
 
@@ -64,6 +69,30 @@ class Daemon:
     def ready_line(self) -> str:
         n = len(self.config.agents)
         return f"[bridge] Collie {__version__} ready (pid {os.getpid()}): {self.role}, {n} durable agent{'' if n == 1 else 's'}"
+
+    def abandon(self) -> None:
+        """Undo what a start that failed before ready left behind."""
+
+    def config_problem(self) -> str | None:
+        """What a restart would refuse to start on (the same reading as a start), or None."""
+        try:
+            load_bridge_config(self.paths)
+            read_crew(self.paths.crew)  # present → the restarted daemon is a member and needs it
+        except ConfigError as exc:
+            return str(exc)
+        return None
+
+    def request_restart(self, how: str) -> str | None:
+        """Restart unless the new configuration is broken; then keep running and say why (10.2)."""
+        problem = self.config_problem()
+        if problem:
+            log.error("[bridge] %s: not restarting, the new configuration is broken: %s; "
+                      "the running bridge keeps its configuration", how, problem)
+            return problem
+        log.info("[bridge] %s: restarting", how)
+        self.restart = True
+        self.shutdown.set()
+        return None
 
     # --- control ops ----------------------------------------------------------------------------
     async def op_ping(self, _req: dict) -> dict:
@@ -82,9 +111,9 @@ class Daemon:
         return {"reads": reads, "outcomes": stats["journal"]}
 
     async def op_restart(self, _req: dict) -> dict:
-        log.info("[bridge] restart requested")
-        self.restart = True
-        self.shutdown.set()
+        problem = self.request_restart("restart requested")
+        if problem:
+            return {"ok": False, "error": problem, "config": True}
         return {"pid": os.getpid()}
 
     # --- running --------------------------------------------------------------------------------
@@ -92,9 +121,9 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
             async for sig in sigs:
                 if sig == signal.SIGHUP:
-                    self.restart = True
-                log.info("[bridge] %s received: %s", signal.Signals(sig).name,
-                         "restarting" if self.restart else "shutting down")
+                    self.request_restart("SIGHUP received")
+                    continue
+                log.info("[bridge] %s received: shutting down", signal.Signals(sig).name)
                 self.shutdown.set()
 
     async def run(self) -> None:
@@ -107,6 +136,7 @@ class Daemon:
                     await front.start(self.front)
                     # last: the CLI's "ping" answering means everything is up
                     await services.start(serve_control, self.paths.control_socket, self.handlers())
+                    self.ready = True
                     log.info("%s", self.ready_line())
                     await self.shutdown.wait()
                     front.cancel_scope.deadline = trio.current_time() + FRONT_GRACE
@@ -115,12 +145,13 @@ class Daemon:
         self.journal.close()
 
 
-def _first_oserror(exc: BaseException) -> OSError | None:
-    if isinstance(exc, OSError):
+def first_of(exc: BaseException, kind: type[BaseException]):
+    """The first `kind` inside `exc` (itself or nested in exception groups), or None."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for sub in exc.exceptions:
-            found = _first_oserror(sub)
+            found = first_of(sub, kind)
             if found is not None:
                 return found
     return None
@@ -157,13 +188,14 @@ def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], che
         logs.redactor.add(secret)
     if config.programs_off:
         log.info("[bridge] durable agents are off (COLLIE_PROGRAMS=off in .env): %s is ignored", paths.sources)
-    try:
-        old = tighten_mode(paths.sources)
-    except ConfigError as exc:
-        log.error("[bridge] FATAL: %s", exc)
-        return EXIT_CONFIG
-    if old:
-        log.info("[bridge] %s had mode %s; tightened to 0600 (it holds tokens)", paths.sources, old)
+    for secrets_file in (paths.sources, paths.dotenv, paths.crew):  # A6, and issue 9.11 for the other two
+        try:
+            old = tighten_mode(secrets_file)
+        except ConfigError as exc:
+            log.error("[bridge] FATAL: %s", exc)
+            return EXIT_CONFIG
+        if old:
+            log.info("[bridge] %s had mode %s; tightened to 0600 (it holds tokens)", secrets_file, old)
     for agent in config.agents:
         prepare_agent_dir(paths, agent.name)
     try:
@@ -173,17 +205,19 @@ def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], che
         return EXIT_CONFIG
     try:
         trio.run(daemon.run)
-    except (OSError, BaseExceptionGroup) as exc:
-        err = _first_oserror(exc)
-        if err is None:
-            raise
-        log.error("[bridge] FATAL: %s; stop the other process or change the address", err.strerror or err)
-        return EXIT_FAILURE
     except KeyboardInterrupt:
         pass
+    except (OSError, CollieError, BaseExceptionGroup) as exc:
+        known = first_of(exc, CollieError)
+        err = first_of(exc, OSError)
+        if known is None and err is None:
+            raise
+        if not daemon.ready:
+            daemon.abandon()
+        log.error("[bridge] FATAL: %s", known or (err.strerror or err))
+        return known.exit_status if known else EXIT_FAILURE
     if daemon.restart:
-        log.info("[bridge] restarting")
         logs.setup(None, stderr=False)
-        os.execv(sys.executable, [sys.executable, "-m", "crew.cli.main", "serve", *argv])
+        os.execv(sys.executable, daemon_command("crew.cli.main", ["serve", *argv]))
     log.info("[bridge] stopped")
     return EXIT_OK

@@ -2,7 +2,10 @@
 
 `hold(key, stop=False)`: a write while another holds the lock is refused at once (`Busy`); a Stop
 waits up to `STOP_WAIT` seconds for it and then goes through anyway, so a hung send never locks
-Stop out. Used by the bridge's writer (local agents) and by the lead for members' agents.
+Stop out. The lock is held until the agent answered the write (or its deadline passed).
+
+Used by the bridge's writer (local agents), by the lead for members' agents, and by a member's
+writer under the lead's lock (`wait=0`: a Stop the lead already let through does not wait again).
 """
 
 from __future__ import annotations
@@ -30,24 +33,28 @@ class SessionLocks:
         return lock
 
     def locked(self, key: tuple) -> bool:
-        return self._lock(key).locked()
+        lock = self._locks.get(key)
+        return lock is not None and lock.locked()
 
     @asynccontextmanager
-    async def hold(self, key: tuple, *, stop: bool = False):
-        """Yields True when the lock is held, False when a Stop went through without it."""
+    async def hold(self, key: tuple, *, stop: bool = False, wait: float | None = None):
+        """Yields True when the lock is held, False when a Stop went through without it.
+        `wait`: how long a Stop waits (default `stop_wait`)."""
         lock = self._lock(key)
         held = False
-        if stop:
-            with trio.move_on_after(self.stop_wait):
-                await lock.acquire()
-                held = True
-        elif lock.locked():
-            raise Busy()
-        else:
+        if not lock.locked():
             lock.acquire_nowait()
             held = True
+        elif not stop:
+            raise Busy()
+        else:
+            with trio.move_on_after(self.stop_wait if wait is None else wait):
+                await lock.acquire()
+                held = True
         try:
             yield held
         finally:
             if held:
                 lock.release()
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._locks.pop(key, None)

@@ -3,12 +3,15 @@
 For one write, in order:
 1. A request id seen before answers with its stored receipt (`replay`); the same id with another
    body is a `conflict`; a request still in flight is waited for, never sent twice at once.
-2. The session lock (one per conversation, B7): any write while another holds it is refused `busy`
-   at once — except Stop, which waits up to 10 s (`bridge.locks`) and then goes through anyway.
+2. The session lock (one per conversation, B7; an answer takes its ask's conversation's lock):
+   any write while another holds it is refused `busy` at once — except Stop, which waits up to 10 s
+   (`bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
 3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
 4. The request is written to the journal (fsync'd) *before* anything is sent.
-5. It is sent once, with a timeout. No answer → `unknown`; nothing was sent (connection refused)
-   → refused `unreachable`. The outcome goes to the journal, then to the phone.
+5. It is sent once, within a total deadline. No answer → `unknown`; nothing was sent (connection
+   refused, the socket's listener is another user) → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
+   refusal with its own reason where the agent did nothing, `unknown` where that is not known).
+   The outcome goes to the journal, then to the phone.
 
 A retry (same request id after `unknown`, or recovery at start) resends exactly the recorded wire
 body under the same id; the agent's own journal makes that safe. Recovery at start first looks for
@@ -19,17 +22,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import asynccontextmanager
 
 import attrs
 import trio
 
 from bridge.bridge import Bridge
-from bridge.client import AgentUnreachable
+from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, RecentSends, WriteRequest, plan, receipt
+from bridge.writes import AgentFacts, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
 from crew import logs
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, refused
 from crew.views import READY, VERSION_MISMATCH
@@ -40,8 +42,11 @@ log = logs.get("writes")
 WRITE_TIMEOUT = 10.0
 FRESH_WITHIN = 1.0  # re-read the agent before a write when the view is older than this
 RECOVER_EVERY = 5.0
+# failures before a byte of the request was written
 NOT_DELIVERED = {"connection-refused", "no-socket", "socket-not-private", "bad-socket-path", "peer-not-you", "tls",
-                 "config", "unauthorized", "version", "unsupported", "not_found", "conflict", "bad_request"}
+                 "config"}
+# agent error answers after which the request stays open in the journal (Retry and recovery resend it)
+RESEND_AFTER = {"internal", "unauthorized", "version"}
 
 
 class Writer:
@@ -101,9 +106,13 @@ class Writer:
         return rec
 
     # --- the one entry point ------------------------------------------------------------------
+    def lock_key(self, req: WriteRequest) -> tuple[str, str]:
+        return lock_key(req, self.bridge.readers[req.agent].conversations)
+
     async def write(self, req: WriteRequest, *, caller_locked: bool = False) -> Receipt:
         """Carry one write. `caller_locked`: the caller (the lead, for a member) already holds the
-        session's lock, so this bridge does not take it again (Stop must not wait twice)."""
+        session's lock; this bridge takes its own too (a write the lead gave up waiting for may still
+        be in flight here), but a Stop does not wait for it a second time."""
         if req.agent not in self.bridge.readers:
             return refused(req.request_id, req.op, "not_found", f"no durable agent named {req.agent!r}")
         while req.request_id in self.inflight:  # a double tap: wait for the first, then replay it
@@ -117,24 +126,25 @@ class Writer:
                     return self._count(refused(req.request_id, req.op, "conflict"))
                 if row.state == "done":
                     return attrs.evolve(Receipt(**row.receipt), replay=True)
-            async with (_held() if caller_locked else self.locks.hold(req.session, stop=req.op == "abort")) as held:
+            key = self.lock_key(req)
+            async with self.locks.hold(key, stop=req.op == "abort", wait=0 if caller_locked else None) as held:
                 if not held:
-                    log.info("[durable] %s: stop waited %g s for a write in %s; sending it anyway", req.agent,
-                             self.locks.stop_wait, req.conversation)
+                    log.info("[durable] %s: stop found a write in %s under way; sending it anyway", req.agent,
+                             req.conversation)
                 if row is not None:  # pending or unknown: a retry of the very same request
-                    return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True))
-                return self._count(await self._first(req))
+                    return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True, key=key))
+                return self._count(await self._first(req, key))
         except Busy:
             return self._count(refused(req.request_id, req.op, "busy"))
         finally:
             del self.inflight[req.request_id]
             done.set()
 
-    async def _first(self, req: WriteRequest) -> Receipt:
+    async def _first(self, req: WriteRequest, key: tuple[str, str]) -> Receipt:
         reader = self.bridge.readers[req.agent]
         if reader.status == VERSION_MISMATCH:
             return refused(req.request_id, req.op, "version", reader.detail)
-        await self._fresh(req.agent, req.session)
+        await self._fresh(req.agent, key)
         answered = frozenset()
         if req.op == "answer" and req.ask_id:
             if await self.journal.run(self.journal.accepted_answer, req.agent, req.ask_id):
@@ -150,11 +160,11 @@ class Writer:
                   state="pending", receipt=None, attempts=0, created_at=self.wall())
         existing = await self.journal.run(self.journal.begin, row, self.wall())
         if existing is not None:  # recorded between our look and now (cannot happen under the lock, but be sure)
-            return await self._send(req, existing.wire_path, existing.wire_body, retry=True)
+            return await self._send(req, existing.wire_path, existing.wire_body, retry=True, key=key)
         crashpoint("after_begin")
-        return await self._send(req, decision.path, decision.body, retry=False)
+        return await self._send(req, decision.path, decision.body, retry=False, key=key)
 
-    async def _send(self, req: WriteRequest, path: str, body: dict, *, retry: bool) -> Receipt:
+    async def _send(self, req: WriteRequest, path: str, body: dict, *, retry: bool, key: tuple[str, str]) -> Receipt:
         rid = req.request_id
         poller = self.bridge.pollers.get(req.agent)
         if retry:  # a first attempt was counted when the row was written
@@ -163,6 +173,15 @@ class Writer:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
             answer = await poller.client.request("POST", path, json_body=body, timeout=WRITE_TIMEOUT)
+        except AgentRefused as exc:  # the agent answered, with an error code (wire §1)
+            rec = error_receipt(req, exc.reason, exc.detail, retry=retry)
+            if rec.outcome == "unknown" and exc.reason in RESEND_AFTER:
+                await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
+            else:
+                await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+            log.info("[durable] %s: %s %s: the agent answered %s: %s", req.agent, req.op, rid, exc.reason, rec.outcome)
+            self._after(req, rec, key)
+            return rec
         except AgentUnreachable as exc:
             if exc.reason in NOT_DELIVERED and not retry:
                 rec = refused(rid, req.op, "unreachable", exc.detail)
@@ -172,13 +191,13 @@ class Writer:
                               text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED,
                               channel="program" if req.op == "answer" else None, digest=req.digest)
                 await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
-            self._after(req, rec)
+            self._after(req, rec, key)
             return rec
         crashpoint("after_send")
         rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
         await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
-        self._after(req, rec)
+        self._after(req, rec, key)
         return rec
 
     def _recent(self, req: WriteRequest) -> RecentSends:
@@ -187,9 +206,9 @@ class Writer:
             self.recent[key] = RecentSends()
         return self.recent[key]
 
-    def _after(self, req: WriteRequest, rec: Receipt) -> None:
+    def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str]) -> None:
         n = self.counter[req.agent] = self.counter.get(req.agent, 0) + 1
-        self.last_change[req.session] = n  # views of this conversation read before now are stale
+        self.last_change[key] = n  # views of this conversation read before now are stale
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
             self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())
@@ -224,12 +243,13 @@ class Writer:
                     log.info("[durable] %s: request %s was applied before the restart (found its user item)",
                              row.agent, row.request_id)
                     return
-        if self.locks.locked(req.session) or row.request_id in self.inflight:
+        key = self.lock_key(req)
+        if self.locks.locked(key) or row.request_id in self.inflight:
             return  # a phone write holds the session: try again at the next pass
         done = self.inflight[row.request_id] = trio.Event()
         try:
-            async with self.locks.hold(req.session):
-                rec = await self._send(req, row.wire_path, row.wire_body, retry=True)
+            async with self.locks.hold(key):
+                rec = await self._send(req, row.wire_path, row.wire_body, retry=True, key=key)
         finally:
             del self.inflight[row.request_id]
             done.set()
@@ -255,11 +275,6 @@ class Writer:
     async def statistics(self) -> dict:
         stored = await self.journal.run(self.journal.counts)
         return {"journal": stored, "this_run": dict(self.counts)}
-
-
-@asynccontextmanager
-async def _held():
-    yield True
 
 
 def _plain(rec: Receipt) -> dict:

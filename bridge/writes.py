@@ -13,21 +13,25 @@ Refused here, before anything reaches the agent:
   B5); an option not offered, text over the limit, a missing required field, a wrong field type;
   an `always_allow` option without the second tap (`confirmed`, B8, Q5); a kind Collie cannot
   answer (Q7); an ask already answered through this bridge (single use);
-- an action that is not listed, busy or disabled (C7).
+- an action that is not listed, busy or disabled (C7); a stop or an action whose turn is not the
+  current one (`turn_moved`, C7: `The conversation moved on, so the action did not run.`).
 The agent checks turn, asks and digests again when the write arrives, closing every race.
+
+`lock_key(...)` names the session a write locks (B7): an answer locks the conversation its ask
+belongs to, so a card answer is refused `busy` while a send to that conversation is in flight.
+`error_receipt(...)` turns an agent's error answer (wire §1) into what is true to tell the phone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from urllib.parse import quote
-
 import attrs
 
+from bridge.client import path_id
 from bridge.reader import ConversationView
 from crew.asks import AskView
-from crew.receipts import MOVED_ON, REASONS, Receipt, card_for, refused
+from crew.receipts import MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Receipt, card_for, refused
 
 OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",
@@ -59,10 +63,20 @@ class WriteRequest:
         data = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(data.encode()).hexdigest()
 
-    @property
-    def session(self) -> tuple[str, str]:
-        """The lock key (features B7): one lock per conversation; starters share one per agent."""
-        return (self.agent, self.conversation if self.op != "starter" else "\0starters")
+
+
+def lock_key(req: WriteRequest, conversations: dict[str, ConversationView]) -> tuple[str, str]:
+    """The session a write locks (features B7, crew.md §3): its conversation. An answer names no
+    conversation: it locks the one whose open ask it answers (an ask not listed, which the agent will
+    only report on, locks itself alone). Starters share one lock per agent."""
+    if req.op == "starter":
+        return (req.agent, "\0starters")
+    if req.op == "answer":
+        for conv in conversations.values():
+            if any(ask.id == req.ask_id for ask in conv.asks):
+                return (req.agent, conv.id)
+        return (req.agent, "\0ask:" + (req.ask_id or ""))
+    return (req.agent, req.conversation or "")
 
 
 @attrs.frozen
@@ -86,7 +100,7 @@ class Call:
 
 
 def _q(value: str) -> str:
-    return quote(value, safe="")
+    return path_id(value)
 
 
 def find_ask(facts: AgentFacts, ask_id: str) -> tuple[ConversationView, AskView] | None:
@@ -131,7 +145,9 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
             return refused(rid, op, "ask_open")
         return Call(f"{base}/{op}", {"request_id": rid, "text": text, "turn": req.turn})
     if op == "abort":
-        return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn if req.turn is not None else conv.turn})
+        if req.turn != conv.turn:  # the phone must quote the turn it saw (C7); nothing reaches the agent
+            return refused(rid, op, "turn_moved", text=MOVED_ON)
+        return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn})
     if op == "action":
         action = next((a for a in conv.actions if a.id == req.action_id), None)
         if action is None:
@@ -140,10 +156,9 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
             return refused(rid, op, "busy", "the button is busy")
         if action.disabled:
             return refused(rid, op, "disabled")
-        turn = conv.turn if req.turn is None else req.turn  # the newest turn the phone saw (C7)
-        if turn != conv.turn:
-            return Receipt(request_id=rid, op=op, outcome="refused", reason="turn_moved", text=MOVED_ON)
-        return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": turn})
+        if req.turn != conv.turn:  # the newest turn the phone saw (C7)
+            return refused(rid, op, "turn_moved", text=MOVED_ON)
+        return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": req.turn})
     if op == "rename":
         title = (req.title or "").strip()
         if not title:
@@ -250,11 +265,43 @@ def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
     conversation = answer.get("conversation") if isinstance(answer.get("conversation"), str) else None
     if outcome == "refused":
         reason = answer.get("reason") if isinstance(answer.get("reason"), str) else "refused"
-        text = MOVED_ON if req.op == "action" and reason == "turn_moved" else REASONS.get(reason, message or reason)
+        text = MOVED_ON if req.op in ("action", "abort") and reason == "turn_moved" else REASONS.get(reason, message or reason)
         return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason=reason, text=text,
                        message=message, replay=replay)
     return Receipt(request_id=req.request_id, op=req.op, outcome=outcome, message=message, turn=turn,
                    conversation=conversation, replay=replay)
+
+
+def error_receipt(req: WriteRequest, code: str, detail: str | None, *, retry: bool = False) -> Receipt:
+    """The agent answered a write with a wire error code (wire §1) instead of an outcome: what is
+    true to tell the phone.
+
+    - `internal`: the agent failed while handling it, so whether it applied it is not known:
+      `unknown` (the journal keeps it open; Retry and recovery resend the same id, safely).
+    - `conflict`: the agent already holds this request id with another body. This body did
+      nothing, but an earlier request under the same id — in practice an earlier form of this very
+      tap — may have been applied: `unknown` with `May already be applied. Check the chat.`, final
+      (resending the same id can only conflict again).
+    - any other code on a first attempt: the agent did nothing, a true refusal with its own reason
+      (`not_found` on an answer is the O row `not_open`: no such open ask, no reason given).
+    - on a retry (a first attempt went out before, and may have been applied): an answer keeps its
+      O-table retry rows (`not_open` → `May already be applied. Check the chat.`); `unauthorized` and
+      `version` stop at the agent's door, so it stays `unknown` to be resent; anything else is the
+      final `unknown` with `May already be applied. Check the chat.`.
+    """
+    rid, op = req.request_id, req.op
+    answer = op == "answer"
+    common = {"request_id": rid, "op": op, "channel": "program" if answer else None,
+              "digest": req.digest if answer else None}
+    message = detail if detail and detail != code else None
+    if code == "internal" or (retry and code in ("unauthorized", "version")):
+        return Receipt(outcome="unknown", reason=code, text=NOT_CERTAIN if answer else NOT_CONFIRMED,
+                       message=message, **common)
+    if answer and code == "not_found":
+        return Receipt(outcome="not_open", text=card_for("not_open", retry=retry), message=message, **common)
+    if code == "conflict" or retry:
+        return Receipt(outcome="unknown", reason=code, text=MAY_BE_APPLIED, message=message, **common)
+    return refused(rid, op, code, message, channel=common["channel"], digest=common["digest"])
 
 
 # --- C3, C4: the pane's own lines ------------------------------------------------------------

@@ -16,8 +16,8 @@ import attrs
 
 from crew.errors import ConfigError
 from crew.paths import Paths
-from crew.security import Problem
-from crew.sources import RESERVED_NAME, Source, read_sources
+from crew.security import Problem, check_token_text
+from crew.sources import RESERVED_NAME, Source, check_config_dir, read_private, read_sources
 
 
 @attrs.frozen
@@ -68,12 +68,12 @@ def parse_dotenv(text: str) -> dict[str, str]:
 def load_env(paths: Paths, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The `.env` file overlaid by the process environment."""
     merged: dict[str, str] = {}
-    try:
-        merged.update(parse_dotenv(paths.dotenv.read_text()))
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{paths.dotenv} cannot be read: {exc}") from None
+    raw = read_private(paths.dotenv)  # refuses a symlink or another user's file, like sources.json
+    if raw is not None:
+        try:
+            merged.update(parse_dotenv(raw.decode()))
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{paths.dotenv} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     env = os.environ if environ is None else environ
     merged.update({k: v for k, v in env.items() if k.startswith("COLLIE_")})
     return merged
@@ -99,6 +99,8 @@ def single_agent(env: dict[str, str]) -> AgentConfig | None:
         text = "COLLIE_DURABLE_TOKEN is set without COLLIE_DURABLE_URL in .env"
     elif not sock and not url:
         text = "COLLIE_MUX=durable needs COLLIE_DURABLE_SOCKET or COLLIE_DURABLE_URL in .env"
+    elif token and check_token_text(token, "COLLIE_DURABLE_TOKEN"):
+        text = "COLLIE_DURABLE_TOKEN contains spaces, line breaks or control characters; set the token again"
     if text:
         return AgentConfig(name=RESERVED_NAME, problem=Problem("config", text), origin=".env")
     return AgentConfig(name=RESERVED_NAME, socket=sock, url=url, token=token, origin=".env")
@@ -109,10 +111,12 @@ class BridgeConfig:
     agents: tuple[AgentConfig, ...]
     programs_off: bool
     sources_count: int  # entries in sources.json (0 when off or missing)
+    env_token: str | None = attrs.field(default=None, repr=False)  # .env's token, even when its form is broken
 
 
 def load_bridge_config(paths: Paths, environ: dict[str, str] | None = None) -> BridgeConfig:
     """Everything the bridge attaches. Raises `ConfigError` for a broken sources.json (A4)."""
+    check_config_dir(paths.config_dir)
     env = load_env(paths, environ)
     off = programs_off(env)
     sources = [] if off else read_sources(paths.sources)
@@ -120,8 +124,10 @@ def load_bridge_config(paths: Paths, environ: dict[str, str] | None = None) -> B
     default = single_agent(env)
     if default is not None:
         agents.insert(0, default)
-    return BridgeConfig(agents=tuple(agents), programs_off=off, sources_count=len(sources))
+    return BridgeConfig(agents=tuple(agents), programs_off=off, sources_count=len(sources),
+                        env_token=env.get("COLLIE_DURABLE_TOKEN") or None)
 
 
 def secrets_of(config: BridgeConfig) -> list[str]:
-    return [a.token for a in config.agents if a.token]
+    """Every token the configuration holds, for the log's redactor (issue 9.11: whatever its length)."""
+    return [a.token for a in config.agents if a.token] + ([config.env_token] if config.env_token else [])

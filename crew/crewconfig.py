@@ -7,6 +7,7 @@ makes `collie serve` run this machine as a member.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from pathlib import Path
@@ -18,8 +19,8 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 from crew.convert import describe, strict_converter
 from crew.errors import ConfigError
 from crew.fsutil import atomic_write, ensure_private_dir
-from crew.security import Problem, check_url
-from crew.sources import check_file
+from crew.security import Problem, check_token, check_url
+from crew.sources import read_private
 
 
 @attrs.frozen
@@ -46,21 +47,42 @@ def check_lead_address(url: str) -> Problem | None:
     return None
 
 
+FIELDS = ("version", "lead", "token", "label")
+
+
 def read_crew(path: Path) -> CrewConfig | None:
-    if check_file(path) is None:
+    """Read crew.json strictly (guarded like sources.json); every mistake is named, the token never echoed."""
+    raw = read_private(path)
+    if raw is None:
         return None
     try:
-        data = json.loads(path.read_text())
-        cfg = _conv.structure(data, CrewConfig)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"crew.json is not valid JSON: {exc}") from None
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ConfigError(f"crew.json is not valid JSON{where}: {getattr(exc, 'msg', None) or type(exc).__name__}"
+                          "; run `collie crew join` again") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"crew.json must be a JSON object {{...}}, got {type(data).__name__}")
+    problems: list[str] = []
+    for extra in sorted(k for k in data if k not in FIELDS):
+        close = difflib.get_close_matches(extra, FIELDS, n=1, cutoff=0.6)
+        problems.append(f"field {json.dumps(extra)}: unknown field" + (f'; did you mean "{close[0]}"?' if close else ""))
+    cfg = None
+    try:
+        cfg = _conv.structure({k: v for k, v in data.items() if k in FIELDS}, CrewConfig)
     except (ClassValidationError, ForbiddenExtraKeysError) as exc:
-        where, msg = describe(exc)[0]
-        field = where.removeprefix("$.") if where != "$" else "?"
-        raise ConfigError(f"crew.json: field {json.dumps(field)}: {'must be a string' if field == 'token' else msg}") from None
-    problem = check_lead_address(cfg.lead)
-    if problem:
-        raise ConfigError(f'crew.json: field "lead": {problem.text}')
+        for where, msg in describe(exc):
+            field = where.removeprefix("$.") if where != "$" else "?"
+            problems.append(f"field {json.dumps(field)}: {'must be a string' if field == 'token' and 'missing' not in msg else msg}")
+    if cfg is not None:
+        problem = check_lead_address(cfg.lead)
+        if problem:
+            problems.append(f'field "lead": {problem.text}')
+        problem = check_token(cfg.token, "crew.json", "the member token")
+        if problem:
+            problems.append(f'field "token": {problem.text} (ask the lead for a new invite)')
+    if problems:
+        raise ConfigError("crew.json: " + "; ".join(problems))
     return cfg
 
 

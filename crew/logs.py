@@ -1,14 +1,22 @@
-"""Logging: one log per bridge under the state folder, 0600, never a token.
+"""Logging: one log per bridge under the state folder, 0600, never a token, never a forged line.
 
-Every record's final text — message, arguments and traceback alike — passes through `Redactor`,
-which replaces each registered secret with ``[redacted]``. Secrets are registered as soon as they are
-read (sources.json tokens, the .env token, API credentials), before anything could log them.
+Every record's final text — message, arguments and traceback alike — passes through two filters:
 
-Line prefixes are the product's: ``[bridge] …`` for the daemon, ``[durable] …`` for agent traffic.
+- `printable` shows every control or invisible character as an escape (``\\n``, ``\\x1b``,
+  ``\\u202e``), so a value a peer chose (an agent's runtime, a member's version, a frame's type) can
+  neither start a new line that looks like ``[bridge] FATAL`` nor drive the terminal. A traceback
+  keeps its line breaks, but every line of it is indented, so none can pass for a record.
+- `Redactor` replaces each registered secret, whatever its length, with ``[redacted]`` — in its raw
+  form and in the escaped forms an error message may quote it in. Secrets are registered as soon as
+  they are read (sources.json tokens, the .env token, crew.json, API credentials).
+
+The CLI prints peer values through the same `printable`. Line prefixes are the product's:
+``[bridge] …`` for the daemon, ``[durable] …`` for agent traffic.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -17,6 +25,24 @@ from pathlib import Path
 from crew.fsutil import touch_private
 
 REDACTED = "[redacted]"
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _NAMED:
+        return _NAMED[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable(text: object) -> str:
+    """`text` as one visible line: control, format and separator characters become escapes."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
 
 
 class Redactor:
@@ -25,9 +51,14 @@ class Redactor:
         self._lock = threading.Lock()
 
     def add(self, secret: str | None) -> None:
-        if secret and len(secret) >= 8:
-            with self._lock:
-                self._secrets.add(secret)
+        """Redact `secret` from now on, however short, and the escaped forms an error may quote."""
+        if not secret:
+            return
+        forms = {secret}
+        for _ in range(2):  # quoted once (an error's repr), or twice (the repr of that error)
+            forms |= {g for f in forms for g in (printable(f), repr(f)[1:-1], json.dumps(f)[1:-1])}
+        with self._lock:
+            self._secrets.update(f for f in forms if f)
 
     def clean(self, text: str) -> str:
         for secret in sorted(self._secrets, key=len, reverse=True):
@@ -41,7 +72,22 @@ redactor = Redactor()
 
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return redactor.clean(super().format(record))
+        saved = record.msg, record.args
+        record.msg, record.args = printable(redactor.clean(record.getMessage())), None
+        try:
+            return redactor.clean(super().format(record))
+        finally:
+            record.msg, record.args = saved
+
+    def formatException(self, ei) -> str:  # noqa: N802 (logging's name)
+        return _indent(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802
+        return _indent(super().formatStack(stack_info))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + printable(line) for line in text.split("\n"))
 
 
 def setup(log_path: Path | None, *, stderr: bool = True, level: int = logging.INFO) -> None:

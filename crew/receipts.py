@@ -49,6 +49,8 @@ REASONS = {
     "read_only": "This ask cannot be answered from the phone.",
     "disabled": "That button is disabled",
     "conflict": "This request id was used for something else",
+    "bad_request": "The durable agent could not read the request",
+    "unauthorized": "The durable agent refused Collie (its token, or this caller)",
     "machine_offline": "The machine is offline",
 }
 
@@ -69,10 +71,14 @@ class Receipt:
     replay: bool = False  # the stored receipt of a request seen before
 
 
-def refused(request_id: str, op: str, reason: str, detail: str | None = None, **kw) -> Receipt:
-    text = REASONS.get(reason, reason)
-    if detail:
-        text = f"{text}: {detail}" if reason in REASONS else detail
+def refused(request_id: str, op: str, reason: str, detail: str | None = None, *, text: str | None = None,
+            **kw) -> Receipt:
+    """A refusal: nothing reached the agent (or the agent answered that it did nothing). `text`
+    replaces the reason's sentence where a feature fixes another (C7's moved-on line)."""
+    if text is None:
+        text = REASONS.get(reason, reason)
+        if detail:
+            text = f"{text}: {detail}" if reason in REASONS else detail
     return Receipt(request_id=request_id, op=op, outcome="refused", reason=reason, text=text, **kw)
 
 

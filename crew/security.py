@@ -42,6 +42,9 @@ def check_socket_shape(path: str) -> Problem | None:
         return Problem("bad-socket-path", "the socket path is empty")
     if not os.path.isabs(path):
         return Problem("bad-socket-path", f"{path} is not absolute; give the full path")
+    if ".." in PurePosixPath(path).parts:
+        # the kernel resolves `..` after following the link before it; judging the text would not
+        return Problem("bad-socket-path", f"{path} has a '..' component; give the path without it")
     if len(os.fsencode(path)) > SOCKET_PATH_MAX:
         return Problem(
             "bad-socket-path",
@@ -61,7 +64,7 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
     if shape:
         return shape
     uid = os.getuid() if uid is None else uid
-    parts = PurePosixPath(os.path.normpath(path)).parts
+    parts = PurePosixPath(path).parts  # no normpath: `..` is refused above, `.` and `//` are harmless
     current = PurePosixPath("/")
 
     def private(component: PurePosixPath, why: str) -> Problem:
@@ -81,15 +84,20 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
             return private(current, "is not a folder")
         is_parent = depth == len(ancestors) - 1
         if is_parent:
+            if _shared(st):  # /tmp and the like: changing it would break the system (issue 10.3)
+                return private(current, f"is a shared folder (mode {_mode(st)}); the socket needs a folder of its own: "
+                                        f"{_private_home(parts[-1])}")
             if st.st_uid != uid:
-                return private(current, f"is owned by uid {st.st_uid}, not by you (uid {uid})")
+                return private(current, f"is owned by uid {st.st_uid}, not by you (uid {uid}); "
+                                        f"{_private_home(parts[-1])}")
             if stat.S_IMODE(st.st_mode) & 0o077:
                 return private(current, f"has mode {_mode(st)}; the socket's folder must be 0700 (chmod 700 {current})")
         else:
             if st.st_uid not in (0, uid):
                 return private(current, f"is owned by uid {st.st_uid}, neither you nor root")
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-                return private(current, f"has mode {_mode(st)}: writable by group or others and not sticky")
+                return private(current, f"has mode {_mode(st)}: writable by group or others and not sticky; "
+                                        f"{_private_home(parts[-1])}")
     sock = PurePosixPath(*parts)
     try:
         st = os.lstat(sock)
@@ -108,6 +116,30 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
     return None
 
 
+def _shared(st: os.stat_result) -> bool:
+    """A sticky folder writable by others (/tmp, /var/tmp, /dev/shm): many users' files, not one's."""
+    return bool(st.st_mode & stat.S_ISVTX and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _private_home(sock_name: str) -> str:
+    stem = PurePosixPath(sock_name).stem or "agent"
+    return f"use a private folder such as $XDG_RUNTIME_DIR/{stem}/{sock_name} (the SDK creates it 0700)"
+
+
+def mask_url(url: str) -> str:
+    """`url` with any password in it shown as ``***`` (for listings and errors; the URL is refused anyway)."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        password = None
+    if not password:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
 def check_url(url: str) -> Problem | None:
     """T4: `https://host…`, or `http://127.0.0.1:<port>` / `http://localhost:<port>` only."""
     if not url or any(ch.isspace() or ord(ch) < 0x21 or ord(ch) == 0x7F for ch in url):
@@ -116,7 +148,7 @@ def check_url(url: str) -> Problem | None:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        return Problem("bad-url", f"{url!r} is not a valid URL ({exc})")
+        return Problem("bad-url", f"{mask_url(url)!r} is not a valid URL ({exc})")
     scheme = parts.scheme.lower()
     if "@" in parts.netloc:
         return Problem("bad-url", "the URL must not carry a user name or password (text before '@')")
@@ -144,15 +176,23 @@ def is_local_url(url: str) -> bool:
     return parts.scheme.lower() == "http" and (parts.hostname or "") in LOOPBACK_HOSTS
 
 
-def check_token(token: str | None, var: str) -> Problem | None:
+def check_token(token: str | None, var: str, whose: str = "the agent's token") -> Problem | None:
     """T5: present, at least 32 bytes, printable (it travels in an HTTP header). Never quoted back."""
     if token is None:
-        return Problem("no-token", f"the variable {var} is not set; export the agent's token in it first")
+        return Problem("no-token", f"the variable {var} is not set; export {whose} in it first")
+    problem = check_token_text(token, var)
+    if problem:
+        return problem
     if len(token.encode()) < TOKEN_MIN_BYTES:
         return Problem(
             "weak-token",
             f"the token in {var} is shorter than {TOKEN_MIN_BYTES} bytes; make one with `openssl rand -hex 32`",
         )
+    return None
+
+
+def check_token_text(token: str, var: str) -> Problem | None:
+    """A token read from a file: no spaces, CR/LF or control characters (it goes into a header line)."""
     if any(ch.isspace() or not ch.isprintable() for ch in token):
         return Problem("bad-token", f"the token in {var} contains spaces or control characters")
     return None

@@ -14,6 +14,7 @@ rewrite a file they could not parse, so a typo never costs the other entries.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 from crew.convert import describe, strict_converter
 from crew.errors import ConfigError
 from crew.fsutil import atomic_write, ensure_private_dir
+from crew.security import check_token_text
 
 NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 RESERVED_NAME = "default"  # the terminal session's / single-agent instance's name (A7)
@@ -62,67 +64,119 @@ class Source:
 _conv = strict_converter()
 
 
-def _fail(index: int, name: str | None, field: str | None, text: str) -> ConfigError:
+def _where(index: int, name: str | None, field: str | None) -> str:
     who = f'entry {index} ("{name}")' if name else f"entry {index}"
-    where = f": field {json.dumps(field)}" if field else ""  # escaped: a field name may hold anything
-    return ConfigError(f"sources.json {who}{where}: {text}")
+    return who + (f": field {json.dumps(field)}" if field else "")  # escaped: a field name may hold anything
+
+
+def _fail(index: int, name: str | None, field: str | None, text: str) -> ConfigError:
+    return ConfigError(f"sources.json {_where(index, name, field)}: {text}")
+
+
+def _suggest(field: str) -> str:
+    close = difflib.get_close_matches(field, FIELDS, n=1, cutoff=0.6)
+    return f'; did you mean "{close[0]}"?' if close else ""
+
+
+def _entry_problems(index: int, raw: object, *, reserved: bool = True) -> tuple[Source | None, list[str]]:
+    """Every mistake of one entry, each naming the entry and the field; the entry when it has none."""
+    if not isinstance(raw, dict):
+        return None, [f"{_where(index, None, None)}: expected an object {{...}}, got {type(raw).__name__}"]
+    name = raw.get("name")
+    name = name if isinstance(name, str) and NAME_RULE.match(name) else None  # only safe names are echoed
+    out: list[str] = []
+
+    def add(field: str | None, text: str) -> None:
+        out.append(f"{_where(index, name, field)}: {text}")
+
+    for extra in sorted(k for k in raw if k not in FIELDS):
+        add(extra, f"unknown field{_suggest(extra)} (allowed: {', '.join(FIELDS)})")
+    try:
+        src = _conv.structure({k: v for k, v in raw.items() if k in FIELDS}, Source)
+    except (ClassValidationError, ForbiddenExtraKeysError) as exc:
+        for path, msg in describe(exc):
+            field = path.removeprefix("$.") if path != "$" else None
+            if msg == "required field missing":
+                msg = "missing; every entry needs it"
+            elif field == "token":
+                msg = "must be a string"  # never echo what might be a secret
+            if field == "name":
+                name = None
+            add(field, msg)
+        return None, out
+    if src.kind != "durable":
+        add("kind", f'must be "durable", got {src.kind!r:.40}')
+    if not NAME_RULE.match(src.name):
+        out.append(f"{_where(index, None, 'name')}: {src.name!r:.40} breaks the name rule: 1-32 of a-z, 0-9 and '-', "
+                   "starting with a letter or digit")
+    elif reserved and src.name == RESERVED_NAME:
+        add("name", f'"{RESERVED_NAME}" is the main session\'s name; pick another name')
+    if src.socket is not None and src.url is not None:
+        add("socket", 'both "socket" and "url" are set; keep one')
+    if src.socket is None and src.url is None:
+        add("socket", 'neither "socket" nor "url" is set; give one')
+    if src.socket is not None and src.url is None and src.token is not None:
+        add("token", 'a socket entry takes no "token" (the socket is private instead)')
+    if src.url is not None and src.token is None:
+        add("url", 'missing "token"')
+    if src.token is not None and check_token_text(src.token, "it"):
+        add("token", "contains spaces, line breaks or control characters; paste the token again (`openssl rand -hex 32`)")
+    return (None if out else src), out
 
 
 def _entry(index: int, raw: object, *, reserved: bool = True) -> Source:
-    if not isinstance(raw, dict):
-        raise _fail(index, None, None, f"expected an object {{...}}, got {type(raw).__name__}")
-    name = raw.get("name")
-    name = name if isinstance(name, str) and NAME_RULE.match(name) else None  # only safe names are echoed
-    extra = sorted(k for k in raw if k not in FIELDS)
-    if extra:
-        raise _fail(index, name, extra[0], f"unknown field (allowed: {', '.join(FIELDS)})")
-    try:
-        src = _conv.structure(raw, Source)
-    except (ClassValidationError, ForbiddenExtraKeysError) as exc:
-        path, msg = describe(exc)[0]
-        field = path.removeprefix("$.") if path != "$" else None
-        if msg == "required field missing":
-            msg = "missing; every entry needs it"
-        elif field == "token":
-            msg = "must be a string"  # never echo what might be a secret
-        raise _fail(index, name, field, msg) from None
-    if src.kind != "durable":
-        raise _fail(index, name, "kind", f'must be "durable", got {src.kind!r:.40}')
-    if not NAME_RULE.match(src.name):
-        raise _fail(
-            index, None, "name",
-            f"{src.name!r:.40} breaks the name rule: 1-32 of a-z, 0-9 and '-', starting with a letter or digit",
-        )
-    if reserved and src.name == RESERVED_NAME:
-        raise _fail(index, name, "name", f'"{RESERVED_NAME}" is the main session\'s name; pick another name')
-    if src.socket is not None and src.url is not None:
-        raise _fail(index, name, "socket", 'both "socket" and "url" are set; keep one')
-    if src.socket is None and src.url is None:
-        raise _fail(index, name, "socket", 'neither "socket" nor "url" is set; give one')
-    if src.socket is not None and src.token is not None:
-        raise _fail(index, name, "token", 'a socket entry takes no "token" (the socket is private instead)')
-    if src.url is not None and src.token is None:
-        raise _fail(index, name, "url", 'missing "token"')
+    src, problems = _entry_problems(index, raw, reserved=reserved)
+    if problems:
+        raise ConfigError(f"sources.json {problems[0]}")
     return src
 
 
+def _json_error(exc: json.JSONDecodeError) -> str:
+    """Where the mistake is: a trailing comma is reported at the comma, not at what follows it."""
+    doc, pos = exc.doc, exc.pos
+    before = pos
+    while before > 0 and doc[before - 1] in " \t\r\n":
+        before -= 1
+    if before > 0 and doc[before - 1] == "," and doc[pos:pos + 1] in ("]", "}"):
+        comma = before - 1
+        line = doc.count("\n", 0, comma) + 1
+        column = comma - (doc.rfind("\n", 0, comma) + 1) + 1
+        return f"sources.json is not valid JSON at line {line} column {column}: a trailing comma (remove it)"
+    return f"sources.json is not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+
+
 def parse_sources(text: str | bytes) -> list[Source]:
-    """Parse and validate the whole file; the first problem raises `ConfigError`."""
+    """Parse and validate the whole file; every problem is named in one `ConfigError`."""
     try:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8-sig" if text.startswith(b"\xef\xbb\xbf") else "utf-8")
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" at line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise ConfigError(f"sources.json is not valid JSON{where}: {getattr(exc, 'msg', exc)}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(_json_error(exc)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"sources.json is not valid JSON: it is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise ConfigError("sources.json is not valid JSON: it is nested too deeply") from None
     if not isinstance(data, list):
         raise ConfigError(f"sources.json must be a JSON array of entries [...], got {type(data).__name__}")
     out: list[Source] = []
+    problems: list[str] = []
     seen: dict[str, int] = {}
     for index, raw in enumerate(data, start=1):
-        src = _entry(index, raw)
+        src, found = _entry_problems(index, raw)
+        problems += found
+        if src is None:
+            continue
         if src.name in seen:
-            raise _fail(index, src.name, "name", f"the name is already used by entry {seen[src.name]}")
+            problems.append(f"{_where(index, src.name, 'name')}: the name is already used by entry {seen[src.name]}")
+            continue
         seen[src.name] = index
         out.append(src)
+    if len(problems) == 1:
+        raise ConfigError(f"sources.json {problems[0]}")
+    if problems:
+        listed = "; ".join(f"({n}) {p}" for n, p in enumerate(problems, start=1))
+        raise ConfigError(f"sources.json has {len(problems)} mistakes: {listed}")
     return out
 
 
@@ -141,17 +195,47 @@ def check_file(path: Path) -> os.stat_result | None:
     return st
 
 
+def read_private(path: Path) -> bytes | None:
+    """The bytes of a file that holds secrets, refused as `check_file` says; None when it does not exist."""
+    if check_file(path) is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"{path} cannot be read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def check_config_dir(folder: Path) -> None:
+    """Refuse a config folder that others could write: they could swap the files holding tokens.
+
+    The folder itself may be a symlink (to a dotfiles folder, say); what it points to is judged.
+    """
+    try:
+        st = os.stat(folder)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"the config folder {folder} is not a folder")
+    if st.st_uid != os.getuid():
+        raise ConfigError(f"the config folder {folder} is owned by uid {st.st_uid}, not by you (uid {os.getuid()}); "
+                          "set COLLIE_CONFIG_DIR to a folder of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"the config folder {folder} has mode {stat.S_IMODE(st.st_mode):04o}: others could replace "
+                          f"the files holding tokens in it; chmod 700 {folder}")
+
+
 def read_sources(path: Path) -> list[Source]:
     """Read `path` strictly. A missing file means no agents."""
-    if check_file(path) is None:
-        return []
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as fh:
-        return parse_sources(fh.read())
+    data = read_private(path)
+    return [] if data is None else parse_sources(data)
 
 
 def tighten_mode(path: Path) -> str | None:
-    """A6: make the file 0600; return the old mode (e.g. "0644") when it had to change."""
+    """A6 (sources.json, .env, crew.json): make the file 0600; return the old mode (e.g. "0644") when it changed."""
     st = check_file(path)
     if st is None or stat.S_IMODE(st.st_mode) == 0o600:
         return None

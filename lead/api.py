@@ -54,8 +54,11 @@ class BadRequest(Exception):
 
 
 def _id(value, what: str) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= ID_MAX or "/" in value or not value.isprintable():
-        raise BadRequest(f"{what} must be 1-{ID_MAX} printable characters without '/'")
+    """The wire's id rule (§1): 1-128 printable ASCII characters, no `/`; and never `.` or `..`,
+    which a URL would read as a step. Checked before an id is looked up or reaches an agent."""
+    if (not isinstance(value, str) or not 1 <= len(value) <= ID_MAX or "/" in value or value in (".", "..")
+            or not all(" " <= ch <= "~" for ch in value)):
+        raise BadRequest(f"{what} must be 1-{ID_MAX} printable ASCII characters, without '/', and not '.' or '..'")
     return value
 
 
@@ -65,6 +68,13 @@ def _int(value, what: str) -> int | None:
     if type(value) is not int:
         raise BadRequest(f"{what} must be an integer")
     return value
+
+
+def _turn(value) -> int:
+    """Steer, Stop and agent buttons act on the turn the phone saw (wire §6, B7, C7): required."""
+    if value is None:
+        raise BadRequest("turn is required: the turn the phone saw (so a tap never acts on a later turn)")
+    return _int(value, "turn")
 
 
 def masked_rows(rows: list, on: bool) -> list:
@@ -127,6 +137,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         return error(400, "bad_request", str(exc))
 
     def reader_of(machine: str, agent: str):
+        machine, agent = _id(machine, "machine"), _id(agent, "agent")  # 400 before any lookup (issue 9.13)
         if machine == LOCAL:
             return bridge.readers.get(agent)
         return hub.reader(machine, agent) if hub is not None else None
@@ -179,6 +190,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):
         reader = reader_of(machine, agent)
+        conv = _id(conv, "conversation")
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         if machine == LOCAL:
@@ -194,6 +206,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):
         reader = reader_of(machine, agent)
+        conv = _id(conv, "conversation")
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         try:
@@ -262,6 +275,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.post("/api/ask/<ask_id>")
     async def answer(ask_id: str):
+        ask_id = _id(ask_id, "ask id")
         data = await body()
         machine, agent = target(data)
         if reader_of(machine, agent) is None:
@@ -281,14 +295,17 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             raise BadRequest("digest must be the digest of the ask you saw")
         return await run_write(WriteRequest(
             request_id=_id(data.get("request_id"), "request_id"), op="answer", agent=agent,
-            ask_id=_id(ask_id, "ask id"), digest=digest, option_ids=option_ids, answer_text=ans.get("text"),
+            ask_id=ask_id, digest=digest, option_ids=option_ids, answer_text=ans.get("text"),
             fields=ans.get("fields"), confirmed=data.get("confirmed") is True), machine)
 
     async def session_write(machine: str, agent: str, conv: str, op: str, **extra):
+        conv = _id(conv, "conversation")
         if reader_of(machine, agent) is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
         fields = {}
+        if op in ("steer", "abort", "action"):
+            fields["turn"] = _turn(data.get("turn"))
         if op in ("steer",):
             if not isinstance(data.get("text"), str):
                 raise BadRequest("text must be a string")
@@ -298,8 +315,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                 raise BadRequest("title must be a string")
             fields["title"] = data["title"]
         return await run_write(WriteRequest(
-            request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=_id(conv, "conversation"),
-            turn=_int(data.get("turn"), "turn"), **fields, **extra), machine)
+            request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=conv,
+            **fields, **extra), machine)
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
     async def steer(machine: str, agent: str, conv: str):
@@ -311,7 +328,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/actions/<action_id>")
     async def action(machine: str, agent: str, conv: str, action_id: str):
-        return await session_write(machine, agent, conv, "action", action_id=_id(action_id, "action"))
+        action_id = _id(action_id, "action")
+        return await session_write(machine, agent, conv, "action", action_id=action_id)
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/rename")
     async def rename(machine: str, agent: str, conv: str):
@@ -327,11 +345,12 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.post("/api/agents/<machine>/<agent>/starters/<starter_id>")
     async def start(machine: str, agent: str, starter_id: str):
+        starter_id = _id(starter_id, "starter")
         if reader_of(machine, agent) is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         data = await body()
         return await run_write(WriteRequest(request_id=_id(data.get("request_id"), "request_id"), op="starter",
-                                            agent=agent, starter_id=_id(starter_id, "starter")), machine)
+                                            agent=agent, starter_id=starter_id), machine)
 
 
 def install_inbox_routes(app: Quart, hub, inbox) -> None:

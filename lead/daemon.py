@@ -8,37 +8,50 @@ crew hub that gathers members and routes their writes.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
+import time
 from functools import partial
 
 import trio
 
-from bridge.daemon import Daemon, run_daemon
+from bridge.daemon import Daemon, first_of, run_daemon
 from crew import __version__, logs
-from crew.errors import EXIT_USAGE
+from crew.cli.serve import LOOPBACK, ServeParser, add_options, check_options, serve_env
+from crew.errors import EXIT_USAGE, CollieError
 from lead.api import OWNER, create_api, install_inbox_routes, load_or_create_credential
 from lead.http import create_app, serve_http
 
 log = logs.get("daemon")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8470
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LISTEN_ADVICE = {
+    errno.EADDRINUSE: "address already in use (stop the program that listens there, or choose another --port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges: choose another --port)",
+    errno.EADDRNOTAVAIL: "this machine has no such address (choose another --host)",
+}
+
+
+class ListenError(CollieError):
+    """The phone's server could not bind: one line naming the address and what to change (10.4)."""
+
+
+def bind_text(host: str, port: int) -> str:
+    """host:port as hypercorn and people read it; an IPv6 address in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def listen_error(host: str, port: int, err: OSError) -> ListenError:
+    if isinstance(err, socket.gaierror):
+        why = f"unknown host ({err.strerror or err}; choose another --host)"
+    else:
+        why = LISTEN_ADVICE.get(err.errno or 0) or f"{(err.strerror or str(err)).lower()} (check --host and --port)"
+    return ListenError(f"cannot listen on {bind_text(host, port)}: {why}")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="collie serve", description="Run this machine's Collie bridge in the foreground.")
-    p.add_argument("--host", default=os.environ.get("COLLIE_HOST", DEFAULT_HOST),
-                   help="address for the phone (default 127.0.0.1; anything else is served over TLS only)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("COLLIE_PORT", DEFAULT_PORT)),
-                   help=f"port for the phone's API (default {DEFAULT_PORT}; 0 picks a free one)")
-    p.add_argument("--tls-cert", help="your certificate (PEM) for serving over TLS; without it, off loopback, "
-                                      "the lead makes a self-signed one on first use")
-    p.add_argument("--tls-key", help="private key (PEM) for --tls-cert")
-    p.add_argument("--tls", action="store_true", default=os.environ.get("COLLIE_TLS") == "1",
-                   help="serve over TLS on loopback too (with the generated certificate unless --tls-cert)")
-    p.add_argument("--name", action="append", default=[n for n in os.environ.get("COLLIE_NAMES", "").split(",") if n],
-                   help="another name phones use to reach this lead (repeatable; COLLIE_NAMES=a,b)")
+    p = ServeParser(prog="collie serve", description="Run this machine's Collie bridge in the foreground.")
+    add_options(p)
     return p
 
 
@@ -49,9 +62,7 @@ class LeadDaemon(Daemon):
     def __init__(self, args, paths, config) -> None:
         super().__init__(args, paths, config)
         self.credential, created = load_or_create_credential(paths)
-        if created:
-            log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
-                     paths.state_dir / "api-token")
+        self.made_credential = created  # logged once the server listens; removed if the start fails
         logs.redactor.add(self.credential)
         from lead.hub import Hub  # the crew hub: members, their views, routing
 
@@ -66,33 +77,28 @@ class LeadDaemon(Daemon):
             ttl = TTL_DEFAULT
         self.inbox = Inbox(paths.state_dir / "inbox.sqlite", self.hub, self.writer,
                            owner=env.get("COLLIE_OWNER") or "the owner", ttl=ttl)
+        from crew.redact import enabled as redaction_enabled
         from lead.devices import Devices
         from lead.events import Feed
+        from lead.push import Pusher
         from lead.tls import ensure_certificate, fingerprint_file, names_for
 
         self.devices = Devices(paths.state_dir / "devices.sqlite")
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
         self.devices.on_revoke.append(self.feed.revoke_device)
-        import socket as _socket
-
-        from crew.redact import enabled as redaction_enabled
-        from lead.push import Pusher
-
         self.redact_on = redaction_enabled({**env, **os.environ})
-        self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=_socket.gethostname(),
+        self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
                              redact_on=self.redact_on)
         self.devices.on_revoke.append(self.pusher.store.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         if not self.certfile and (args.tls or args.host not in LOOPBACK):
-            self.certfile, self.keyfile = self._generated(paths, names_for(args.host, args.name), ensure_certificate)
+            names = names_for(args.host, args.name)
+            cert, key, made = ensure_certificate(paths.state_dir, names, log)
+            if made:
+                log.info("[bridge] made a self-signed TLS certificate for %s: %s", ", ".join(names), cert)
+            self.certfile, self.keyfile = str(cert), str(key)
         self.fingerprint = fingerprint_file(self.certfile) if self.certfile else None
         self.door = None
-
-    def _generated(self, paths, names, ensure_certificate):
-        cert, key, made = ensure_certificate(paths.state_dir, names, log)
-        if made:
-            log.info("[bridge] made a self-signed TLS certificate for %s: %s", ", ".join(names), cert)
-        return str(cert), str(key)
 
     async def _set_viewing(self, machine: str, agent: str, on: bool) -> None:
         if machine == "local":
@@ -100,18 +106,16 @@ class LeadDaemon(Daemon):
         else:
             await self.hub.set_viewing(machine, agent, on)
 
-    # --- control ops for `collie pair` and `collie devices` -----------------------------------------
+    # --- control ops for `collie pair`, `collie devices` and the doctor ------------------------------
     async def op_pair(self, _req: dict) -> dict:
-        import time as _time
-
         if self.door is None:
-            raise RuntimeError("the phone's server is not up yet")
-        code, expires = self.devices.new_code(_time.time())
+            raise LookupError("the phone's server is not up yet: try again in a moment")
+        code, expires = self.devices.new_code(time.time())
         return {"link": f"{self.door.base_url(self.args.host)}/pair#{code}", "expires_at": expires,
                 "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK}
 
     async def op_live(self, _req: dict) -> dict:
-        """Live channels open, and who views which agent (W5: 2 s polling while viewed)."""
+        """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
         push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
@@ -132,6 +136,11 @@ class LeadDaemon(Daemon):
     def handlers(self) -> dict:
         return {**super().handlers(), **self.hub.control_handlers(), "pair": self.op_pair,
                 "devices": self.op_devices, "devices_revoke": self.op_devices_revoke, "live": self.op_live}
+
+    def abandon(self) -> None:
+        """A start that failed leaves no credential it made behind (issue 10.4)."""
+        if self.made_credential:
+            (self.paths.state_dir / "api-token").unlink(missing_ok=True)
 
     def ready_line(self) -> str:
         n = len(self.config.agents)
@@ -167,12 +176,21 @@ class LeadDaemon(Daemon):
                 self.feed.shutdown()
             nursery.start_soon(end_channels)
             async with trio.open_nursery() as web:
-                binds = await web.start(partial(
-                    serve_http, app, [f"{self.args.host}:{self.args.port}"], self.shutdown,
-                    certfile=self.certfile, keyfile=self.keyfile))
+                try:
+                    binds = await web.start(partial(
+                        serve_http, app, [bind_text(self.args.host, self.args.port)], self.shutdown,
+                        certfile=self.certfile, keyfile=self.keyfile))
+                except BaseException as exc:
+                    err = first_of(exc, OSError)
+                    if err is None:
+                        raise
+                    raise listen_error(self.args.host, self.args.port, err) from None
                 self.address = binds[0] if binds else ""
                 door.port = _port_of(self.address) or door.port
                 self.door = door
+                if self.made_credential:
+                    log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
+                             self.paths.state_dir / "api-token")
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
@@ -183,13 +201,13 @@ def _port_of(address: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _refuse_plain_http(args: argparse.Namespace, _paths) -> tuple[int, str] | None:
-    """Off loopback the lead serves only TLS (the generated certificate when none is given); a
-    certificate without its key, or a key without its certificate, is a usage error."""
-    if bool(args.tls_cert) != bool(args.tls_key):
-        return EXIT_USAGE, "--tls-cert and --tls-key go together: give both, or neither to use the generated certificate"
+def _check(args: argparse.Namespace, paths) -> tuple[int, str] | None:
+    """Off loopback the lead serves only TLS: the user's certificate, or one it makes (lead.tls)."""
+    problem = check_options(args, serve_env(paths))
+    if problem:
+        return EXIT_USAGE, problem
     return None
 
 
 def main(argv: list[str]) -> int:
-    return run_daemon(LeadDaemon, parser().parse_args(argv), argv, check=_refuse_plain_http)
+    return run_daemon(LeadDaemon, parser().parse_args(argv), argv, check=_check)

@@ -31,7 +31,7 @@ from bridge.bridge import Bridge
 from bridge.locks import Busy, SessionLocks
 from bridge.reader import AgentReader
 from bridge.writer import Writer
-from bridge.writes import WriteRequest
+from bridge.writes import WriteRequest, lock_key
 from crew import crewwire, logs
 from crew.crewstore import CrewStore
 from crew.fsutil import atomic_write, ensure_private_dir
@@ -337,8 +337,10 @@ class Hub:
                            text=OLDER_COLLIE)
         if member.conn is None:
             return refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member)}")
+        reader = member.readers.get(req.agent)
+        key = lock_key(req, reader.conversations if reader is not None else {})  # an answer: its ask's conversation
         try:
-            async with self.locks.hold((label, *req.session), stop=req.op == "abort"):
+            async with self.locks.hold((label, *key), stop=req.op == "abort"):
                 return await self.forward(label, req)
         except Busy:
             return refused(req.request_id, req.op, "busy")

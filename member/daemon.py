@@ -6,13 +6,13 @@ A member serves no phone: its only front is the link. The daemon starts when cre
 
 from __future__ import annotations
 
-import argparse
 import os
 
 import trio
 
 from bridge.daemon import Daemon, run_daemon
 from crew import __version__, logs
+from crew.cli.serve import ServeParser, add_options
 from crew.crewconfig import read_crew
 from crew.errors import ConfigError
 from member.link import Link
@@ -56,10 +56,7 @@ class MemberDaemon(Daemon):
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="collie serve", description="Run this member machine's bridge.")
-    p.add_argument("--host")
-    p.add_argument("--port")
-    p.add_argument("--tls-cert")
-    p.add_argument("--tls-key")
+    p = ServeParser(prog="collie serve", description="Run this member machine's bridge (the options are the lead's).")
+    add_options(p)
     args, _ = p.parse_known_args(argv)
     return run_daemon(MemberDaemon, args, argv)

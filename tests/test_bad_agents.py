@@ -87,7 +87,7 @@ async def until(b: Bridge, name: str, pred):
     ({"rev": "many", "instance": "e1", "conversations": "lots"}, "protocol"),  # wrong types
     ({"rev": 2, "instance": "e1", "conversations": [{"id": 5}]}, "protocol"),
     (Response(200, {"huge": "x" * (STATE_CAP + 10)}), "too-large"),
-    (Response(500, {"error": "internal", "message": "boom"}), "protocol"),
+    (Response(500, {"error": "internal", "message": "boom"}), "internal"),  # the agent said so (wire §1)
     (Response(418, {"error": "teapot"}), "protocol"),
 ])
 async def test_a_bad_state_keeps_the_last_good_view(tmp, autojump_clock, log_lines, answer, reason):

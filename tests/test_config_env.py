@@ -52,3 +52,60 @@ def test_process_environment_overrides_dotenv(tmp_path):
     paths.config_dir.mkdir()
     paths.dotenv.write_text("COLLIE_PROGRAMS=off\n")
     assert not load_bridge_config(paths, environ={"COLLIE_PROGRAMS": "on"}).programs_off
+
+
+def test_a_config_folder_others_can_write_is_refused(tmp_path):
+    """9.11: a 0777 config folder (anyone could swap .env or crew.json) stops the start with the fix."""
+    import os
+
+    from crew.errors import ConfigError
+
+    paths = Paths(tmp_path / "c", tmp_path / "s")
+    paths.config_dir.mkdir()
+    paths.dotenv.write_text(f"COLLIE_MUX=durable\nCOLLIE_DURABLE_URL=https://x\nCOLLIE_DURABLE_TOKEN={TOKEN}\n")
+    os.chmod(paths.config_dir, 0o777)
+    with pytest.raises(ConfigError) as err:
+        load_bridge_config(paths, environ={})
+    assert f"chmod 700 {paths.config_dir}" in str(err.value) and "0777" in str(err.value)
+    os.chmod(paths.config_dir, 0o755)
+    assert load_bridge_config(paths, environ={}).agents[0].url == "https://x"
+
+
+def test_a_symlinked_env_file_is_refused(tmp_path):
+    """9.11: .env is guarded like sources.json: a symlink is not followed."""
+    from crew.errors import ConfigError
+
+    paths = Paths(tmp_path / "c", tmp_path / "s")
+    paths.config_dir.mkdir()
+    (tmp_path / "elsewhere").write_text("COLLIE_PROGRAMS=off\n")
+    paths.dotenv.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="symlink"):
+        load_bridge_config(paths, environ={})
+
+
+def test_an_env_token_with_a_line_break_is_refused_unechoed():
+    """9.11, A13: a token that could split a header line makes `default` Unreachable (config), unquoted."""
+    bad = TOKEN + "\r\nX-Evil: 1"
+    agent = single_agent({"COLLIE_MUX": "durable", "COLLIE_DURABLE_URL": "https://x", "COLLIE_DURABLE_TOKEN": bad})
+    assert agent.problem.code == "config" and "control characters" in agent.problem.text
+    assert TOKEN not in agent.problem.text and agent.token is None
+
+
+def test_crew_json_token_is_checked_on_load_and_never_echoed(tmp_path):
+    """9.11, 10.6: crew.json's token must be a clean T5 token; every mistake is named, with did-you-mean."""
+    import json
+    import os
+
+    from crew.crewconfig import read_crew
+    from crew.errors import ConfigError
+
+    path = tmp_path / "crew.json"
+    path.write_text(json.dumps({"version": 1, "lead": "ws://127.0.0.1:9/crew/v1", "token": TOKEN + "\r\n",
+                                "label": "lap", "lable": "x"}))
+    os.chmod(path, 0o600)
+    with pytest.raises(ConfigError) as err:
+        read_crew(path)
+    msg = str(err.value)
+    assert 'field "lable": unknown field; did you mean "label"?' in msg
+    assert 'field "token": the token in crew.json contains spaces or control characters' in msg
+    assert TOKEN not in msg and "\n" not in msg

@@ -103,3 +103,21 @@ def test_link_errors_are_described_even_inside_exception_groups():
     rejected = ConnectionRejected(401, [], b"")
     assert "refused this member (HTTP 401)" in link.describe(ExceptionGroup("g", [rejected]))
     assert "may have slept" in link.describe(BaseExceptionGroup("g", [ExceptionGroup("h", [trio.TooSlowError()])]))
+
+
+def test_service_unit_serves_with_the_users_host_and_port(cli, paths, tmp_path, monkeypatch):
+    """10.7, 9.8: the unit carries the port and host the user runs with, starts the daemon with `-P`, and
+    orders a user unit after no system target (a user manager has no network-online.target)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    unit_file = tmp_path / "xdg" / "systemd" / "user" / "collie.service"
+    monkeypatch.setenv("COLLIE_PORT", "9123")
+    status, out, _ = cli("service", "install")
+    unit = unit_file.read_text()
+    assert status == 0 and "serves on 127.0.0.1:9123" in out
+    assert " -P -m crew.cli.main serve --host 127.0.0.1 --port 9123\n" in unit
+    assert "network-online.target" not in unit and "After=" not in unit
+    status, _, _ = cli("service", "install", "--port", "9200", "--host", "localhost")
+    assert status == 0 and "serve --host localhost --port 9200\n" in unit_file.read_text()
+    status, _, err = cli("service", "install", "--port", "99999")
+    assert status == 2 and "--port 99999 is not a port" in err

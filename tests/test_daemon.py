@@ -164,3 +164,116 @@ def test_state_folders_are_private(paths, bridge, tmp_path):
     for folder in (paths.state_dir, paths.agent_dir("desk")):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     assert stat.S_IMODE(paths.control_socket.stat().st_mode) == 0o600
+
+
+HOSTILE = "import pathlib, sys\npathlib.Path({marker!r}).write_text('ran')\nsys.exit(3)\n"
+
+
+def test_a_module_in_the_current_folder_never_replaces_the_daemon(paths, tmp_path):
+    """9.8: `collie serve` and `collie restart` run from a folder holding lead.py / member.py / crew.py:
+    the real daemon starts and restarts, the folder's files never run."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    hostile = tmp_path / "downloads"
+    hostile.mkdir()
+    marker = tmp_path / "hostile-code-ran"
+    for name in ("lead.py", "member.py", "bridge.py"):
+        (hostile / name).write_text(HOSTILE.format(marker=str(marker)))
+    collie = str(Path(sys.executable).parent / "collie")  # the installed command, as a user runs it
+    env = collie_env(paths)
+    proc = subprocess.Popen([collie, "serve", "--port", "0"], cwd=hostile, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        first = None
+        while first is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                first = control.call(paths.control_socket, "ping", timeout=1)
+            except Exception:
+                time.sleep(0.05)
+        assert first is not None, f"the daemon did not start (exit {proc.poll()})"
+        restarted = subprocess.run([collie, "restart"], cwd=hostile, env=env, capture_output=True, text=True, timeout=30)
+        assert restarted.returncode == 0, restarted.stderr
+        assert control.call(paths.control_socket, "ping")["pid"] == first["pid"]
+        assert not marker.exists()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+
+
+def test_restart_refuses_a_broken_config_and_keeps_the_bridge(paths, bridge):
+    """10.2, A4: with a trailing comma in sources.json, `collie restart` and SIGHUP say why in one line,
+    exit non-zero, and the running bridge keeps serving with what it loaded."""
+    import time
+
+    b = bridge()
+    first = b.wait_ready()
+    paths.config_dir.mkdir(parents=True, exist_ok=True)
+    paths.sources.write_text('[\n  {"name": "desk", "kind": "durable", "socket": "/run/desk.sock"},\n]\n')
+    done = run_collie(paths, "restart")
+    assert done.returncode == 78
+    assert done.stderr.splitlines() == [
+        "collie: not restarted: sources.json is not valid JSON at line 2 column 66: a trailing comma (remove it); "
+        f"the running bridge (pid {first['pid']}) keeps its configuration"]
+    b.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while "SIGHUP received: not restarting" not in paths.log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "SIGHUP received: not restarting, the new configuration is broken: sources.json" in paths.log.read_text()
+    assert control.call(paths.control_socket, "ping")["started"] == first["started"]
+    doctor = run_collie(paths, "doctor").stdout
+    assert "FAIL config: sources.json is not valid JSON at line 2" in doctor
+    paths.sources.write_text('[\n  {"name": "desk", "kind": "durable", "socket": "/run/desk.sock"}\n]\n')
+    assert run_collie(paths, "restart").returncode == 0  # fixed: the restart goes through
+
+
+@pytest.mark.parametrize(("argv", "env", "line"), [
+    (["--port", "99999"], {}, "[bridge] FATAL: --port 99999 is not a port: give 1-65535 (0 picks a free one)"),
+    (["--port", "http"], {}, "[bridge] FATAL: --port http is not a port: give 1-65535 (0 picks a free one)"),
+    ([], {"COLLIE_PORT": "eighty"}, "[bridge] FATAL: COLLIE_PORT eighty is not a port: give 1-65535 (0 picks a free one)"),
+    (["--tls-cert", "/nonexistent.pem"], {}, "[bridge] FATAL: --tls-cert and --tls-key go together: give both, or neither"),
+    (["--prot", "9000"], {}, "[bridge] FATAL: unrecognized arguments: --prot 9000 (see `collie serve --help`)"),
+])
+def test_a_bad_option_is_one_line(paths, argv, env, line):
+    """10.4: a bad start-up option gives one line naming what to change, exit 2, no traceback."""
+    done = run_collie(paths, "serve", *argv, env=collie_env(paths, **env))
+    assert done.returncode == 2 and done.stderr.splitlines() == [line]
+
+
+def test_a_port_in_use_is_one_line_and_leaves_no_credential(paths):
+    """10.4: the port is taken: `cannot listen on H:P: address already in use (… --port)`, exit 1,
+    no traceback, and the API credential this failed start made is not left behind."""
+    import socket
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        done = run_collie(paths, "serve", "--port", str(port))
+    finally:
+        taken.close()
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines() == [
+        f"[bridge] FATAL: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(stop the program that listens there, or choose another --port)"]
+    assert not (paths.state_dir / "api-token").exists()
+
+
+def test_env_and_crew_json_are_tightened_at_start(paths, bridge):
+    """9.11, A6: .env (0666) and crew.json (0644) hold tokens: the start makes them 0600 and logs it."""
+    paths.config_dir.mkdir(parents=True)
+    os.chmod(paths.config_dir, 0o700)
+    paths.dotenv.write_text(f"COLLIE_MUX=durable\nCOLLIE_DURABLE_URL=https://x.invalid\nCOLLIE_DURABLE_TOKEN={TOKEN}\n")
+    os.chmod(paths.dotenv, 0o666)
+    paths.crew.write_text(json.dumps({"version": 1, "lead": "ws://127.0.0.1:9/crew/v1", "token": TOKEN[::-1],
+                                      "label": "lap"}))
+    os.chmod(paths.crew, 0o644)
+    bridge().wait_ready()
+    for f, old in ((paths.dotenv, "0666"), (paths.crew, "0644")):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o600
+        assert f"{f} had mode {old}; tightened to 0600" in paths.log.read_text()
+    assert TOKEN not in paths.log.read_text() and TOKEN[::-1] not in paths.log.read_text()

@@ -190,3 +190,43 @@ def test_token_rules():
     assert check_token("a" * 31 + " ", "TOK").code == "bad-token"
     assert check_token("0123456789abcdef" * 4, "TOK") is None
     assert same_secret("abc", "abc") and not same_secret("abc", "abd")
+
+
+def test_dot_dot_cannot_hide_a_symlink_to_a_public_folder(tree, tmp_path):
+    """9.12, T2: `…/run/lnk/../app.sock` reads as the private `run/app.sock`, but the kernel follows
+    `lnk` into a 0777 folder first and takes `..` from there: the path is refused, not judged by its text."""
+    _, run, _ = tree
+    public = tmp_path / "public" / "inner"
+    public.mkdir(parents=True)
+    os.chmod(public.parent, 0o777)
+    (run / "lnk").symlink_to(public)
+    other = make_socket(public.parent / "app.sock")  # what the kernel would reach
+    try:
+        problem = check_socket_private(f"{run}/lnk/../app.sock")
+        assert problem is not None and problem.code == "bad-socket-path" and "'..'" in problem.text
+    finally:
+        other.close()
+
+
+def test_a_socket_in_a_shared_sticky_folder_gets_safe_advice(tmp_path):
+    """10.3, T2: a socket directly in a sticky world-writable folder (like /tmp) is told to move to a
+    private folder, never to chmod the shared one."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    sock = make_socket(shared / "desk.sock")
+    try:
+        problem = check_socket_private(str(shared / "desk.sock"))
+        assert problem.code == "socket-not-private" and "chmod" not in problem.text
+        assert "$XDG_RUNTIME_DIR/desk/desk.sock" in problem.text and "shared folder" in problem.text
+    finally:
+        sock.close()
+
+
+def test_mask_url_hides_only_the_password():
+    """9.15."""
+    from crew.security import mask_url
+
+    assert mask_url("https://bob:hunter2@edge.example:8443/x?y=1") == "https://bob:***@edge.example:8443/x?y=1"
+    assert mask_url("https://edge.example/x") == "https://edge.example/x"
+    assert "hunter2" not in check_url("https://bob:hunter2@edge.example:99999/").text

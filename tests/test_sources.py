@@ -154,3 +154,47 @@ def test_round_trip_of_valid_files(items):
     sources = [Source(n, "durable", socket="/" + a) if sock else Source(n, "durable", url="https://" + a, token=TOKEN)
                for n, sock, a in items]
     assert parse_sources(render(sources)) == sources
+
+
+def test_a_trailing_comma_is_reported_at_the_comma():
+    """10.6, A4: json reports the `]` after a trailing comma; the error names the comma's line."""
+    text = '[\n  {"name": "a", "kind": "durable", "socket": "/s"},\n  {"name": "b", "kind": "durable", "socket": "/t"},\n]\n'
+    with pytest.raises(ConfigError) as err:
+        parse_sources(text)
+    assert str(err.value) == "sources.json is not valid JSON at line 3 column 51: a trailing comma (remove it)"
+
+
+def test_every_mistake_is_reported_with_entry_and_field():
+    """10.6, A4: three mistakes in two entries: all three named in the one line, each with entry and field."""
+    text = json.dumps([{"name": "a", "kind": "durable", "sokcet": "/s"},
+                       {"name": "b", "kind": "terminal", "url": "https://x"}])
+    with pytest.raises(ConfigError) as err:
+        parse_sources(text)
+    msg = str(err.value)
+    assert msg.startswith("sources.json has 4 mistakes: (1) entry 1 (\"a\"): field \"sokcet\": unknown field")
+    assert '(2) entry 1 ("a"): field "socket": neither' in msg
+    assert '(3) entry 2 ("b"): field "kind": must be "durable"' in msg
+    assert '(4) entry 2 ("b"): field "url": missing "token"' in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize(("field", "hint"), [("sokcet", "socket"), ("tokn", "token"), ("Name", "name"), ("colour", None)])
+def test_an_unknown_field_close_to_a_known_one_gets_did_you_mean(field, hint):
+    """10.6: a typo gets `did you mean`; an unrelated field does not."""
+    with pytest.raises(ConfigError) as err:
+        parse_sources(json.dumps([{"name": "a", "kind": "durable", "socket": "/s", field: 1}]))
+    assert (f'did you mean "{hint}"?' in str(err.value)) if hint else ("did you mean" not in str(err.value))
+
+
+@pytest.mark.parametrize("token", ["a" * 40 + "\r\nX-Evil: 1", "a" * 40 + "\x1b", "a" * 20 + " " + "a" * 20])
+def test_a_token_with_line_breaks_or_control_characters_is_refused_unechoed(token):
+    """9.11, T5: a hand-written token that could split a header line is refused at load, never echoed."""
+    with pytest.raises(ConfigError) as err:
+        parse_sources(json.dumps([{"name": "edge", "kind": "durable", "url": "https://e", "token": token}]))
+    assert 'entry 1 ("edge"): field "token": contains spaces, line breaks or control characters' in str(err.value)
+    assert "a" * 20 not in str(err.value)
+
+
+def test_a_deeply_nested_file_is_a_config_error():
+    """9.10 (the sources.json part): nesting past the parser's depth is one config error, not a traceback."""
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        parse_sources("[" * 100_000 + "]" * 100_000)

@@ -18,7 +18,8 @@ from bridge.panes import chat_items
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew.config import AgentConfig
-from crew.receipts import DECIDED
+from crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
+from crew.sdk.server import Response
 from tests.live import agent, bridge_for, cleanup, short_dir
 
 
@@ -285,3 +286,111 @@ async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_cl
         assert sorted(r.outcome for r in got) == ["sent", "sent", "sent"]
         assert sum(r.replay for r in got) == 2 and len(writes_seen(collie, "/send")) == 1
         assert w.inflight == {}
+
+
+
+async def test_a_member_keeps_its_own_lock_under_the_leads(tmp, autojump_clock, monkeypatch):
+    """crew.md §3 (issue 8.3): on a member (`caller_locked`: the lead holds the session's lock), a
+    write the lead gave up waiting for may still be in flight here — a card answer for that
+    conversation is then refused `busy` at once and reaches nothing; a Stop, which already waited at
+    the lead, reaches the agent at once instead of waiting a second time."""
+    monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = collie.handle
+
+        async def slow(req):
+            answer = await inner(req)
+            if req.path.endswith("/rename"):
+                await trio.sleep(20)  # applied at once, answered late
+            return answer
+
+        collie.handle = slow
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            view = b.conversations("desk")[0].asks[0]
+            turn = b.conversations("desk")[0].turn
+            n.start_soon(lambda: w.write(WriteRequest(request_id=rid(), op="rename", agent="desk", conversation="c",
+                                                      title="Renamed"), caller_locked=True))
+            await trio.sleep(1)
+            t0 = trio.current_time()
+            busy = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                              digest=view.digest, answer_text="x"), caller_locked=True)
+            assert busy.reason == "busy" and trio.current_time() == t0 and writes_seen(collie, "/answer") == []
+            await w.write(WriteRequest(request_id=rid(), op="abort", agent="desk", conversation="c", turn=turn),
+                          caller_locked=True)
+            assert [t - t0 for t, _m, _p in writes_seen(collie, "/abort")] == [pytest.approx(0, abs=0.1)]
+            n.cancel_scope.cancel()
+
+
+STATUS_OF = {"not_found": 404, "unsupported": 404, "bad_request": 400, "conflict": 400, "version": 409, "internal": 500}
+
+
+def refuse_writes(collie, code: str):
+    """The agent answers every write with the wire error `code` (wire §1)."""
+    inner = collie.handle
+
+    async def handle(req):
+        if req.method == "POST" and req.path.startswith("/v1/"):
+            collie.recorder.calls.append((trio.current_time(), req.method, req.path))
+            return Response(STATUS_OF[code], {"error": code, "message": f"the agent says {code}"})
+        return await inner(req)
+
+    collie.handle = handle
+    return inner
+
+
+@pytest.mark.parametrize(("code", "outcome", "reason", "text"), [
+    ("not_found", "refused", "not_found", "Not found: the agent says not_found"),
+    ("unsupported", "refused", "unsupported", "This durable agent does not offer that: the agent says unsupported"),
+    ("bad_request", "refused", "bad_request", "The durable agent could not read the request: the agent says bad_request"),
+    ("version", "refused", "version", "The durable agent speaks another wire version: the agent says version"),
+    ("conflict", "unknown", "conflict", MAY_BE_APPLIED),
+    ("internal", "unknown", "internal", NOT_CONFIRMED),
+])
+async def test_agent_error_answers_to_a_send_get_their_own_receipts(tmp, autojump_clock, code, outcome, reason, text):
+    """O, B3, wire §1 (issue 8.5): an agent that answers a send with an error code did answer — the
+    receipt names that code, never `unreachable`. A refusal means it did nothing, and a repeat is
+    the stored receipt; `conflict` (the id is the agent's with another body: an earlier form of this
+    request may have run) is a final `May already be applied. Check the chat.`; `internal` (not
+    known what it did) stays open and a Retry resends it under its id."""
+    async with setup(tmp) as (collie, pane, b, w):
+        inner = refuse_writes(collie, code)
+        req = send("hello", 0)
+        first = await w.write(req)
+        assert (first.outcome, first.reason, first.text) == (outcome, reason, text)
+        assert len(writes_seen(collie, "/send")) == 1
+        collie.handle = inner  # the agent is well again
+        again = await w.write(req)
+        if code == "internal":
+            assert again.outcome == "sent" and len(writes_seen(collie, "/send")) == 2
+        else:
+            assert again.replay and (again.outcome, again.reason) == (outcome, reason)
+            assert len(writes_seen(collie, "/send")) == 1
+        if code == "conflict":  # the phone's line: `Sending, not confirmed`, never `Not sent`
+            assert [line["state"] for line in w.recent_sends("desk", "c")] == ["not_confirmed"]
+
+
+@pytest.mark.parametrize(("code", "outcome", "reason", "text"), [
+    ("not_found", "not_open", None, NOT_ACCEPTED),
+    ("unsupported", "refused", "unsupported", "This durable agent does not offer that: the agent says unsupported"),
+    ("conflict", "unknown", "conflict", MAY_BE_APPLIED),
+    ("internal", "unknown", "internal", NOT_CERTAIN),
+])
+async def test_agent_error_answers_to_a_card_answer_use_the_o_table(tmp, autojump_clock, code, outcome, reason, text):
+    """O (issue 8.5): an answer the agent refuses with an error code gets the O table's row where one
+    fits (no such open ask: `Not accepted. The ask may come back in a moment.`), keeps
+    `channel: program` and its digest, and is never `unreachable`."""
+    async with setup(tmp) as (collie, pane, b, w):
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
+            while not b.status("desk").waiting_count:
+                await b.wait_changed()
+            view = b.conversations("desk")[0].asks[0]
+            refuse_writes(collie, code)
+            got = await w.write(WriteRequest(request_id=rid(), op="answer", agent="desk", ask_id=view.id,
+                                             digest=view.digest, answer_text="x"))
+            assert (got.outcome, got.reason, got.text) == (outcome, reason, text)
+            assert got.channel == "program" and got.digest == view.digest
+            n.cancel_scope.cancel()

@@ -15,11 +15,14 @@ import sqlite3
 import time
 
 from crew import control, crewwire
-from crew.cli.restart import restart_bridge
+from crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve_env
+from crew.cli.status import crew_members
+from crew.cli.restart import restart_after_change
 from crew.crewconfig import CrewConfig, check_lead_address, read_crew, remove_crew, write_crew
 from crew.crewstore import CrewStore
 from crew.errors import CollieError, NotRunningError, UsageError
 from crew.fsutil import atomic_write, ensure_private_dir
+from crew.logs import printable
 from crew.security import check_token
 from crew.sources import NAME_RULE
 
@@ -30,12 +33,14 @@ def register(sub) -> None:
     verbs.required = True
     j = verbs.add_parser("join", help="make this machine a member of a lead's crew")
     j.add_argument("lead", help="the lead's address: wss://host:port (or ws://127.0.0.1:port on this machine)")
-    j.add_argument("--token-env", required=True, metavar="VAR", help="variable holding the member token")
+    j.add_argument("--token-env", required=True, metavar="VAR",
+                   help="name of the variable holding this machine's member token (from `collie crew invite` on the "
+                        "lead); the token is never given on the command line")
     j.add_argument("--label", help="this machine's name in the crew (default: the host name)")
-    j.add_argument("--restart", action="store_true")
+    j.add_argument("--restart", action="store_true", help="restart the running bridge so it joins now")
     j.set_defaults(run=join)
     lv = verbs.add_parser("leave", help="stop being a member (this machine leads again)")
-    lv.add_argument("--restart", action="store_true")
+    lv.add_argument("--restart", action="store_true", help="restart the running bridge so it leads now")
     lv.set_defaults(run=leave)
     i = verbs.add_parser("invite", help="make a member token and print the join command")
     i.add_argument("--label", help="the member's name (default: member-<random>)")
@@ -61,10 +66,7 @@ def _label(label: str) -> str:
 
 
 def _restart(args, paths) -> int:
-    if args.restart:
-        return restart_bridge(paths)
-    print("run `collie restart` (or add --restart) for the bridge to take the change")
-    return 0
+    return restart_after_change(args, paths)
 
 
 def join(args, paths) -> int:
@@ -73,7 +75,7 @@ def join(args, paths) -> int:
     if problem:
         raise UsageError(f"not joined: {problem.text}")
     token = os.environ.get(args.token_env)
-    problem = check_token(token, args.token_env)
+    problem = check_token(token, args.token_env, "the member token (from `collie crew invite` on the lead)")
     if problem:
         raise UsageError(f"not joined: {problem.text}")
     label = _label(args.label or default_label())
@@ -97,10 +99,14 @@ def _store(paths) -> CrewStore:
 
 
 def _lead_address(paths) -> str:
+    """The running lead's address; with none running, the one `collie serve` would take (COLLIE_HOST/PORT)."""
     try:
         address = control.call(paths.control_socket, "ping", timeout=1)["address"]
     except NotRunningError:
-        address = "http://127.0.0.1:8470"
+        env = serve_env(paths)
+        host = env.get("COLLIE_HOST") or DEFAULT_HOST
+        port = (env.get("COLLIE_PORT") or "").strip() or str(DEFAULT_PORT)
+        address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
     return crewwire.ws_url(address)
 
 
@@ -136,27 +142,35 @@ def _when(wall: float | None) -> str:
 
 
 def list_members(_args, paths) -> int:
-    store = _store(paths)
-    rows = store.members()
-    store.close()
+    cfg = read_crew(paths.crew) if paths.crew.exists() else None
+    if cfg is not None:
+        print(printable(f"this machine is the member {cfg.label} of {cfg.lead}: members are listed on the lead "
+                        "(`collie crew list` there)"))
+        return 0
     try:
-        live = {m["label"]: m for m in control.call(paths.control_socket, "crew", timeout=3)["members"]}
-    except (NotRunningError, CollieError):
+        live = control.call(paths.control_socket, "crew", timeout=3)["members"]
+    except CollieError:
         live = None
-    if not rows:
+    members = crew_members(paths, live or [])
+    if not members:
         print("no members (invite one with `collie crew invite --label NAME`)")
         return 0
-    for row in rows:
-        m = (live or {}).get(row["label"], {})
+    rows = [("LABEL", "STATE", "LAST SEEN", "COLLIE", "AGENTS")]
+    for m in members:
         if live is None:
             state = "unknown (the lead is not running)"
-        elif m.get("online"):
-            state = "online" + (" (read-only: older Collie)" if m.get("read_only") else "")
+        elif m["online"]:
+            state = "online" + (" (read-only: older Collie)" if m["read_only"] else "")
         else:
-            since = m.get("offline_since") or row["last_seen"]
+            since = m.get("offline_since") or m["last_seen"]
             state = f"offline since {_when(since)}" if since else "never connected"
-        print(f"{row['label']:<20} {state:<32} last seen {_when(m.get('last_seen') or row['last_seen'])}  "
-              f"Collie {m.get('version') or row['version'] or '?'}  agents {m.get('agents', 0)}")
+        rows.append((m["label"], state, _when(m["last_seen"]), m["version"] or "?",
+                     str(m["agents"]) if live is not None else "?"))
+    widths = [max(len(printable(r[i])) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(printable(c).ljust(w) for c, w in zip(r[:4], widths)) + "  " + printable(r[4]))
+    if live is not None and any(not m["online"] for m in members):
+        print("(a member that left for good stays offline here: `collie crew remove LABEL` revokes it)")
     return 0
 
 

@@ -12,15 +12,17 @@ import socket
 import stat
 
 from crew import control
+from crew.cli.status import bridge_down, crew_members
 from crew.config import AgentConfig, load_env, programs_off, single_agent
+from crew.crewconfig import read_crew
 from crew.errors import ConfigError, NotRunningError
+from crew.logs import printable
 from crew.security import check_socket_private, check_token, check_url
-from crew.sources import read_sources
+from crew.sources import check_config_dir, read_sources
 from crew.wire import WireRange, doctor_mismatch
 
-ADVICE = {
-    "socket-not-private": "make the socket's folder 0700 and owned by you, with no symlink or group/other-writable folder above it",
-    "connection-refused": "nothing listens there: if the agent crashed, remove the stale socket and start the agent",
+ADVICE = {  # what to do; the reason's own text says what is wrong (and, for socket-not-private, the fix)
+    "connection-refused": "if the agent crashed, remove the stale socket and start the agent",
     "unauthorized": "the agent refused the token: give the agent the new token, re-run `collie durable attach` with the same name, then `collie restart`",
     "version": "update Collie, or the agent's SDK",
     "timeout": "the agent did not answer in time: check that it runs and is not overloaded",
@@ -35,7 +37,7 @@ class Report:
     def line(self, mark: str, check: str, text: str) -> None:
         if mark == "FAIL":
             self.failed = True
-        print(f"{mark:<4} {check}: {text}")
+        print(printable(f"{mark:<4} {check}: {text}"))  # agents and members chose some of it (9.5)
 
 
 def register(sub) -> None:
@@ -75,10 +77,15 @@ def _offline_agent(report: Report, agent: AgentConfig) -> None:
     elif problem is None and agent.url:
         problem = check_url(agent.url) or check_token(agent.token, f'the token of "{agent.name}"')
     if problem:
-        advice = ADVICE.get(problem.code, "")
-        report.line("FAIL", check, f"{problem}" + (f"; {advice}" if advice and advice not in problem.text else ""))
+        report.line("FAIL", check, with_advice(str(problem), problem.code))
     else:
         report.line("ok", check, f"{agent.address} passes the local checks (the bridge is not running to reach it)")
+
+
+def with_advice(text: str, reason: str | None) -> str:
+    """`text`, then the advice for `reason` unless the text already gives it (no phrase twice)."""
+    advice = ADVICE.get(reason or "", "")
+    return text + (f"; {advice}" if advice and advice[:24] not in text else "")
 
 
 def _hello_line(report: Report, name: str, st: dict) -> None:
@@ -92,9 +99,28 @@ def _hello_line(report: Report, name: str, st: dict) -> None:
                                  f"{', '.join(st.get('caps') or []) or 'none'})")
 
 
+def _same_sockets(sources, default) -> list[tuple[str, str]]:
+    """Pairs of names whose sockets are the same path (hand-written duplicates; attach refuses them)."""
+    seen: dict[str, str] = {}
+    pairs = []
+    named = ([(default.name, default.socket)] if default is not None and default.socket else [])
+    named += [(s.name, s.socket) for s in sources if s.socket]
+    for name, sock in named:
+        key = os.path.normpath(sock)
+        if key in seen:
+            pairs.append((seen[key], name))
+        else:
+            seen[key] = name
+    return pairs
+
+
 def run(_args, paths) -> int:
     report = Report()
     # config
+    try:
+        check_config_dir(paths.config_dir)
+    except ConfigError as exc:
+        report.line("FAIL", "config", f"{exc} (the bridge will not start until then)")
     try:
         env = load_env(paths)
     except ConfigError as exc:
@@ -105,11 +131,13 @@ def run(_args, paths) -> int:
     default = single_agent(env)
     if default is not None:
         agents.append(default)
+    sources_broken = False
     try:
         sources = read_sources(paths.sources)
     except ConfigError as exc:
-        report.line("FAIL", "config", f"{exc}; fix the file (the bridge will not start until then)")
-        sources = []
+        report.line("FAIL", "config", f"{exc}; fix the file before `collie restart` (a restart refuses it, a start "
+                                      "stops on it)")
+        sources, sources_broken = [], True
     else:
         try:
             mode = stat.S_IMODE(os.stat(paths.sources).st_mode)
@@ -121,6 +149,21 @@ def run(_args, paths) -> int:
                                               "(the bridge tightens it at start)")
             else:
                 report.line("ok", "config", f"{paths.sources}: {len(sources)} entr{'y' if len(sources) == 1 else 'ies'}, mode 0600")
+    for other in (paths.dotenv, paths.crew):
+        try:
+            omode = stat.S_IMODE(os.lstat(other).st_mode)
+        except FileNotFoundError:
+            continue
+        if omode != 0o600:
+            report.line("warn", "config", f"{other} has mode {omode:04o}; it can hold a token: chmod 600 it "
+                                          "(the bridge tightens it at start)")
+    try:
+        read_crew(paths.crew)
+    except ConfigError as exc:
+        report.line("FAIL", "config", str(exc))
+    for first, second in _same_sockets(sources, default):
+        report.line("warn", "config", f'"{second}" reaches the same socket as "{first}": the agent shows twice; '
+                                      f'`collie durable detach {second}`')
     if off:
         report.line("warn", "durable", "durable agents are off (COLLIE_PROGRAMS=off in .env); remove it and "
                                        "`collie restart` to turn them on")
@@ -139,10 +182,12 @@ def run(_args, paths) -> int:
     try:
         pong = control.call(paths.control_socket, "ping")
         live = {a["name"]: a for a in control.call(paths.control_socket, "agents")["agents"]}
-        report.line("ok", "bridge", f"running (pid {pong['pid']}), phone API on {pong.get('address') or '?'}")
+        where = (f"linked to the lead at {pong.get('address') or '?'}" if pong.get("role") == "member"
+                 else f"phone API on {pong.get('address') or '?'}")
+        report.line("ok", "bridge", f"running (pid {pong['pid']}), {where}")
     except NotRunningError as exc:
         live = None
-        report.line("FAIL", "bridge", f"{exc}")
+        report.line("FAIL", "bridge", bridge_down(exc))
     # agents
     for agent in agents:
         if live is None:
@@ -161,9 +206,8 @@ def run(_args, paths) -> int:
         elif st["status"] == "starting":
             report.line("warn", check, "starting: the bridge has not reached it yet; run the doctor again in a few seconds")
         else:
-            advice = ADVICE.get(st.get("reason") or "", "")
             text = f"{st['status']}: {st.get('reason')}" + (f" ({st['detail']})" if st.get("detail") else "")
-            report.line("FAIL", check, text + (f"; {advice}" if advice else ""))
+            report.line("FAIL", check, with_advice(text, st.get("reason")))
     if live is not None and pong.get("role") == "member":
         link = control.call(paths.control_socket, "link")
         if link["connected"]:
@@ -181,15 +225,21 @@ def run(_args, paths) -> int:
                                      "`collie serve --host 0.0.0.0` (TLS)")
         report.line("ok", "phones", f"{phone['devices']} paired, {phone['channels']} live channel"
                                     f"{'' if phone['channels'] == 1 else 's'} open (`collie devices`)")
-        members = control.call(paths.control_socket, "crew")["members"]
-        offline = [m["label"] for m in members if not m["online"]]
-        report.line("warn" if offline else "ok", "crew",
-                    f"lead, {len(members) - len(offline)} of {len(members)} members online"
-                    + (f" (offline: {', '.join(offline)})" if offline else ""))
+        members = crew_members(paths)
+        if members:
+            offline = [m["label"] for m in members if not m["online"]]
+            report.line("warn" if offline else "ok", "crew",
+                        f"lead, {len(members) - len(offline)} of {len(members)} member"
+                        f"{'' if len(members) == 1 else 's'} online"
+                        + (f" (offline: {', '.join(offline)}; one that left for good: `collie crew remove LABEL`)"
+                           if offline else ""))
     if live is not None:
         program = control.call(paths.control_socket, "program")
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(program["outcomes"].items())) or "no writes yet"
         report.line("ok", "program", f"{program['reads']} reads; writes: {outcomes}")
     for name in sorted(set(live or {}) - {a.name for a in agents}):
-        report.line("warn", f"agent {name}", "loaded by the bridge but no longer configured: run `collie restart`")
+        if sources_broken:  # not "no longer configured": the file could not be read (issue 10.2)
+            report.line("warn", f"agent {name}", "loaded by the bridge; sources.json cannot be read (see above)")
+        else:
+            report.line("warn", f"agent {name}", "loaded by the bridge but no longer configured: run `collie restart`")
     return 1 if report.failed else 0

@@ -12,10 +12,12 @@ import os
 import sys
 
 from crew import control
-from crew.cli.restart import restart_bridge
+from crew.cli.restart import restart_after_change
+from crew.cli.status import bridge_down
 from crew.config import load_env, programs_off, single_agent
 from crew.errors import EXIT_USAGE, CollieError, NotRunningError, UsageError
-from crew.security import check_socket_private, check_token, check_url
+from crew.logs import printable
+from crew.security import check_socket_private, check_token, check_url, mask_url
 from crew.sources import NAME_RULE, RESERVED_NAME, Source, read_sources, remove, upsert
 from crew.views import STATUS_LABEL
 
@@ -69,6 +71,10 @@ def attach(args, paths) -> int:
         problem = check_socket_private(args.socket, must_exist=False)
         if problem:
             raise UsageError(f"not attached: {problem}")
+        other = _attached_as(paths, args.socket, name)
+        if other:
+            raise UsageError(f"not attached: {args.socket} is already attached as \"{other}\"; one agent under two "
+                             f"names would show twice (detach \"{other}\" first, or keep that name)")
         if not os.path.exists(args.socket):
             notes.append(f"note: {args.socket} does not exist yet; start the agent before the bridge reaches it")
         source = Source(name=name, kind="durable", socket=args.socket)
@@ -87,6 +93,24 @@ def attach(args, paths) -> int:
     return _maybe_restart(args, paths)
 
 
+def _attached_as(paths, socket_path: str, name: str) -> str | None:
+    """The other entry that already reaches the same socket file (by path, or by inode when it exists)."""
+    def same(other: str) -> bool:
+        if os.path.normpath(other) == os.path.normpath(socket_path):
+            return True
+        try:
+            return os.path.samefile(other, socket_path)
+        except OSError:
+            return False
+
+    env = load_env(paths)
+    default = single_agent(env)
+    taken = [(s.name, s.socket) for s in read_sources(paths.sources) if s.socket]
+    if default is not None and default.socket:
+        taken.append((RESERVED_NAME, default.socket))
+    return next((n for n, sock in taken if n != name and same(sock)), None)
+
+
 def detach(args, paths) -> int:
     if not remove(paths.sources, args.name):
         raise CollieError(f"no durable agent named {args.name!r} in {paths.sources}")
@@ -96,10 +120,7 @@ def detach(args, paths) -> int:
 
 
 def _maybe_restart(args, paths) -> int:
-    if args.restart:
-        return restart_bridge(paths)
-    print("run `collie restart` (or add --restart) for the bridge to load the change")
-    return 0
+    return restart_after_change(args, paths)
 
 
 def list_agents(_args, paths) -> int:
@@ -112,14 +133,14 @@ def list_agents(_args, paths) -> int:
         live = {a["name"]: a for a in reply["agents"]}
         bridge_note = None
     except NotRunningError as exc:
-        live, bridge_note = None, str(exc)
+        live, bridge_note = None, bridge_down(exc)
     if off:
         print("durable agents are off (COLLIE_PROGRAMS=off in .env): sources.json is ignored")
     rows = []
     entries = ([("default", default.transport, default.address, bool(default.token))] if default else [])
     entries += [(s.name, s.transport, s.address, bool(s.token)) for s in sources]
     for name, transport, address, token_set in entries:
-        where = address + ("  (token set)" if token_set else "")
+        where = printable(mask_url(address)) + ("  (token set)" if token_set else "")
         if off and name != RESERVED_NAME:
             state = "off"
         elif live is None:
@@ -127,7 +148,7 @@ def list_agents(_args, paths) -> int:
         elif name not in live:
             state = "not loaded: run `collie restart`"
         else:
-            state = _describe(live[name])
+            state = printable(_describe(live[name]))  # the agent chose its runtime and detail: escape (9.5)
         rows.append((name, transport, where, state))
     if not rows:
         print(f"no durable agents attached ({paths.sources})")
@@ -135,8 +156,9 @@ def list_agents(_args, paths) -> int:
         widths = [max(len(r[i]) for r in rows + [("NAME", "VIA", "ADDRESS", "STATUS")]) for i in range(3)]
         for r in [("NAME", "VIA", "ADDRESS", "STATUS")] + rows:
             print("  ".join(c.ljust(w) for c, w in zip(r[:3], widths)) + "  " + r[3])
-    if bridge_note:
-        print(f"({bridge_note}; statuses are unknown)")
+    if bridge_note and rows:
+        print(f"(statuses are unknown: the bridge is {bridge_note})" if bridge_note.startswith("not running")
+              else f"(statuses are unknown: {bridge_note})")
     return 0
 
 

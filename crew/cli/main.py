@@ -8,6 +8,7 @@ import sys
 from crew import __version__
 from crew.cli import crew_cmd, doctor, durable, logs_cmd, pair_cmd, restart, serve, service, status, tokens_cmd
 from crew.errors import CollieError
+from crew.logs import printable
 from crew.paths import Paths
 
 
@@ -31,12 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args, paths)
     except CollieError as exc:
-        print(f"collie: {exc}", file=sys.stderr)
+        print(f"collie: {printable(exc)}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
-
-
 
 if __name__ == "__main__":
     sys.exit(main())

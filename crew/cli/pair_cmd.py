@@ -14,6 +14,7 @@ import io
 
 from crew import control
 from crew.errors import CollieError
+from crew.logs import printable
 
 
 def register(sub) -> None:
@@ -28,9 +29,6 @@ def register(sub) -> None:
     r.add_argument("name", help="the phone's name (or id) as `collie devices` shows it")
     r.set_defaults(run=revoke)
     d.set_defaults(run=list_devices)
-
-
-# device names are cleaned of control characters when a phone pairs (lead.devices.clean_name)
 
 
 def _when(t: float | None) -> str:
@@ -73,11 +71,11 @@ def list_devices(args, paths) -> int:
         return 0
     print(f"{'NAME':<24} {'PAIRED':<17} LAST SEEN")
     for d in devices:
-        print(f"{str(d.get('name'))[:24]:<24} {_when(d.get('paired_at')):<17} {_when(d.get('last_seen'))}")
+        print(f"{printable(str(d.get('name')))[:24]:<24} {_when(d.get('paired_at')):<17} {_when(d.get('last_seen'))}")
     return 0
 
 
 def revoke(args, paths) -> int:
     got = control.call(paths.control_socket, "devices_revoke", name=args.name)
-    print(f"revoked {got['revoked']['name']}: it must pair again")
+    print(f"revoked {printable(str(got['revoked']['name']))}: it must pair again")
     return 0

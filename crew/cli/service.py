@@ -2,6 +2,11 @@
 
 Writes ``~/.config/systemd/user/collie.service`` (start at login, restart after a crash), then
 enables and starts it with `systemctl --user` when systemd is there; otherwise it says what to run.
+
+The unit runs ``python -P -m crew.cli.main serve`` (never from the current folder, issue 9.8) with
+the host and port the user runs with: `install`'s own options, else a running lead's address, else
+``$COLLIE_HOST`` / ``$COLLIE_PORT``, else the defaults (issue 10.7). A user manager has no
+``network-online.target`` (a system target), so the unit orders itself after nothing.
 """
 
 from __future__ import annotations
@@ -11,16 +16,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from crew.errors import CollieError
+from crew import control
+from crew.cli.serve import add_options, check_options, daemon_command, serve_env
+from crew.errors import CollieError, UsageError
 from crew.fsutil import atomic_write
 
 UNIT = """[Unit]
 Description=Collie crew bridge (durable agents for your phone)
-After=network-online.target
 
 [Service]
-ExecStart={exe} -m crew.cli.main serve
+ExecStart={command}
 Restart=on-failure
 RestartSec=2
 {env}
@@ -33,7 +40,11 @@ def register(sub) -> None:
     p = sub.add_parser("service", help="install the bridge as a user service (start at login, restart on crash)")
     verbs = p.add_subparsers(dest="service_verb", metavar="VERB")
     verbs.required = True
-    verbs.add_parser("install", help="write and start the systemd user unit").set_defaults(run=install)
+    i = verbs.add_parser("install", help="write and start the systemd user unit",
+                         description="Write and start the systemd user unit. The unit serves with these options; "
+                                     "without them, those of the running lead, else $COLLIE_HOST/$COLLIE_PORT.")
+    add_options(i)
+    i.set_defaults(run=install)
     verbs.add_parser("uninstall", help="stop and remove the systemd user unit").set_defaults(run=uninstall)
 
 
@@ -48,16 +59,52 @@ def _systemctl(*args: str) -> bool:
     return subprocess.run(["systemctl", "--user", *args], capture_output=True).returncode == 0
 
 
-def install(_args, paths) -> int:
+def _quote(arg: str, *, command: bool = True) -> str:
+    """One word of a unit line (systemd.syntax: C-style double quotes; `%` specifiers; `$` only in commands)."""
+    if arg and not any(ch in arg for ch in " \t\"'\\$%;"):
+        return arg
+    text = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return '"' + (text.replace("$", "$$") if command else text) + '"'
+
+
+def _running_lead(paths) -> tuple[str, int] | None:
+    try:
+        pong = control.call(paths.control_socket, "ping", timeout=1)
+    except CollieError:
+        return None
+    if pong.get("role") != "lead" or not pong.get("address"):
+        return None
+    parts = urlsplit(pong["address"])
+    return (parts.hostname, parts.port) if parts.hostname and parts.port else None
+
+
+def serve_options(args, paths) -> list[str]:
+    """The options the unit serves with (see the module docstring for the order of sources)."""
+    env = serve_env(paths)
+    if args.host is None and args.port is None and not env.get("COLLIE_HOST") and not env.get("COLLIE_PORT"):
+        running = _running_lead(paths)
+        if running:
+            args.host, args.port = running
+    problem = check_options(args, env)
+    if problem:
+        raise UsageError(problem)
+    options = ["--host", args.host, "--port", str(args.port)]
+    if args.tls_cert:
+        options += ["--tls-cert", str(Path(args.tls_cert).resolve()), "--tls-key", str(Path(args.tls_key).resolve())]
+    return options
+
+
+def install(args, paths) -> int:
     if not sys.platform.startswith("linux"):
         raise CollieError("`collie service install` writes a systemd unit: Linux only; run `collie serve` under "
                           "your own service manager elsewhere")
-    env = "".join(f"Environment={k}={v}\n" for k, v in (("COLLIE_CONFIG_DIR", str(paths.config_dir)),
-                                                          ("COLLIE_STATE_DIR", str(paths.state_dir))))
+    command = " ".join(_quote(a) for a in daemon_command("crew.cli.main", ["serve", *serve_options(args, paths)]))
+    env = "".join(f"Environment={_quote(f'{k}={v}', command=False)}\n" for k, v in (("COLLIE_CONFIG_DIR", str(paths.config_dir)),
+                                                                     ("COLLIE_STATE_DIR", str(paths.state_dir))))
     path = unit_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, UNIT.format(exe=sys.executable, env=env).encode(), mode=0o644)
-    print(f"wrote {path}")
+    atomic_write(path, UNIT.format(command=command, env=env).encode(), mode=0o644)
+    print(f"wrote {path} (serves on {args.host}:{args.port})")
     if _systemctl("daemon-reload") and _systemctl("enable", "--now", "collie.service"):
         print("enabled and started collie.service (it starts at login and restarts after a crash)")
     else:
