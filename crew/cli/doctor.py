@@ -15,7 +15,7 @@ from crew import control
 from crew.cli.status import bridge_down, crew_members
 from crew.config import AgentConfig, load_env, programs_off, single_agent
 from crew.crewconfig import read_crew
-from crew.errors import ConfigError, NotRunningError
+from crew.errors import CollieError, ConfigError, NotRunningError
 from crew.logs import printable
 from crew.security import check_socket_private, check_token, check_url
 from crew.sources import check_config_dir, read_sources
@@ -217,7 +217,10 @@ def run(_args, paths) -> int:
                                         f"{link.get('last_error') or 'connecting'}; check the lead runs and the token "
                                         "(a new invite: `collie crew join … --restart`)")
     elif live is not None and pong.get("role") == "lead":
-        phone = control.call(paths.control_socket, "live")
+        try:
+            phone = control.call(paths.control_socket, "live")
+        except CollieError:  # a lead from before pairing existed
+            phone = {"devices": 0, "channels": 0}
         if phone.get("fingerprint"):
             report.line("ok", "tls", f"{phone.get('address')}: certificate SHA-256 {phone['fingerprint']}")
         elif phone.get("address"):
