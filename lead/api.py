@@ -19,7 +19,7 @@ from quart import Quart, g, jsonify, request
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
-from bridge.panes import agent_row, chat_items, conversation_rows, pane_state
+from bridge.panes import chat_items, conversation_rows, pane_state
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew.fsutil import atomic_write
@@ -90,8 +90,8 @@ def masked_rows(rows: list, on: bool) -> list:
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None, *, door=None,
                devices=None, feed=None, redact_on: bool = True) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
-    (lead.door.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
-    from lead.door import csrf_ok, guard
+    (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
+    from lead.pairing import csrf_ok, guard
     from lead.devices import COOKIE
 
     def error(status: int, code: str, message: str):

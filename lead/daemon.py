@@ -151,7 +151,8 @@ class LeadDaemon(Daemon):
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         from quart import g
 
-        from lead.door import Door, install_door
+        from lead.events import install_events
+        from lead.pairing import Door, install_pairing
         from lead.push import install_push
         from lead.web import install_web
 
@@ -161,8 +162,9 @@ class LeadDaemon(Daemon):
                                                redact_on=self.redact_on),
                                     install_push(a, self.pusher),
                                     install_inbox_routes(a, self.hub, self.inbox),
-                                    install_door(a, door, self.devices, self.feed,
-                                                 owner_check=lambda: getattr(g, "sender", None) == OWNER),
+                                    install_pairing(a, door, self.devices),
+                                    install_events(a, self.feed,
+                                                   owner_check=lambda: getattr(g, "sender", None) == OWNER),
                                     install_web(a, self.bridge, self.hub),
                                     self.hub.install(a, self.shutdown)))
         async with trio.open_nursery() as nursery:

@@ -92,7 +92,7 @@ def test_a_second_bridge_is_refused(paths, bridge):
 
 
 def test_a_certificate_without_its_key_is_a_usage_error(paths):
-    """Off loopback the lead serves TLS only (tests/test_door.py); half a certificate is refused at once."""
+    """Off loopback the lead serves TLS only (tests/test_pairing.py); half a certificate is refused at once."""
     done = run_collie(paths, "serve", "--host", "0.0.0.0", "--port", "0", "--tls-cert", "/nonexistent.pem")
     assert done.returncode == 2 and "--tls-key" in done.stderr
 

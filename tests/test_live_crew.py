@@ -11,7 +11,7 @@ import pytest
 
 from crew import control
 from tests.crewlab import Crew, wait_for
-from tests.test_door import Stream
+from tests.test_pairing import Stream
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 
 from lead.devices import CODE_TTL, Devices, PairingRefused, clean_name
-from lead.door import Door, split_host
+from lead.pairing import Door, split_host
 from lead.events import EventLog, diff_rows
 from lead.tls import covered, fingerprint_pem, make_certificate
 
