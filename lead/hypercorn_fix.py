@@ -1,6 +1,6 @@
-"""Fixes for two hangs of quart-trio 0.12 on hypercorn 0.18's trio worker (HTTP/1.1 keep-alive).
+"""Fixes for hangs of quart-trio 0.12 on hypercorn 0.18's trio worker (HTTP/1.1 keep-alive).
 
-Both have one cause. hypercorn finishes a request (`H11Protocol._maybe_recycle`: reuse the
+The first two have one cause. hypercorn finishes a request (`H11Protocol._maybe_recycle`: reuse the
 connection, or close it) inside the app's last `send`, which runs in quart-trio's per-request
 nursery — and quart-trio cancels that nursery as soon as the response is out or hypercorn reports
 the stream closed (`http.disconnect`). Whatever the recycle still has to await is then cancelled:
@@ -15,7 +15,12 @@ the stream closed (`http.disconnect`). Whatever the recycle still has to await i
    arrives h11 reaches `DONE`/`DONE` and pauses for a `start_next_cycle` nobody will call. The
    client's next request on that connection is never answered; it waits for its own timeout.
 
-The fix, as HTTP/1.1 requires of a server that answers early (RFC 9112 §9.3, §9.6): the recycle runs
+3. **A closed connection holds its descriptor for the keep-alive time.** When the client closes an
+   idle connection, hypercorn stops reading but its connection task waits for the keep-alive timer
+   (75 s here) before closing the socket: a client opening and closing connections fast could hold
+   thousands of descriptors (issue 9.7). Reading's end now stops the timer.
+
+The fix for 1 and 2, as HTTP/1.1 requires of a server that answers early (RFC 9112 §9.3, §9.6): the recycle runs
 shielded (with its own short deadline), and when the client is still sending, either the rest of the
 body is read and dropped and the connection is kept (a body of known length up to `DRAIN_MAX_BYTES`),
 or the response says `Connection: close` and the connection is closed after it (a larger or chunked
@@ -23,7 +28,7 @@ body, or a client waiting for `100 Continue`). A client that stops sending mid-b
 keep-alive timer, which runs while the body drains.
 
 `install()` puts both in place (before serving); `lead.http` passes its own subclass of
-`FixedTCPServer`. `tests/test_http_server.py` fails without either part.
+`FixedTCPServer`. `tests/test_http_server.py` fails without each part.
 """
 
 from __future__ import annotations
@@ -94,7 +99,12 @@ class FixedH11Protocol(H11Protocol):
 
 
 class FixedTCPServer(TCPServer):
-    """Shields the connection-level events a cancelled request task could otherwise lose."""
+    """Shields the connection-level events a cancelled request task could otherwise lose, and lets a
+    connection end when its client closed it (fix 3)."""
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        await self.idle_task.stop()  # the client is gone: nothing is left for the keep-alive timer to end
 
     async def protocol_send(self, event) -> None:
         if isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
