@@ -17,6 +17,7 @@ import secrets
 import attrs
 from quart import Quart, g, jsonify, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import RequestRedirect
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
@@ -105,6 +106,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
             return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
+        if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
+            return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if request.routing_exception is not None:
             return None  # Quart raises it next: a JSON 404 or 405 below
         if g.sender != OWNER and not opens_to_senders(app.view_functions.get(request.endpoint)):

@@ -113,6 +113,7 @@ async def test_unknown_routes_answer_json_and_only_to_a_credential(lead):
     anyone else learns nothing but 401. /healthz says only that the lead lives (11.6)."""
     app, owner = lead
     for method, path, want in (("GET", "/api/nope", 404), ("POST", "/api/agents/local/desk", 404),
+                               ("GET", "/api//dashboard", 404), ("GET", "/api/agents/local//conversations", 404),
                                ("GET", "/api/send", 405), ("DELETE", "/api/dashboard", 405)):
         assert (await call(app, method, path, {}))[0] == 401
         status, body, ctype = await call(app, method, path, {"authorization": f"Bearer {owner}"})
