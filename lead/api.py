@@ -15,7 +15,7 @@ import os
 import secrets
 
 import attrs
-from quart import Quart, g, jsonify, request
+from quart import Quart, g, has_request_context, jsonify, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import RequestRedirect
 
@@ -128,8 +128,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException):
-        if not is_api(request.path):
-            return exc
+        if not has_request_context() or not is_api(request.path):
+            return exc  # a websocket (the members' link) or a page: Quart's own answer
         if exc.code == 404:
             return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if exc.code == 405:
@@ -141,6 +141,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception):
         """A defect, never bad input (the door refuses that): one escaped log line, a JSON 500."""
+        if not has_request_context():
+            raise exc  # a websocket (the members' link): Quart's own handling
         log.error("[api] %s %r failed: %s %r", request.method, request.path[:200], type(exc).__name__, str(exc)[:200])
         return error(500, "internal", "the lead failed on this request; the log has one line about it")
 

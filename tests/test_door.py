@@ -157,3 +157,25 @@ def test_parse_body_accepts_what_routes_take():
     assert door.parse_body(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}') is not None
     nested = b'{"a": ' + b"[" * (door.MAX_DEPTH - 1) + b"]" * (door.MAX_DEPTH - 1) + b"}"
     assert door.parse_body(nested) is not None
+
+
+async def test_a_defect_is_a_json_500_and_the_members_link_keeps_its_own_refusal(lead):
+    """The catch-all is for defects only: an exception in a route is a JSON 500 with one log line; the members'
+    websocket link (not /api) still refuses a bad member token with its own 401 (crew.md §1)."""
+    from quart.testing.connections import WebsocketResponseError
+
+    app, owner = lead
+
+    @app.get("/api/boom")
+    async def boom():
+        raise RuntimeError("defect")
+
+    status, body, _ = await call(app, "GET", "/api/boom", {"authorization": f"Bearer {owner}"})
+    assert (status, body["error"]) == (500, "internal")
+    statuses = []
+    try:
+        async with app.test_client().websocket("/crew/v1", headers={"authorization": "Bearer nope"}) as ws:
+            await ws.receive()
+    except* WebsocketResponseError as refused:
+        statuses = [e.response.status_code for e in refused.exceptions]
+    assert statuses == [401]
