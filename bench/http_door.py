@@ -74,7 +74,8 @@ def serve_in_thread(without_fix: bool) -> tuple[int, int, trio.Event, threading.
             echo = trio.socket.socket()
             await echo.bind(("127.0.0.1", 0))
             echo.listen(1)
-            ready.extend([int(binds[0].rsplit(":", 1)[1]), echo.getsockname()[1], stop, trio.lowlevel.current_trio_token()])
+            ready.extend([int(binds[0].rsplit(":", 1)[1]), echo.getsockname()[1], stop,
+                          trio.lowlevel.current_trio_token()])
 
             async def echo_one():
                 conn, _ = await echo.accept()
@@ -176,7 +177,8 @@ def held_connections(hold: int, nofile: int) -> None:
         try:
             status = subprocess.run([sys.executable, "-m", "crew.cli.main", "status"], cwd=REPO, env=env,
                                     capture_output=True, text=True, timeout=30)
-            status_line = f"exit {status.returncode}, {status.stdout.splitlines()[1] if status.stdout.count(chr(10)) > 1 else status.stdout.strip()!r}"
+            bridge_line = next((line for line in status.stdout.splitlines() if line.startswith("bridge:")), "")
+            status_line = f"exit {status.returncode}, {bridge_line!r}"
         except subprocess.TimeoutExpired:
             status_line = "no answer in 30 s"
         status_s = time.perf_counter() - t
@@ -191,12 +193,13 @@ def held_connections(hold: int, nofile: int) -> None:
                 dash = type(exc).__name__
             time.sleep(0.1)
         dash_s = time.perf_counter() - t
-        print(f"held connections: {hold} idle sockets from 10 addresses against `collie serve` with {nofile} descriptors")
+        print(f"held connections: {hold} idle sockets from 10 addresses against `collie serve` "
+              f"with {nofile} descriptors")
         print(f"  opened {len(held)} in {opened:.1f} s ({unanswered} connects timed out, then stopped); refused "
               f"{refused}, admitted {len(held) - refused}; "
               f"server descriptors {before} before, {fds} while held (limit {nofile})")
         print(f"  `collie status`: {status_line} in {status_s:.2f} s; "
-              f"dashboard {dash} after {dash_s:.2f} s (retrying while the idle ones are closed)")
+              f"dashboard {dash} after {dash_s:.2f} s")
     finally:
         for s in held:
             s.close()

@@ -3,7 +3,8 @@
 `serve_http` follows hypercorn's own shape: report the bound addresses through `task_status`, run
 until `shutdown` is set, then give open connections a short graceful deadline. Connections are
 budgeted (`lead.connections`, issue 9.7): at most a share of the descriptor limit in total and per
-client address, refused at once beyond it, and idle ones closed early under pressure.
+client address, refused (or, when the total is full, let in by closing the biggest holder's longest-idle
+connection), and idle ones closed early under pressure.
 """
 
 from __future__ import annotations
@@ -56,11 +57,14 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         except OSError:
             return  # gone already
         client = peer[0] if isinstance(peer, tuple) else "unix"
-        if not budget.admit(self, client, trio.current_time()):
+        self.budget_scope = trio.CancelScope()  # before admitting: from then on another may evict this one
+        admitted, evicted = budget.admit(self, client, trio.current_time())
+        if evicted is not None:
+            evicted.budget_scope.cancel()  # trio's listener closes its stream
+        if not admitted:
             if not hasattr(self.stream, "transport_stream") and budget.lingering < MAX_LINGERING:
                 await self._refuse(budget)  # plain HTTP: say why (TLS: just close)
             return  # trio's listener closes the stream
-        self.budget_scope = trio.CancelScope()
         try:
             with self.budget_scope:
                 await super().run()

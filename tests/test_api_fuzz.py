@@ -80,8 +80,9 @@ queries = st.dictionaries(st.sampled_from(["since", "closed", "cursor"]), texts,
 def lab(paths, bridge):
     run = short_dir()
     agents = Agents()
-    agents.start("deployer", "--socket", str(run / "deployer" / "a.sock"))
-    assert run_collie(paths, "durable", "attach", "deployer", "--socket", str(run / "deployer" / "a.sock")).returncode == 0
+    sock = str(run / "deployer" / "a.sock")
+    agents.start("deployer", "--socket", sock)
+    assert run_collie(paths, "durable", "attach", "deployer", "--socket", sock).returncode == 0
     for name, approval in (("slack", "standing"), ("relay", "required")):
         assert run_collie(paths, "tokens", "create", name, "--approval", approval).returncode == 0
     address = bridge(env=collie_env(paths)).wait_ready()["address"]
