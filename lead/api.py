@@ -3,8 +3,10 @@
 Every `/api` route needs the local API credential as `Authorization: Bearer <token>` (until phones
 can pair): a 32-byte random token the lead makes at first start, kept in `<state>/api-token` (0600)
 and compared in constant time. No `/api` route answers anyone else — a local process must not be
-able to answer an agent's ask. Writes answer 200 with a receipt (a refusal is a receipt too);
-malformed requests answer 400, unknown machines, agents or conversations 404.
+able to answer an agent's ask. An API token (features I10) opens only the inbox routes marked
+`@open_to_senders`: the door (`lead.door`) authorizes the route that matched, never the path text.
+Writes answer 200 with a receipt (a refusal is a receipt too); malformed requests answer 400, unknown
+routes, machines, agents or conversations 404 — every error as JSON `{"error", "message"}`.
 """
 
 from __future__ import annotations
@@ -15,17 +17,23 @@ import time
 
 import attrs
 import trio
-from quart import Quart, g, jsonify, request
+from quart import Quart, g, has_request_context, jsonify, request
+from werkzeug.exceptions import HTTPException
+from werkzeug.routing import RequestRedirect
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
 from bridge.panes import chat_items, conversation_rows, pane_state
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
+from crew import logs
 from crew.fsutil import atomic_write
 from crew.paths import Paths
 from crew.receipts import NO_STARTERS
 from crew.security import same_secret
+from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
+
+log = logs.get("api")
 
 LOCAL = "local"  # the lead's own machine in routes; members use their labels (crew.md)
 OWNER = ("owner", "standing")
@@ -97,18 +105,22 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
 
-    def is_inbox_route(path: str) -> bool:
-        return path.startswith("/api/inbox/") or (path.startswith("/api/agents/") and path.rstrip("/").endswith("/inbox"))
+    def is_api(path: str) -> bool:
+        return path == "/api" or path.startswith("/api/")
 
     @app.before_request
     async def authenticate():
+        """The door: Host and Origin (lead.pairing), the credential — the local one, a paired phone's
+        cookie with its CSRF header, or an inbox API token — then the matched route and the body
+        (lead.door; issues 9.2, 9.10, 11.2)."""
         g.sender = None
         g.device = None
         if door is not None:
             refused = guard(door)
             if refused is not None:
                 return refused
-        if not request.path.startswith("/api") or request.path == "/api/pair":
+        if not is_api(request.path) or request.path == "/api/pair":  # pairing: the code is the credential
+            return None
             return None
         header = request.headers.get("authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
@@ -122,19 +134,49 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                 g.sender, g.device = OWNER, dev.id
                 if devices.seen(dev, time.time()):
                     await trio.to_thread.run_sync(devices.write_seen, dev)
-        elif given and hub is not None and is_inbox_route(request.path):
-            found = hub.store.token_for(given)  # an external sender's API token (features I10)
-            if found is not None:
-                g.sender = found
+        elif given and hub is not None:
+            g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
             return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
+        if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
+            return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
+        if request.routing_exception is not None:
+            return None  # Quart raises it next: a JSON 404 or 405 below
+        if g.sender != OWNER and not opens_to_senders(app.view_functions.get(request.endpoint)):
+            return error(403, "forbidden", "an API token opens only the inbox routes (features I10)")
         if request.content_length is not None and request.content_length > MAX_BODY:
             return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        try:
+            parse_body(await request.get_data())
+        except BodyRefused as exc:
+            return error(400, "bad_request", str(exc))
         return None
 
     @app.errorhandler(BadRequest)
     async def bad_request(exc):
         return error(400, "bad_request", str(exc))
+
+    http_codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
+
+    @app.errorhandler(HTTPException)
+    async def http_error(exc: HTTPException):
+        if not has_request_context() or not is_api(request.path):
+            return exc  # a websocket (the members' link) or a page: Quart's own answer
+        if exc.code == 404:
+            return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
+        if exc.code == 405:
+            return error(405, "method_not_allowed", f"{request.path[:200]!r} does not take {request.method}")
+        if exc.code == 413:
+            return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        return error(exc.code or 500, http_codes.get(exc.code, "http_error"), exc.description or exc.name)
+
+    @app.errorhandler(Exception)
+    async def internal_error(exc: Exception):
+        """A defect, never bad input (the door refuses that): one escaped log line, a JSON 500."""
+        if not has_request_context():
+            raise exc  # a websocket (the members' link): Quart's own handling
+        log.error("[api] %s %r failed: %s %r", request.method, request.path[:200], type(exc).__name__, str(exc)[:200])
+        return error(500, "internal", "the lead failed on this request; the log has one line about it")
 
     def reader_of(machine: str, agent: str):
         machine, agent = _id(machine, "machine"), _id(agent, "agent")  # 400 before any lookup (issue 9.13)
@@ -366,6 +408,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
 
     @app.get("/api/agents/<machine>/<agent>/inbox")
+    @open_to_senders
     async def inbox_list(machine: str, agent: str):
         items = inbox.core.listing(inbox.items(machine, agent))
         if g.sender != OWNER:
@@ -373,6 +416,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return jsonify({"items": [inbox.view(i) for i in items]})
 
     @app.post("/api/agents/<machine>/<agent>/inbox")
+    @open_to_senders
     async def inbox_submit(machine: str, agent: str):
         data = await request.get_json(force=True, silent=True)
         if not isinstance(data, dict):
@@ -405,6 +449,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/cancel")
+    @open_to_senders
     async def inbox_cancel(item_id: str):
         async def fn(item):
             return inbox.cancel(item.id)
@@ -421,6 +466,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/message")
+    @open_to_senders
     async def inbox_message(item_id: str):
         data = await request.get_json(force=True, silent=True) or {}
         if not isinstance(data.get("text"), str) or not data["text"].strip():

@@ -1,26 +1,104 @@
 """The lead's HTTP server: the phone's API and (later) its web app.
 
 `serve_http` follows hypercorn's own shape: report the bound addresses through `task_status`, run
-until `shutdown` is set, then give open connections a short graceful deadline.
+until `shutdown` is set, then give open connections a short graceful deadline. Connections are
+budgeted (`lead.connections`, issue 9.7): at most a share of the descriptor limit in total and per
+client address, refused (or, when the total is full, let in by closing the biggest holder's longest-idle
+connection), and idle ones closed early under pressure.
 """
 
 from __future__ import annotations
 
+import resource
+from contextvars import ContextVar
 from functools import partial
 
 import trio
 from hypercorn.config import Config
+from hypercorn.events import Updated
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
-from crew import __version__
 from lead import hypercorn_fix
+from lead.connections import UNLIMITED_DESCRIPTORS, ConnectionBudget, Limits
 
 GRACEFUL_SECONDS = 3.0
 BACKLOG = 1024  # hypercorn's 100 reset connections under a burst of 100 clients (bench/sends.py)
 # Longer than clients keep idle connections (httpx: 5 s, browsers: ~60 s), so the client always closes
 # first; with hypercorn's 5 s a client could reuse a connection the server was closing at that instant.
+# Under pressure idle connections close sooner (lead.connections.PRESSURE_IDLE_SECONDS).
 KEEP_ALIVE_SECONDS = 75.0
+SWEEP_SECONDS = 1.0
+REFUSAL_LINGER_SECONDS = 0.1
+MAX_LINGERING = 32  # refused connections waiting for their client to read the 503; beyond, close at once
+_REFUSAL_BODY = b'{"error": "busy", "message": "too many connections from your address; close some and retry"}\n'
+REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+           b"content-length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+
+_budget: ContextVar[ConnectionBudget | None] = ContextVar("collie_connection_budget", default=None)
+
+
+def descriptor_limit() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return UNLIMITED_DESCRIPTORS if soft == resource.RLIM_INFINITY else soft
+
+
+class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
+    """One connection, admitted by the budget of the `serve_http` that accepted it."""
+
+    async def run(self) -> None:
+        budget = _budget.get()
+        if budget is None:
+            await super().run()
+            return
+        try:
+            sock = getattr(self.stream, "transport_stream", self.stream).socket
+            peer = sock.getpeername()
+        except OSError:
+            return  # gone already
+        client = peer[0] if isinstance(peer, tuple) else "unix"
+        self.budget_scope = trio.CancelScope()  # before admitting: from then on another may evict this one
+        admitted, evicted = budget.admit(self, client, trio.current_time())
+        if evicted is not None:
+            evicted.budget_scope.cancel()  # trio's listener closes its stream
+        if not admitted:
+            if not hasattr(self.stream, "transport_stream") and budget.lingering < MAX_LINGERING:
+                await self._refuse(budget)  # plain HTTP: say why (TLS: just close)
+            return  # trio's listener closes the stream
+        try:
+            with self.budget_scope:
+                await super().run()
+        finally:
+            budget.release(self)
+
+    async def _refuse(self, budget: ConnectionBudget) -> None:
+        """503, then a short lingering close: read what the client sent, or closing resets the connection
+        and the client may never see the 503 (RFC 9112 §9.6). Bounded in time and in number."""
+        budget.lingering += 1
+        try:
+            with trio.move_on_after(REFUSAL_LINGER_SECONDS):
+                await self.stream.send_all(REFUSAL)
+                await self.stream.send_eof()
+                while await self.stream.receive_some(4096):
+                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            budget.lingering -= 1
+
+    async def protocol_send(self, event) -> None:
+        if isinstance(event, Updated) and (budget := _budget.get()) is not None:
+            budget.mark(self, idle=event.idle, now=trio.current_time())
+        await super().protocol_send(event)
+
+
+async def _sweep(budget: ConnectionBudget) -> None:
+    """Under pressure, close connections idle for `PRESSURE_IDLE_SECONDS` (trio closes their sockets)."""
+    while True:
+        await trio.sleep(SWEEP_SECONDS)
+        for conn in budget.to_close(trio.current_time()):
+            budget.mark(conn, idle=False, now=trio.current_time())  # picked once
+            conn.budget_scope.cancel()
 
 
 def create_app(install=None) -> QuartTrio:
@@ -32,7 +110,8 @@ def create_app(install=None) -> QuartTrio:
 
     @app.get("/healthz")
     async def healthz():
-        return {"ok": True, "collie": __version__}
+        """Liveness only: no auth, and so no data — not even the version (issue 11.6)."""
+        return {"ok": True}
 
     return app
 
@@ -44,9 +123,10 @@ async def serve_http(
     *,
     certfile: str | None = None,
     keyfile: str | None = None,
+    limits: Limits | None = None,
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
-    hypercorn_fix.install()
+    hypercorn_fix.install(BudgetedTCPServer)
     config = Config()
     config.bind = binds
     config.graceful_timeout = GRACEFUL_SECONDS
@@ -56,6 +136,21 @@ async def serve_http(
     config.errorlog = None
     if certfile:
         config.certfile, config.keyfile = certfile, keyfile
-    async with trio.open_nursery() as nursery:
-        bound = await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown.wait))
-        task_status.started(bound)
+    budget = ConnectionBudget(limits or Limits.for_descriptors(descriptor_limit()))
+    app.config["COLLIE_CONNECTIONS"] = budget  # statistics() for benchmarks and tests
+    token = _budget.set(budget)  # the server's connection tasks inherit this context
+    try:
+        async with trio.open_nursery() as nursery:
+            bound = await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown.wait))
+            sweeper = trio.CancelScope()
+            nursery.start_soon(_run_in, sweeper, _sweep, budget)
+            task_status.started(bound)
+            await shutdown.wait()
+            sweeper.cancel()
+    finally:
+        _budget.reset(token)
+
+
+async def _run_in(scope: trio.CancelScope, fn, *args) -> None:
+    with scope:
+        await fn(*args)

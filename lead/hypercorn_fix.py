@@ -1,28 +1,120 @@
-"""Fix for a shutdown hang with quart-trio 0.12 + hypercorn 0.18's trio worker.
+"""Fixes for hangs of quart-trio 0.12 on hypercorn 0.18's trio worker (HTTP/1.1 keep-alive).
 
-After an HTTP/1.1 response hypercorn sends itself ``Updated(idle=True)`` to re-arm the keep-alive
-timer, but quart-trio has already cancelled the per-request nursery it runs in, so the re-arm is
-cancelled and an idle connection never closes: every shutdown then waits the whole
-``graceful_timeout``. Shielding that one event restores the timer. Installed once, before serving;
-`tests/test_http_server.py` fails without it.
+The first two have one cause. hypercorn finishes a request (`H11Protocol._maybe_recycle`: reuse the
+connection, or close it) inside the app's last `send`, which runs in quart-trio's per-request
+nursery — and quart-trio cancels that nursery as soon as the response is out or hypercorn reports
+the stream closed (`http.disconnect`). Whatever the recycle still has to await is then cancelled:
+
+1. **Idle timer never re-armed.** The recycle's `Updated(idle=True)` is cancelled, so an idle
+   connection never closes and every shutdown waits the whole `graceful_timeout`.
+2. **Stall after an early answer** (issue 8.10). When the app answers before hypercorn has read the
+   whole request body (a 401 from the door, a 404), the recycle finds the client still sending
+   (h11: ours `DONE`, theirs `SEND_BODY`). It closes the stream — `http.disconnect`, so quart-trio
+   cancels its nursery — then asks the server to close the socket, and that close is cancelled at its
+   first checkpoint. The socket stays open with the idle timer stopped; when the rest of the body
+   arrives h11 reaches `DONE`/`DONE` and pauses for a `start_next_cycle` nobody will call. The
+   client's next request on that connection is never answered; it waits for its own timeout.
+
+3. **A closed connection holds its descriptor for the keep-alive time.** When the client closes an
+   idle connection, hypercorn stops reading but its connection task waits for the keep-alive timer
+   (75 s here) before closing the socket: a client opening and closing connections fast could hold
+   thousands of descriptors (issue 9.7). Reading's end now stops the timer.
+
+The fix for 1 and 2, as HTTP/1.1 requires of a server that answers early (RFC 9112 §9.3, §9.6): the recycle runs
+shielded (with its own short deadline), and when the client is still sending, either the rest of the
+body is read and dropped and the connection is kept (a body of known length up to `DRAIN_MAX_BYTES`),
+or the response says `Connection: close` and the connection is closed after it (a larger or chunked
+body, or a client waiting for `100 Continue`). A client that stops sending mid-body is closed by the
+keep-alive timer, which runs while the body drains.
+
+`install()` puts both in place (before serving); `lead.http` passes its own subclass of
+`FixedTCPServer`. `tests/test_http_server.py` fails without each part.
 """
 
 from __future__ import annotations
 
+import h11
 import trio
-from hypercorn.events import Updated
+from hypercorn import protocol as hypercorn_protocol
+from hypercorn.events import Closed, Updated
+from hypercorn.protocol.events import EndBody, Response, StreamClosed
+from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio.tcp_server import TCPServer
 
+DRAIN_MAX_BYTES = 256 * 1024  # the API's own body limit (lead.api.MAX_BODY): larger bodies close instead
+RECYCLE_SECONDS = 5.0  # bound on the shielded recycle: it sends at most a few bytes and starts a timer
 
-class ShieldedIdleTCPServer(TCPServer):
+
+class _Discard:
+    """Stands in for a finished request's stream while the rest of its body is read and dropped."""
+
+    idle = False
+
+    def __init__(self, protocol: FixedH11Protocol) -> None:
+        self.protocol = protocol
+
+    async def handle(self, event) -> None:
+        if isinstance(event, EndBody):  # the whole body is in: the connection can serve the next request
+            await self.protocol._maybe_recycle()
+        # Body: dropped; StreamClosed: nothing to close
+
+
+class FixedH11Protocol(H11Protocol):
+    _declared_length: int | None = None
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        self._declared_length = None
+        for name, value in request.headers:  # h11 lower-cases names and rejects conflicting lengths
+            if name == b"content-length":
+                self._declared_length = int(value)
+        await super()._create_stream(request)
+
+    def _can_drain(self) -> bool:
+        return (not self.connection.they_are_waiting_for_100_continue and self._declared_length is not None
+                and self._declared_length <= DRAIN_MAX_BYTES)
+
+    async def stream_send(self, event) -> None:
+        if (isinstance(event, Response) and event.status_code >= 200 and isinstance(self.connection, h11.Connection)
+                and self.connection.their_state is h11.SEND_BODY and not self._can_drain()):
+            event = Response(stream_id=event.stream_id, status_code=event.status_code,
+                             headers=[*event.headers, (b"connection", b"close")])
+        await super().stream_send(event)
+
+    async def _maybe_recycle(self) -> None:
+        with trio.CancelScope(shield=True, deadline=trio.current_time() + RECYCLE_SECONDS):
+            conn = self.connection
+            if (isinstance(conn, h11.Connection) and conn.our_state is h11.DONE and conn.their_state is h11.SEND_BODY
+                    and not self.context.terminated.is_set()):
+                # `_handle_events` feeds the rest of the body to the stand-in; it is in place before the
+                # first await, so a body end read meanwhile (by the reading task) recycles through it.
+                finished, drain = self.stream, _Discard(self)
+                self.stream = drain
+                if finished is not None:
+                    await finished.handle(StreamClosed(stream_id=STREAM_ID))
+                if self.stream is drain:  # still draining: the keep-alive timer bounds a client that stops
+                    await self.send(Updated(idle=True))
+            else:
+                await super()._maybe_recycle()
+
+
+class FixedTCPServer(TCPServer):
+    """Shields the connection-level events a cancelled request task could otherwise lose, and lets a
+    connection end when its client closed it (fix 3)."""
+
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        await self.idle_task.stop()  # the client is gone: nothing is left for the keep-alive timer to end
+
     async def protocol_send(self, event) -> None:
-        if isinstance(event, Updated) and event.idle:
-            with trio.CancelScope(shield=True):
+        if isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + RECYCLE_SECONDS):
                 await super().protocol_send(event)
         else:
             await super().protocol_send(event)
 
 
-def install() -> None:
-    hypercorn_run.TCPServer = ShieldedIdleTCPServer
+def install(server: type[TCPServer] = FixedTCPServer) -> None:
+    """Serve every hypercorn connection of this process with `server` (a `FixedTCPServer`) and the fixed protocol."""
+    hypercorn_protocol.H11Protocol = FixedH11Protocol
+    hypercorn_run.TCPServer = server

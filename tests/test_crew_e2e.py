@@ -122,7 +122,7 @@ def test_approval_required_sender_order_cancel_and_ttl(crew):
         return httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}, timeout=20)
 
     with sender(slack) as s, sender(ci) as ci_client, crew.client() as owner:
-        assert s.get("/api/dashboard").status_code == 401  # a sender token opens the inbox only
+        assert s.get("/api/dashboard").status_code == 403  # a sender token opens the inbox only (issue 9.2)
         first, second, expiring, cancelled = rid(), rid(), rid(), rid()
         got = s.post("/api/agents/lab/bot/inbox", json={"request_id": first, "conversation": "chat", "text": "one"}).json()
         assert got["outcome"] == "queued" and got["text"] == "waiting for approval from Ana"

@@ -1,31 +1,168 @@
-"""The lead's HTTP server shuts down promptly with idle keep-alive connections open.
+"""The lead's HTTP server keeps HTTP/1.1 keep-alive honest on hypercorn 0.18 + quart-trio 0.12.
 
-Without `lead.hypercorn_fix` an idle HTTP/1.1 connection never closes and shutdown waits the whole
-graceful timeout; with it, shutdown finishes at once. Virtual time (autojump_clock) makes this exact.
+- Shutdown does not wait for idle keep-alive connections (the idle timer is re-armed).
+- A request answered before its body was read (an early 401 from the door, a 404) leaves the
+  connection able to serve the next request at once (issue 8.10): the rest of the body is read and
+  dropped, or — for a body too large to drain — the answer says `Connection: close` and the
+  connection closes after it. Never a connection that neither answers nor closes.
+
+`lead.hypercorn_fix` holds the fixes; each test below has a twin proving it fails without them.
+Virtual time (autojump_clock) makes the waits exact and a stall fail at once.
 """
 
 from __future__ import annotations
 
+import pytest
 import trio
+from quart import jsonify, request
 
 from lead import hypercorn_fix
 from lead.http import GRACEFUL_SECONDS, create_app, serve_http
+
+STALL = 10.0  # virtual seconds: far more than any step on loopback takes
+
+
+@pytest.fixture
+def without_fix(monkeypatch):
+    """hypercorn's own protocol and TCP server, as before the fix."""
+    from hypercorn import protocol as hypercorn_protocol
+    from hypercorn.protocol.h11 import H11Protocol
+    from hypercorn.trio import run as hypercorn_run
+    from hypercorn.trio.tcp_server import TCPServer
+
+    monkeypatch.setattr(hypercorn_fix, "install", lambda *a, **k: None)
+    monkeypatch.setattr(hypercorn_protocol, "H11Protocol", H11Protocol)
+    monkeypatch.setattr(hypercorn_run, "TCPServer", TCPServer)
+
+
+def early_answers(app) -> None:
+    """A door that answers before reading the body, like the API's 401 and 404."""
+
+    @app.before_request
+    async def door():
+        if request.path.startswith("/api/"):
+            return jsonify({"error": "unauthorized"}), 401
+        return None
+
+
+class Client:
+    """A raw HTTP/1.1 client on one connection: it sees exactly what the server sends."""
+
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.stream, self.buf = stream, b""
+
+    async def _fill(self) -> bool:
+        data = await self.stream.receive_some(65536)
+        self.buf += data
+        return bool(data)
+
+    async def response(self) -> tuple[int, dict[str, str], bytes]:
+        """One whole response; raises EOFError when the server closed instead."""
+        with trio.fail_after(STALL):
+            while b"\r\n\r\n" not in self.buf:
+                if not await self._fill():
+                    raise EOFError(self.buf)
+            head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+            length = int(headers.get("content-length", "0"))
+            while len(self.buf) < length:
+                if not await self._fill():
+                    raise EOFError(self.buf)
+            body, self.buf = self.buf[:length], self.buf[length:]
+        return int(lines[0].split()[1]), headers, body
+
+    async def closed(self) -> bool:
+        with trio.fail_after(STALL):
+            while await self._fill():
+                pass
+        return True
+
+
+async def _serving(nursery, shutdown) -> int:
+    binds = await nursery.start(serve_http, create_app(early_answers), ["127.0.0.1:0"], shutdown)
+    return int(binds[0].rsplit(":", 1)[1])
+
+
+def _post_head(path: str, length: int, *extra: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: x", "Content-Type: application/json", f"Content-Length: {length}", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+async def _early_answer_pairs(n: int) -> int:
+    """`n` pairs on one connection: a POST answered 401 (before or after its body came), then a GET. Returns how
+    many GETs were answered before the connection stalled or closed."""
+    shutdown = trio.Event()
+    answered = 0
+    async with trio.open_nursery() as nursery:
+        port = await _serving(nursery, shutdown)
+        client = Client(await trio.open_tcp_stream("127.0.0.1", port))
+        for i in range(n):
+            try:
+                await _pair(client, i)
+            except (trio.TooSlowError, EOFError):
+                break
+            answered += 1
+        await client.stream.aclose()
+        shutdown.set()
+    return answered
+
+
+async def _pair(client: Client, i: int) -> None:
+    body, get = b'{"text": "%s"}' % (b"x" * (i % 50)), b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    if i % 2:  # head first, the answer comes, then the body: the server surely answers early
+        await client.stream.send_all(_post_head("/api/send", len(body)))
+        status, headers, _ = await client.response()
+        await trio.sleep(0.01)  # the server finishes that answer before the body comes
+        await client.stream.send_all(body + get)
+    else:  # all at once: the server may or may not have read the body when it answers
+        await client.stream.send_all(_post_head("/api/send", len(body)) + body + get)
+        status, headers, _ = await client.response()
+    assert status == 401 and "close" not in headers.get("connection", "")
+    status, headers, _ = await client.response()
+    assert status == 200 and "close" not in headers.get("connection", "")
+
+
+async def test_early_answers_never_stall_the_next_request(autojump_clock):
+    """Issue 8.10: 400 request pairs on one kept-alive connection, each POST answered 401 before its body was
+    read and each followed by a GET — every GET is answered on the same connection, none stalls."""
+    assert await _early_answer_pairs(400) == 400
+
+
+async def test_without_the_fix_the_next_request_stalls(autojump_clock, without_fix):
+    """Proves the test above fails without the fix: a GET after an early 401 stalls (or finds the connection
+    closed although the 401 promised to keep it)."""
+    assert await _early_answer_pairs(100) < 100
+
+
+async def test_a_body_too_large_to_drain_closes_the_connection(autojump_clock):
+    """RFC 9112 §9.6: a body over the drain limit (or of unknown length) is not read; the early answer says
+    `Connection: close` and the server closes, so the client never waits on a connection that will not answer."""
+    big = hypercorn_fix.DRAIN_MAX_BYTES + 1
+    for head in (_post_head("/api/send", big), _post_head("/api/send", 0).replace(
+            b"Content-Length: 0", b"Transfer-Encoding: chunked")):
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            port = await _serving(nursery, shutdown)
+            client = Client(await trio.open_tcp_stream("127.0.0.1", port))
+            await client.stream.send_all(head)
+            status, headers, _ = await client.response()
+            assert status == 401 and headers["connection"] == "close"
+            assert await client.closed()
+            await client.stream.aclose()
+            shutdown.set()
 
 
 async def _shutdown_time_with_idle_connection() -> float:
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(serve_http, create_app(), ["127.0.0.1:0"], shutdown)
-        port = int(binds[0].rsplit(":", 1)[1])
-        stream = await trio.open_tcp_stream("127.0.0.1", port)
-        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        data = b""
-        while b'"ok":true' not in data.replace(b" ", b""):
-            data += await stream.receive_some(4096)
-        assert data.startswith(b"HTTP/1.1 200")
+        port = await _serving(nursery, shutdown)
+        client = Client(await trio.open_tcp_stream("127.0.0.1", port))
+        await client.stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await client.response())[0] == 200
         start = trio.current_time()
         shutdown.set()
-    await stream.aclose()
+    await client.stream.aclose()
     return trio.current_time() - start
 
 
@@ -33,11 +170,6 @@ async def test_shutdown_does_not_wait_for_idle_keepalive(autojump_clock):
     assert await _shutdown_time_with_idle_connection() < 1.0
 
 
-async def test_without_the_fix_shutdown_waits_the_graceful_timeout(autojump_clock, monkeypatch):
+async def test_without_the_fix_shutdown_waits_the_graceful_timeout(autojump_clock, without_fix):
     """Proves the test above would fail without the fix."""
-    monkeypatch.setattr(hypercorn_fix, "install", lambda: None)
-    from hypercorn.trio import run as hypercorn_run
-    from hypercorn.trio.tcp_server import TCPServer
-
-    monkeypatch.setattr(hypercorn_run, "TCPServer", TCPServer)
     assert await _shutdown_time_with_idle_connection() >= GRACEFUL_SECONDS

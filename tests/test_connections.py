@@ -1,0 +1,287 @@
+"""The lead's HTTP server budgets its connections (issue 9.7): held connections cannot use up the descriptors.
+
+Invariants:
+- at most `Limits.total` connections, and `Limits.per_client` from one address; one more is refused
+  at once (`503 busy`, then closed) and takes no place;
+- another address still gets answers while one address holds all it may, and even when the total is
+  full: it takes the place of the biggest holder's longest-idle connection;
+- under pressure an idle connection closes after `PRESSURE_IDLE_SECONDS`, not the 75 s keep-alive;
+  without pressure it stays open.
+The in-process tests run on virtual time (autojump_clock); the last one holds real sockets against a
+real `collie serve` with a low descriptor limit and checks that `collie status` and the dashboard answer.
+"""
+
+from __future__ import annotations
+
+import resource
+import selectors
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import trio
+
+from lead.connections import PRESSURE_IDLE_SECONDS, ConnectionBudget, Limits
+from lead.http import KEEP_ALIVE_SECONDS, SWEEP_SECONDS, create_app, serve_http
+from tests.conftest import REPO, BridgeProcess, collie_env, run_collie
+
+
+# --- the plain class --------------------------------------------------------------------------------
+def test_limits_leave_room_for_the_rest_of_the_lead():
+    """Under the default 1024 descriptors: 768 connections, 192 per address; never more than the limit minus 128."""
+    assert Limits.for_descriptors(1024) == Limits(total=768, per_client=192, pressure=384)
+    for nofile in (64, 256, 1024, 4096, 65536):
+        limits = Limits.for_descriptors(nofile)
+        assert limits.total <= max(8, nofile - 128) and limits.per_client <= limits.total
+
+
+def test_budget_refuses_over_either_limit_and_frees_on_release():
+    budget = ConnectionBudget(Limits(total=4, per_client=2, pressure=2))
+    assert budget.admit("a1", "A", 0) == (True, None) and budget.admit("a2", "A", 0) == (True, None)
+    assert budget.admit("a3", "A", 0) == (False, None)  # over A's share
+    budget.mark("a1", idle=False, now=1)
+    budget.mark("a2", idle=False, now=1)  # both of A's are busy
+    assert budget.admit("b1", "B", 0) == (True, None) and budget.admit("b2", "B", 0) == (True, None)
+    budget.mark("b1", idle=False, now=1)
+    budget.mark("b2", idle=False, now=1)
+    assert budget.admit("c1", "C", 2) == (False, None)  # the total is full and nothing is idle
+    budget.release("a1")
+    assert budget.admit("c1", "C", 2) == (True, None)
+    assert budget.statistics()["refused"] == 2 and budget.statistics()["open"] == 4
+
+
+def test_a_newcomer_takes_the_place_of_the_biggest_holders_longest_idle_connection():
+    """When the total is full, one crowd cannot lock others out: a client holding fewer gets in, and the client
+    holding the most loses its longest-idle connection — until the newcomer holds about as many."""
+    budget = ConnectionBudget(Limits(total=5, per_client=4, pressure=5))
+    for i, since in enumerate((3.0, 1.0, 2.0)):
+        budget.admit(f"a{i}", "A", since)
+    budget.admit("b0", "B", 0.0)
+    budget.admit("b1", "B", 0.0)
+    assert budget.admit("c0", "C", 5.0) == (True, "a1")  # A holds 3, the most; a1 idle since t=1
+    assert budget.admit("c1", "C", 5.0) == (False, None)  # A and B hold 2, C 1: no one holds more than C + 1
+    budget.release("a1")  # the evicted connection's own release later changes nothing
+    assert budget.statistics()["open"] == 5 and budget.statistics()["evicted"] == 1
+
+
+def test_only_long_idle_connections_close_and_only_under_pressure():
+    budget = ConnectionBudget(Limits(total=10, per_client=10, pressure=3))
+    for i in range(3):
+        budget.admit(i, "A", 0.0)
+    assert budget.to_close(100.0) == []  # 3 open: no pressure
+    budget.admit(3, "B", 0.0)
+    budget.mark(1, idle=False, now=1.0)  # a request in progress
+    budget.mark(2, idle=True, now=2.0)  # its request ended at t=2
+    assert budget.to_close(PRESSURE_IDLE_SECONDS) == [0, 3]
+    assert budget.to_close(2.0 + PRESSURE_IDLE_SECONDS) == [0, 2, 3]
+
+
+# --- a real server, virtual time ---------------------------------------------------------------------
+async def _hold(port: int, source: str) -> trio.SocketStream:
+    sock = trio.socket.socket(trio.socket.AF_INET, trio.socket.SOCK_STREAM)
+    await sock.bind((source, 0))
+    await sock.connect(("127.0.0.1", port))
+    return trio.SocketStream(sock)
+
+
+async def _answer(stream: trio.SocketStream) -> bytes:
+    """What the server sends before it closes (or within 1 s)."""
+    data = b""
+    with trio.move_on_after(1.0):
+        try:
+            while chunk := await stream.receive_some(4096):
+                data += chunk
+        except trio.BrokenResourceError:  # reset: the server closed without reading
+            pass
+    return data
+
+
+async def _healthz(port: int, source: str = "127.0.0.1") -> int:
+    stream = await _hold(port, source)
+    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = await _answer(stream)
+    await stream.aclose()
+    return int(data.split(b" ", 2)[1]) if data else 0
+
+
+async def _is_closed(stream: trio.SocketStream) -> bool:
+    with trio.move_on_after(0.01):
+        return await stream.receive_some(1) == b""
+    return False
+
+
+async def _settle(app, n: int) -> None:
+    """Wait until the server counts `n` open connections (it releases one just after closing it)."""
+    with trio.fail_after(1.0):
+        while app.config["COLLIE_CONNECTIONS"].statistics()["open"] != n:
+            await trio.sleep(0.01)
+
+
+async def test_one_address_cannot_take_the_server(autojump_clock):
+    """9.7: an address holding its whole share gets `503 busy` for one more; another address is answered, even
+    when the total is full (in place of the biggest holder's longest-idle connection)."""
+    shutdown = trio.Event()
+    limits = Limits(total=12, per_client=4, pressure=100)
+    app = create_app()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial_serve(limits, app), shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+        held = [await _hold(port, "127.0.0.2") for _ in range(4)]
+        extra = await _hold(port, "127.0.0.2")
+        refusal = await _answer(extra)
+        assert refusal.startswith(b"HTTP/1.1 503") and b'"error": "busy"' in refusal
+        assert await _healthz(port) == 200
+        held += [await _hold(port, "127.0.0.3") for _ in range(4)]
+        held += [await _hold(port, "127.0.0.4") for _ in range(3)]
+        await _settle(app, 11)
+        assert not any([await _is_closed(s) for s in held])
+        assert await _healthz(port) == 200  # the 12th: the total is full, nobody evicted
+        await _settle(app, 11)
+        held.append(await _hold(port, "127.0.0.4"))  # 12 held: the total is full
+        await _settle(app, 12)
+        assert await _healthz(port) == 200  # from 127.0.0.1, in place of an idle connection of 127.0.0.2
+        closed = [await _is_closed(s) for s in held]
+        assert closed.count(True) == 1 and any(closed[:4])  # one of 127.0.0.2's (all idle since the same instant)
+        assert app.config["COLLIE_CONNECTIONS"].statistics()["evicted"] == 1
+        for s in held + [extra]:
+            await s.aclose()
+        shutdown.set()
+
+
+async def test_idle_connections_close_early_only_under_pressure(autojump_clock):
+    """9.7: past the pressure mark idle connections close after PRESSURE_IDLE_SECONDS (+ at most one sweep), not
+    after the 75 s keep-alive; below it they stay open."""
+    shutdown = trio.Event()
+    limits = Limits(total=20, per_client=20, pressure=5)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial_serve(limits), shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+        calm = [await _hold(port, "127.0.0.2") for _ in range(5)]
+        await trio.sleep(KEEP_ALIVE_SECONDS / 2)
+        assert not any([await _is_closed(s) for s in calm])  # 5 open: no pressure, no early close
+        one_more = await _hold(port, "127.0.0.3")  # 6: pressure; the 5 long-idle ones go at the next sweep
+        await trio.sleep(SWEEP_SECONDS + 0.1)
+        assert all([await _is_closed(s) for s in calm]) and not await _is_closed(one_more)
+        await trio.sleep(KEEP_ALIVE_SECONDS / 4)
+        assert not await _is_closed(one_more)  # alone again: no pressure
+        start = trio.current_time()
+        crowd = [await _hold(port, "127.0.0.4") for _ in range(6)]  # pressure even once `one_more` went
+        while not await _is_closed(crowd[0]):
+            await trio.sleep(0.1)
+        assert PRESSURE_IDLE_SECONDS <= trio.current_time() - start <= PRESSURE_IDLE_SECONDS + SWEEP_SECONDS + 0.2
+        for s in calm + crowd + [one_more]:
+            await s.aclose()
+        shutdown.set()
+
+
+def partial_serve(limits: Limits, app=None):
+    async def serve(shutdown, *, task_status=trio.TASK_STATUS_IGNORED):
+        await serve_http(app or create_app(), ["127.0.0.1:0"], shutdown, limits=limits, task_status=task_status)
+    return serve
+
+
+async def _open_after_client_closes(n: int) -> list[int]:
+    """Open connections the server counts right after `n` clients closed theirs, then 1 s later."""
+    shutdown = trio.Event()
+    app = create_app()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve_http, app, ["127.0.0.1:0"], shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+        for s in [await _hold(port, "127.0.0.2") for _ in range(n)]:
+            await s.aclose()
+        await trio.sleep(0.1)
+        seen = [app.config["COLLIE_CONNECTIONS"].statistics()["open"]]
+        await trio.sleep(1.0)
+        seen.append(app.config["COLLIE_CONNECTIONS"].statistics()["open"])
+        shutdown.set()
+    return seen
+
+
+async def test_a_connection_the_client_closed_is_released_at_once(autojump_clock):
+    """9.7 (lead.hypercorn_fix, fix 3): a closed connection gives its descriptor back at once, not after the
+    75 s keep-alive timer — opening and closing connections fast cannot pile up descriptors."""
+    assert await _open_after_client_closes(50) == [0, 0]
+
+
+async def test_without_the_fix_closed_connections_hold_on(autojump_clock, monkeypatch):
+    """Proves the test above fails without fix 3."""
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from lead import hypercorn_fix
+
+    monkeypatch.setattr(hypercorn_fix.FixedTCPServer, "_read_data", TCPServer._read_data)
+    assert await _open_after_client_closes(50) == [50, 50]
+
+
+# --- a real `collie serve`, real held sockets -------------------------------------------------------------
+class LowLimitBridge(BridgeProcess):
+    """`collie serve` with a descriptor limit of `nofile` (so the test can reach it with a few hundred sockets)."""
+
+    def __init__(self, paths, env, nofile: int) -> None:
+        self.paths = paths
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "crew.cli.main", "serve", "--port", "0"], cwd=REPO, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+
+
+def _hold_sync(port: int, source: str, n: int) -> list[socket.socket]:
+    held = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        held.append(s)
+    return held
+
+
+def _refused(sockets: list[socket.socket]) -> int:
+    """How many of `sockets` the server refused within 0.5 s: `503 busy` then closed, or (past 32 refusals at
+    once) just closed. An admitted socket stays silent: the server waits for its request."""
+    with selectors.DefaultSelector() as sel:
+        for s in sockets:
+            sel.register(s, selectors.EVENT_READ)
+        time.sleep(0.5)
+        ready = [key.fileobj for key, _ in sel.select(timeout=0)]
+    n = 0
+    for s in ready:
+        try:
+            first = s.recv(64)
+            n += first.startswith(b"HTTP/1.1 503") or first == b""
+        except ConnectionResetError:
+            n += 1
+    return n
+
+
+@pytest.mark.slow
+def test_held_connections_leave_status_and_dashboard_answering(paths):
+    """9.7: a lead with 256 descriptors takes 128 connections, 32 per address. 100 held from one address: 68 are
+    refused and the dashboard answers at once; 280 held from eight addresses fill the total: `collie status`
+    (the control socket) and the dashboard (in place of an idle held connection) still answer at once."""
+    limits = Limits.for_descriptors(256)
+    assert (limits.total, limits.per_client) == (128, 32)
+    lead = LowLimitBridge(paths, collie_env(paths), 256)
+    held: list[socket.socket] = []
+    try:
+        address = lead.wait_ready()["address"]
+        port = int(address.rsplit(":", 1)[1])
+        token = (paths.state_dir / "api-token").read_text().strip()
+        auth = {"authorization": f"Bearer {token}"}
+        one = _hold_sync(port, "127.0.0.2", 100)
+        held += one
+        assert _refused(one) == 100 - limits.per_client
+        assert httpx.get(f"{address}/api/dashboard", headers=auth, timeout=5).status_code == 200
+        for i in range(3, 10):
+            held += _hold_sync(port, f"127.0.0.{i}", 40)
+        status = run_collie(paths, "status", timeout=10)
+        assert status.returncode == 0 and "bridge: running" in status.stdout, status.stdout + status.stderr
+        assert httpx.get(f"{address}/api/dashboard", headers=auth, timeout=5).status_code == 200
+    finally:
+        for s in held:
+            s.close()
+        lead.stop()
+        lead.proc.stdout.close()
+    assert "Too many open files" not in paths.log.read_text()

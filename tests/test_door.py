@@ -1,0 +1,181 @@
+"""The API's door (lead.door, issues 9.2, 9.10, 10.8): every route × every kind of credential, and strict bodies.
+
+Invariants:
+- no `/api` route answers without a valid credential (401), whatever the route, known or not;
+- the owner's credential opens every route;
+- an API token (features I10, `standing` or `required`) opens exactly the inbox routes a sender needs —
+  enqueue, list, read, cancel, add a message — and every other route answers it 403, whatever its path
+  text (a path ending in `/inbox` is not an inbox route);
+- an unknown `/api` route or method answers JSON (`not_found`, `method_not_allowed`), never HTML;
+- a body is strict UTF-8 JSON, an object, nested at most 32 deep, without lone surrogates: anything
+  else is 400 `bad_request` with a reason, never 500.
+The lead runs in-process (no agents): the door decides before any handler, so none is needed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bridge.state import prepare_state
+from crew.config import BridgeConfig
+from lead import door
+from lead.api import create_api, install_inbox_routes
+from lead.daemon import LeadDaemon, parser
+from lead.http import create_app
+
+STANDING = "s" * 40
+REQUIRED = "r" * 40
+SENDER_ROUTES = {  # features I10 + I7: what an external sender may do, and nothing else
+    ("GET", "/api/agents/<machine>/<agent>/inbox"),
+    ("POST", "/api/agents/<machine>/<agent>/inbox"),
+    ("GET", "/api/inbox/<item_id>"),
+    ("POST", "/api/inbox/<item_id>/cancel"),
+    ("POST", "/api/inbox/<item_id>/message"),
+}
+SAMPLE = {"machine": "local", "agent": "desk", "conv": "c1", "item_id": "i1", "ask_id": "a1", "action_id": "x",
+          "starter_id": "s1"}
+
+
+@pytest.fixture
+def lead(paths):
+    prepare_state(paths)
+    d = LeadDaemon(parser().parse_args([]), paths, BridgeConfig(agents=(), programs_off=False, sources_count=0))
+    app = create_app(lambda a: (create_api(a, d.bridge, d.writer, d.credential, d.hub),
+                                install_inbox_routes(a, d.hub, d.inbox), d.hub.install(a, d.shutdown)))
+    d.hub.store.add_token("slack", STANDING, "standing")
+    d.hub.store.add_token("relay", REQUIRED, "required")
+    yield app, d.credential
+    d.inbox.db.close()
+    d.hub.store.close()
+    d.journal.close()
+
+
+def api_routes(app) -> list[tuple[str, str]]:
+    routes = []
+    for rule in app.url_map.iter_rules():
+        if rule.rule.startswith("/api/"):
+            routes += [(m, rule.rule) for m in sorted(rule.methods - {"HEAD", "OPTIONS"})]
+    return routes
+
+
+def concrete(rule: str) -> str:
+    return re.sub(r"<(?:\w+:)?(\w+)>", lambda m: SAMPLE[m.group(1)], rule)
+
+
+async def call(app, method: str, path: str, headers: dict, body: bytes = b"{}"):
+    r = await app.test_client().open(path, method=method, headers={"content-type": "application/json", **headers},
+                                     data=body)
+    return r.status_code, await r.get_json(force=True, silent=True), r.headers.get("content-type", "")
+
+
+async def test_every_route_by_every_credential(lead):
+    """9.2: the table of every /api route × no credential, a wrong one, Basic, the owner's, and both API tokens."""
+    app, owner = lead
+    routes = api_routes(app)
+    assert len(routes) >= 20 and ("POST", "/api/send") in routes
+    assert {r for r in SENDER_ROUTES if r[1] != "/api/inbox/<item_id>"} <= set(routes)
+    for method, rule in routes:
+        path = concrete(rule)
+        for headers in ({}, {"authorization": "Bearer " + "0" * 64}, {"authorization": f"Basic {owner}"},
+                        {"authorization": f"Bearer {owner[:-1]}"}):
+            status, body, _ = await call(app, method, path, headers)
+            assert (status, body["error"]) == (401, "unauthorized"), (method, rule, headers)
+        status, body, _ = await call(app, method, path, {"authorization": f"Bearer {owner}"})
+        assert status not in (401, 403), (method, rule, status, body)
+        for token in (STANDING, REQUIRED):
+            status, body, _ = await call(app, method, path, {"authorization": f"Bearer {token}"})
+            if (method, rule) in SENDER_ROUTES:
+                assert status not in (401, 403), (method, rule, status, body)
+            else:
+                assert (status, body["error"]) == (403, "forbidden"), (method, rule, status, body)
+
+
+@pytest.mark.parametrize("method, path", [
+    ("POST", "/api/agents/local/desk/starters/inbox"),
+    ("POST", "/api/agents/local/desk/conversations/c1/actions/inbox"),
+    ("GET", "/api/agents/local/desk/conversations/inbox"),
+    ("POST", "/api/agents/local/desk/conversations/inbox/stop"),
+    ("POST", "/api/inbox/i1/approve"),
+    ("POST", "/api/agents/local/desk/inbox/clear"),
+])
+async def test_a_path_ending_in_inbox_is_not_an_inbox_route(lead, method, path):
+    """9.2, the reported bypass: a `required` token reached a starter, an agent button and a pane by their path
+    text. The door goes by the matched route: all are 403, before any handler runs."""
+    app, _owner = lead
+    status, body, _ = await call(app, method, path, {"authorization": f"Bearer {REQUIRED}"})
+    assert (status, body["error"]) == (403, "forbidden")
+
+
+async def test_unknown_routes_answer_json_and_only_to_a_credential(lead):
+    """10.8, 11.2: an unknown /api route is a JSON 404 (a wrong method a JSON 405) — to a caller who got in;
+    anyone else learns nothing but 401. /healthz says only that the lead lives (11.6)."""
+    app, owner = lead
+    for method, path, want in (("GET", "/api/nope", 404), ("POST", "/api/agents/local/desk", 404),
+                               ("GET", "/api//dashboard", 404), ("GET", "/api/agents/local//conversations", 404),
+                               ("GET", "/api/send", 405), ("DELETE", "/api/dashboard", 405)):
+        assert (await call(app, method, path, {}))[0] == 401
+        status, body, ctype = await call(app, method, path, {"authorization": f"Bearer {owner}"})
+        assert status == want and ctype.startswith("application/json")
+        assert body["error"] == {404: "not_found", 405: "method_not_allowed"}[want] and body["message"]
+    status, body, _ = await call(app, "GET", "/healthz", {})
+    assert (status, body) == (200, {"ok": True})
+
+
+BAD_BODIES = [
+    (b"\xff\xfe{}", "not UTF-8"),
+    (b'{"text": "caf\xe9"}', "not UTF-8"),
+    (b"[" * 1000 + b"]" * 1000, "nested deeper"),
+    (b'{"a": ' + b"[" * 40 + b"]" * 40 + b"}", "nested deeper"),
+    (b'{"text": "\\ud800"}', "lone surrogate"),
+    (b'{"\\udfff": 1}', "lone surrogate"),
+    (b'{"index": NaN}', "not JSON"),
+    (b"{", "not JSON"),
+    (b"[1, 2]", "must be a JSON object"),
+    (b'"text"', "must be a JSON object"),
+    (b"null", "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("raw, reason", BAD_BODIES)
+async def test_bad_bodies_are_refused_with_a_reason(lead, raw, reason):
+    """9.10: the fuzzer's 500s (non-UTF-8, ~1,000 deep, lone surrogates, wrong types) are each a 400 with a reason,
+    on every route, for the owner and for a sender alike."""
+    app, owner = lead
+    for method, rule in api_routes(app):
+        status, body, _ = await call(app, method, concrete(rule), {"authorization": f"Bearer {owner}"}, raw)
+        assert status == 400 and body["error"] == "bad_request" and reason in body["message"], (method, rule, body)
+    status, body, _ = await call(app, "POST", "/api/inbox/i1/message", {"authorization": f"Bearer {STANDING}"}, raw)
+    assert status == 400 and reason in body["message"]
+
+
+def test_parse_body_accepts_what_routes_take():
+    assert door.parse_body(b"") is None and door.parse_body(b"  \n") is None
+    assert door.parse_body('{"text": "déjà 😀 \\ud83d\\ude00", "n": [1, {"a": null}]}'.encode()) == {
+        "text": "déjà 😀 😀", "n": [1, {"a": None}]}
+    assert door.parse_body(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}') is not None
+    nested = b'{"a": ' + b"[" * (door.MAX_DEPTH - 1) + b"]" * (door.MAX_DEPTH - 1) + b"}"
+    assert door.parse_body(nested) is not None
+
+
+async def test_a_defect_is_a_json_500_and_the_members_link_keeps_its_own_refusal(lead):
+    """The catch-all is for defects only: an exception in a route is a JSON 500 with one log line; the members'
+    websocket link (not /api) still refuses a bad member token with its own 401 (crew.md §1)."""
+    from quart.testing.connections import WebsocketResponseError
+
+    app, owner = lead
+
+    @app.get("/api/boom")
+    async def boom():
+        raise RuntimeError("defect")
+
+    status, body, _ = await call(app, "GET", "/api/boom", {"authorization": f"Bearer {owner}"})
+    assert (status, body["error"]) == (500, "internal")
+    statuses = []
+    try:
+        async with app.test_client().websocket("/crew/v1", headers={"authorization": "Bearer nope"}) as ws:
+            await ws.receive()
+    except* WebsocketResponseError as refused:
+        statuses = [e.response.status_code for e in refused.exceptions]
+    assert statuses == [401]
