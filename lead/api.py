@@ -119,7 +119,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             refused = guard(door)
             if refused is not None:
                 return refused
-        if not is_api(request.path) or request.path == "/api/pair":  # pairing: the code is the credential
+        if not is_api(request.path):  # pages, pairing (`POST /pair`: the code is the credential), /healthz
             return None
             return None
         header = request.headers.get("authorization", "")

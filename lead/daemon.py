@@ -91,8 +91,9 @@ class LeadDaemon(Daemon):
                              redact_on=self.redact_on)
         self.devices.on_revoke.append(self.pusher.store.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
-        if not self.certfile and (args.tls or args.host not in LOOPBACK):
-            names = names_for(args.host, args.name)
+        host = args.host or "127.0.0.1"
+        if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
+            names = names_for(host, getattr(args, "name", None) or [])
             cert, key, made = ensure_certificate(paths.state_dir, names, log)
             if made:
                 log.info("[bridge] made a self-signed TLS certificate for %s: %s", ", ".join(names), cert)
@@ -148,7 +149,9 @@ class LeadDaemon(Daemon):
         return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {self.address}{tls}, "
                 f"{n} durable agent{'' if n == 1 else 's'}")
 
-    async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    def make_app(self):
+        """The phone's whole HTTP app: the API and its door, pairing, the live channel, push, the web
+        app, and the members' link (the tests build it the same way)."""
         from quart import g
 
         from lead.events import install_events
@@ -156,17 +159,22 @@ class LeadDaemon(Daemon):
         from lead.push import install_push
         from lead.web import install_web
 
-        door = Door(self.args.host, self.args.port, tls=bool(self.certfile), names=self.args.name)
-        app = create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
-                                               door=door, devices=self.devices, feed=self.feed,
-                                               redact_on=self.redact_on),
-                                    install_push(a, self.pusher),
-                                    install_inbox_routes(a, self.hub, self.inbox),
-                                    install_pairing(a, door, self.devices),
-                                    install_events(a, self.feed,
-                                                   owner_check=lambda: getattr(g, "sender", None) == OWNER),
-                                    install_web(a, self.bridge, self.hub),
-                                    self.hub.install(a, self.shutdown)))
+        self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
+                                      names=self.args.name or [])
+        return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
+                                                door=door, devices=self.devices, feed=self.feed,
+                                                redact_on=self.redact_on),
+                                     install_push(a, self.pusher),
+                                     install_inbox_routes(a, self.hub, self.inbox),
+                                     install_pairing(a, door, self.devices),
+                                     install_events(a, self.feed,
+                                                    owner_check=lambda: getattr(g, "sender", None) == OWNER),
+                                     install_web(a, self.bridge, self.hub),
+                                     self.hub.install(a, self.shutdown)))
+
+    async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        app = self.make_app()
+        door = self.door_rules
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.hub.run)
             nursery.start_soon(self.inbox.run)

@@ -2,7 +2,7 @@
 
 `collie pair` asks the running lead (control socket) for a pairing code. The code is 24 random
 bytes, shown once inside a link, valid 10 minutes, good for one pairing. Opening the link trades it
-(`POST /api/pair`) for a device credential: 32 random bytes sent back only as an HttpOnly,
+(`POST /pair`) for a device credential: 32 random bytes sent back only as an HttpOnly,
 SameSite=Strict cookie. The lead keeps SHA-256 hashes of codes and credentials, never either one.
 
 `collie devices` lists paired phones (name, paired at, last seen); `collie devices revoke NAME`

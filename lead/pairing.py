@@ -138,7 +138,7 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
   history.replaceState(null, "", location.pathname);
   if (!code) { msg.textContent = "This pairing link has no code. Run collie pair again."; return; }
   try {
-    const r = await fetch("/api/pair", {method: "POST", credentials: "same-origin",
+    const r = await fetch("/pair", {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", "X-Collie-CSRF": "1"},
       body: JSON.stringify({code, name: navigator.platform || "phone"})});
     const body = await r.json();
@@ -151,7 +151,7 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 
 
 def install_pairing(app, door: Door, devices: Devices) -> None:
-    """The pairing page (`/pair`) and the route that trades a code for a device cookie (`/api/pair`)."""
+    """The pairing page (`/pair`) and the route that trades a code for a device cookie (`POST /pair`)."""
 
     @app.get("/pair")
     async def pair_page():
@@ -162,7 +162,7 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
                                                    "style-src 'unsafe-inline'; connect-src 'self'")
         return resp
 
-    @app.post("/api/pair")
+    @app.post("/pair")
     async def pair():
         data = await request.get_json(force=True, silent=True)
         if not isinstance(data, dict):

@@ -52,7 +52,7 @@ def pair(lead, name="pixel") -> httpx.Client:
     link = pair_link(lead["paths"])
     code = link.split("#", 1)[1]
     c = httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=10)
-    r = c.post("/api/pair", json={"code": code, "name": name}, headers=CSRF)
+    r = c.post("/pair", json={"code": code, "name": name}, headers=CSRF)
     assert r.status_code == 200, r.text
     return c
 
@@ -66,13 +66,13 @@ def test_pairing_is_single_use_and_gives_an_httponly_strict_secure_cookie(lead):
     assert "SHA-256" in out.stdout and "▀" in out.stdout or "█" in out.stdout  # the fingerprint and a QR code
     code = re.search(r"/pair#(\S+)", out.stdout).group(1)
     with httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=10) as c:
-        first = c.post("/api/pair", json={"code": code, "name": "pixel"})
+        first = c.post("/pair", json={"code": code, "name": "pixel"})
         assert first.status_code == 200
         set_cookie = first.headers["set-cookie"].lower()
         assert "httponly" in set_cookie and "samesite=strict" in set_cookie and "secure" in set_cookie
         assert c.get("/api/dashboard").status_code == 200
     with httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=10) as other:
-        again = other.post("/api/pair", json={"code": code, "name": "thief"})
+        again = other.post("/pair", json={"code": code, "name": "thief"})
         assert again.status_code == 401 and again.json()["error"] == "pairing_used"
         assert other.get("/api/dashboard").status_code == 401
     cookie = first.cookies["collie_device"]
@@ -255,11 +255,14 @@ def test_resume_after_a_drop_loses_nothing(lead):
         assert not any(e[0] == "snapshot" for e in again.events)
         again.close()
         lead["bridge"].stop()
-    # a restarted lead cannot replay: the phone gets a fresh snapshot
-    b = lead["bridge"].__class__(lead["paths"], collie_env(lead["paths"]), "--tls", "--port", str(lead["port"]))
+    # a restarted lead cannot replay: the phone gets a fresh snapshot (a new port: the old one may be taken
+    # by another program the moment it is free)
+    b = lead["bridge"].__class__(lead["paths"], collie_env(lead["paths"]), "--tls")
     try:
-        b.wait_ready()
-        with owner_client(lead) as c:
+        port = int(b.wait_ready()["address"].rsplit(":", 1)[1])
+        token = (lead["paths"].state_dir / "api-token").read_text().strip()
+        with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=lead["ctx"], timeout=15,
+                          headers={"authorization": f"Bearer {token}"}) as c:
             fresh = Stream(c, headers={"Last-Event-ID": last_id})
             fresh.wait(lambda e: e[0] == "snapshot")
             fresh.close()
