@@ -28,7 +28,7 @@ from bridge.reader import AgentReader
 from crew import __version__, logs
 from crew.config import AgentConfig
 from crew.views import READY, VERSION_MISMATCH
-from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX
+from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, WireError
 
 log = logs.get("durable")
 
@@ -39,8 +39,9 @@ WATCH_WAIT = WAIT_MAX
 HELLO_TIMEOUT = 5.0
 STATE_TIMEOUT = 5.0
 ITEMS_TIMEOUT = 10.0
-ITEM_PAGES_MAX = 50
-CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent  # per read; the rest comes at the next poll
+ITEM_PAGES_MAX = 50  # per read; the rest comes at the next poll
+INLINE_MAX = 50  # conversations in a state, or items in a page, parsed on the event loop; more go to a thread
+CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent
 
 
 class AgentPoller:
@@ -56,6 +57,7 @@ class AgentPoller:
         self.viewers = 0
         self._wake = trio.Event()
         self.pace = ReadPace()
+        self._parsing = trio.CapacityLimiter(1)
         self.client: AgentClient | None = None
         self.polls = 0
         self.not_modified = 0
@@ -167,7 +169,10 @@ class AgentPoller:
                 self._changed()
             self.pace.finished(changed)
             return
-        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+        got = await self._on_state(answer)
+        if got is None:
+            return  # a newer read was applied meanwhile
+        lines, stale = got
         self._emit(lines)
         if reader.needs_hello():
             self.pace.poke()  # the agent restarted: hello first, then read again at once
@@ -194,7 +199,10 @@ class AgentPoller:
         if answer.status == 304:
             self._emit(reader.on_not_modified(trio.current_time()))
             return
-        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+        got = await self._on_state(answer)
+        if got is None:
+            return
+        lines, stale = got
         self._emit(lines)
         if stale:
             self.poke()
@@ -210,10 +218,35 @@ class AgentPoller:
                 if exc.reason == "not_found":
                     return  # closed between the state read and this one
                 raise
-            lines, more = self.reader.on_items(conv_id, answer.body, trio.current_time())
+            body = answer.body
+            try:
+                if isinstance(body, dict) and isinstance(body.get("items"), list) and len(body["items"]) > INLINE_MAX:
+                    prepared = await trio.to_thread.run_sync(AgentReader.prepare_items, body, limiter=self._parsing)
+                else:
+                    prepared = AgentReader.prepare_items(body)
+            except WireError:
+                self._emit(self.reader.on_items(conv_id, body, trio.current_time())[0])  # logs the misfit once
+                return
+            lines, more = self.reader.apply_items(conv_id, prepared, trio.current_time())
             self._emit(lines)
             if not more:
                 return
+
+    async def _on_state(self, answer) -> tuple[list[str], list[str]] | None:
+        """Parse a state answer — in a worker thread when it is large, so no step blocks the event
+        loop for long (issue 9.6) — and apply it; None when a newer read was applied meanwhile."""
+        reader, body = self.reader, answer.body
+        try:
+            if isinstance(body, dict) and isinstance(body.get("conversations"), list) and \
+                    len(body["conversations"]) > INLINE_MAX:
+                prepared = await trio.to_thread.run_sync(reader.prepare_state, body, limiter=self._parsing)
+            else:
+                prepared = reader.prepare_state(body)
+        except WireError as exc:
+            return reader.on_failure("protocol", f"the agent's state does not fit wire v1: {exc}"), []
+        if reader.is_older(prepared):
+            return None
+        return reader.apply_state(prepared, body, answer.headers.get("etag"), trio.current_time())
 
     async def _save(self) -> None:
         if self.cache is None:
