@@ -22,6 +22,7 @@ from werkzeug.routing import RequestRedirect
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
 from bridge.panes import agent_row, chat_items, conversation_rows, pane_state
+from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import logs
@@ -81,6 +82,19 @@ def _turn(value) -> int:
     if value is None:
         raise BadRequest("turn is required: the turn the phone saw (so a tap never acts on a later turn)")
     return _int(value, "turn")
+
+
+def _query_int(name: str, default: int, low: int, high: int | None = None) -> int:
+    """A whole-number query parameter within [low, high] (clamped above), or 400."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise BadRequest(f"{name} must be a whole number")
+    value = int(raw)
+    if value < low:
+        raise BadRequest(f"{name} must be at least {low}")
+    return min(value, high) if high is not None else value
 
 
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None) -> None:
@@ -220,30 +234,35 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):
+        """Items by revision, one bounded page (issues 8.8, 9.6): follow `next_since` while `more`."""
         reader = reader_of(machine, agent)
         conv = _id(conv, "conversation")
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        try:
-            since = int(request.args.get("since", "0"))
-        except ValueError:
-            raise BadRequest("since must be a whole number") from None
+        since = _query_int("since", 0, 0)
+        limit = _query_int("limit", PAGE_LIMIT, 1, PAGE_LIMIT_MAX)
         if machine != LOCAL:
-            got = await hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            got = await hub.read(machine, agent, "items", {"conversation": conv, "since": since, "limit": limit})
             if got is None:
-                return jsonify({"items": [], "open": conv in reader.conversations, "footer": FOOTER_NO_ANSWER,
-                                "reason": "machine-offline"})
+                return jsonify({"items": [], "open": conv in reader.conversations, "next_since": since, "more": False,
+                                "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
+            if "next_since" not in got:  # a member that answers one plain page: the highest rev it sent
+                sent = [i.get("rev", 0) for i in got.get("items", []) if i.get("kind") != "gap"]
+                got["next_since"] = max([since, *sent])
+                got["more"] = len(sent) >= PAGE_LIMIT
             return jsonify(got)
         tapped = await writer.journal.run(writer.journal.tapped_asks, agent)
         if conv in reader.conversations:
-            return jsonify({"items": chat_items(bridge.items(agent, conv, since), tapped), "open": True})
+            page = bridge.items_page(agent, conv, since, limit)
+            return jsonify({**page, "items": chat_items(page["items"], tapped), "open": True})
         try:
-            got = await bridge.read_items_through(agent, conv)
+            page = await bridge.read_items_page(agent, conv, since, limit)
         except AgentUnreachable as exc:
             if exc.reason == "not_found":
                 return error(404, "not_found", f"no conversation {conv!r}")
-            return jsonify({"items": [], "open": False, "footer": FOOTER_NO_ANSWER, "reason": exc.reason})
-        return jsonify({"items": chat_items([i for i in got if i["seq"] > since], tapped), "open": False})
+            return jsonify({"items": [], "open": False, "next_since": since, "more": False, "footer": FOOTER_NO_ANSWER,
+                            "reason": exc.reason})
+        return jsonify({**page, "items": chat_items(page["items"], tapped), "open": False})
 
     @app.get("/api/agents/<machine>/<agent>/starters")
     async def starters(machine: str, agent: str):
