@@ -1,30 +1,43 @@
 """Durable wire: idle cost and change latency (issue 3).
 
-    .venv/bin/python bench/wire_idle.py
+    .venv/bin/python bench/wire_idle.py [--pane-only] [--samples 200] [--conversations 100] [--repo PATH]
 
 1. Requests per agent per day, idle and viewed, polling vs `watch` — one virtual hour on trio's
    MockClock (the cadence is what is measured; virtual time makes it exact) × 24.
 2. Bytes on the socket per idle poll (request + 304 answer), counted by a proxy between bridge and agent.
-3. Change latency (agent raises an ask → the bridge's view shows it): `watch` in real time;
-   polling in virtual time (it is set by the 10 s cadence, not by CPU).
+3. Change latency where the phone sees it (issue 16.4): an agent with 100 open conversations raises an
+   ask; a client asks the phone's pane route (`GET /api/agents/local/<agent>/conversations/<id>`) of a
+   real `collie serve` back to back until the ask is there. Real time, `watch`, beside the floor (an
+   httpx round trip to a trivial server on the same stack over TCP loopback, measured in the same run).
+   Polling without `watch` is set by the 10 s cadence, not by CPU: measured in virtual time at the
+   bridge's view.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
+
 import trio
 import trio.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import pct  # noqa: E402
+from measure import Floor, loadavg, ms, pct  # noqa: E402
 
+from crew import control  # noqa: E402
 from crew.config import AgentConfig  # noqa: E402
+from crew.errors import NotRunningError  # noqa: E402
 from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -123,7 +136,85 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
     return out
 
 
+async def pane_latency(samples: int, pause: tuple[float, float], conversations: int, seed: int,
+                       repo: Path = REPO) -> list[float]:
+    """Raise an ask in one of `conversations` open ones; time until the lead's pane route shows it."""
+    d = short_dir()
+    lead = None
+    out = []
+    try:
+        (d / "cfg").mkdir(mode=0o700)
+        (d / "cfg" / "sources.json").write_text(json.dumps([{"name": "desk", "kind": "durable",
+                                                              "socket": str(d / "a.sock")}]))
+        os.chmod(d / "cfg" / "sources.json", 0o600)
+        env = {**os.environ, "COLLIE_CONFIG_DIR": str(d / "cfg"), "COLLIE_STATE_DIR": str(d / "state"),
+               "PYTHONPATH": str(repo)}
+        async with agent(d / "a.sock", caps=ALL_CAPS) as collie:
+            panes = [collie.conversation(f"c{i:03d}", title=f"Conversation {i}") for i in range(conversations)]
+            for p in panes:
+                p.reply("hello")
+            collie.ready()
+            lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env=env, cwd=repo,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            while True:
+                try:
+                    pong = await trio.to_thread.run_sync(lambda: control.call(d / "state" / "bridge.sock", "ping", timeout=2))
+                    break
+                except NotRunningError:
+                    await trio.sleep(0.1)
+            token = (d / "state" / "api-token").read_text().strip()
+            target = panes[conversations // 2]
+            route = f"/api/agents/local/desk/conversations/{target.id}"
+            async with httpx.AsyncClient(base_url=pong["address"], headers={"authorization": f"Bearer {token}"},
+                                         timeout=30) as c:
+                while (await c.get(route)).status_code != 200:
+                    await trio.sleep(0.1)
+                await trio.sleep(2)  # every conversation's items read and cached
+                rng = random.Random(seed)
+                for _ in range(samples):
+                    await trio.sleep(rng.uniform(*pause))
+                    async with trio.open_nursery() as n:
+                        n.start_soon(lambda: target.ask(kind="text", title="?"))
+                        await trio.sleep(0)  # the ask is raised now
+                        t0 = time.perf_counter()
+                        while (await c.get(route)).json()["ask"] is None:
+                            pass
+                        out.append(time.perf_counter() - t0)
+                        n.cancel_scope.cancel()
+                    while (await c.get(route)).json()["ask"] is not None:
+                        await trio.sleep(0.005)
+    finally:
+        if lead is not None:
+            lead.terminate()
+            lead.wait(timeout=20)
+        cleanup(d)
+    return out
+
+
 def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pane-only", action="store_true", help="only the change latency at the pane route")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--conversations", type=int, default=100)
+    p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout (to measure before a change)")
+    args = p.parse_args()
+    if not args.pane_only:
+        virtual()
+    print("== change latency where the phone sees it: agent raises an ask -> the pane route shows it ==")
+    floor = Floor()
+    try:
+        for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
+            f = trio.run(floor.measure)
+            watch = trio.run(pane_latency, args.samples, pause, args.conversations, 3, Path(args.repo).resolve())
+            print(f"watch, {args.conversations} open conversations, {label} (real time, n={len(watch)}): "
+                  f"p50 {ms(pct(watch, 50), f['p50'])}  p99 {ms(pct(watch, 99), f['p50'])}; "
+                  f"floor p50 {ms(f['p50'])} p99 {ms(f['p99'])}")
+    finally:
+        floor.close()
+    print(loadavg())
+
+
+def virtual() -> None:
     hour = 3600.0
     print("== idle cost per agent (one virtual hour x 24) ==")
     for label, caps, viewed in (("polling, idle", NO_WATCH, False), ("polling, viewed", NO_WATCH, True),
@@ -136,10 +227,6 @@ def main() -> None:
     poll = trio.run(latency, NO_WATCH, 200, (0, 10), trio.current_time, 7,
                     clock=trio.testing.MockClock(autojump_threshold=0))
     print(f"polling (10 s, virtual time, n={len(poll)}): p50 {pct(poll, 50):.2f} s  p99 {pct(poll, 99):.2f} s")
-    for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
-        watch = trio.run(latency, ALL_CAPS, 200, pause, time.perf_counter, 3)
-        print(f"watch, {label} (real time, n={len(watch)}): p50 {pct(watch, 50) * 1000:.1f} ms  "
-              f"p99 {pct(watch, 99) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ import trio
 from bridge.cache import Cache
 from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
 from bridge.poller import INLINE_MAX, AgentPoller
-from bridge.reader import KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView, item_cost, phone_mismatch
+from bridge.reader import (KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView,
+                           phone_mismatch)
 from crew import logs
 from crew.config import AgentConfig, BridgeConfig
 from crew.fsutil import ensure_private_dir
@@ -171,11 +172,11 @@ class Bridge:
         except WireError as exc:
             raise AgentUnreachable("protocol", str(exc)) from None
         page, out, size = prepared.page, [], 0
-        for item in prepared.clean:
+        for item, cost in zip(prepared.clean, prepared.costs):
             if out and size >= PAGE_BYTES:
                 break
             out.append(item)
-            size += item_cost(item)
+            size += cost
         if len(out) < len(prepared.clean):
             return {"items": out, "next_since": out[-1]["rev"], "more": True}
         return {"items": out, "next_since": page.next_since, "more": page.more}

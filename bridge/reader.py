@@ -88,7 +88,8 @@ class ItemLog:
     gaps: set[int] = attrs.Factory(set)  # a seq before which items were left out
     dirty: dict[int, dict] = attrs.Factory(dict)  # changed since the cache last saved
     seen: dict[int, float] = attrs.Factory(dict)  # seq -> when the bridge first read it (C4)
-    cost: int = 0  # sum of item_cost over `items`
+    costs: dict[int, int] = attrs.Factory(dict)  # seq -> item_cost of the item kept
+    cost: int = 0  # sum of `costs`
     dropped_below: int = 0  # items under this seq were dropped here (the cache drops them too)
     top: int = 0  # the highest seq ever held
     drop_pending: bool = False  # the cache has not dropped what was dropped here yet
@@ -96,13 +97,13 @@ class ItemLog:
     def next_seq(self) -> int:
         return max(self.top, max(self.items) if self.items else 0) + 1
 
-    def put(self, seq: int, item: dict) -> None:
-        old = self.items.get(seq)
-        if old is not None:
-            self.cost -= item_cost(old)
+    def put(self, seq: int, item: dict, cost: int | None = None) -> None:
+        cost = item_cost(item) if cost is None else cost
+        self.cost += cost - self.costs.get(seq, 0)
         self.items[seq] = self.dirty[seq] = item
-        self.cost += item_cost(item)
-        self.top = max(self.top, seq)
+        self.costs[seq] = cost
+        if seq > self.top:
+            self.top = seq
 
     def drop_oldest(self, n: int) -> None:
         """Drop the `n` oldest items (always keeping the newest); the left-out line goes where they were."""
@@ -111,7 +112,8 @@ class ItemLog:
         if n <= 0:
             return
         for seq in order[:n]:
-            self.cost -= item_cost(self.items.pop(seq))
+            del self.items[seq]
+            self.cost -= self.costs.pop(seq)
             self.dirty.pop(seq, None)
             self.seen.pop(seq, None)
         first = order[n]
@@ -135,6 +137,7 @@ class PreparedState:
 class PreparedItems:
     page: ItemsPage
     clean: list[dict]
+    costs: list[int]  # item_cost of each, computed with the parse
 
 
 class AgentReader:
@@ -313,7 +316,7 @@ class AgentReader:
         for item in page.items:
             raw = unstructure(item)
             clean.append(sanitize_item({k: v for k, v in raw.items() if v is not None}))
-        return PreparedItems(page=page, clean=clean)
+        return PreparedItems(page=page, clean=clean, costs=[item_cost(i) for i in clean])
 
     def apply_items(self, conv_id: str, prepared: PreparedItems, now: float) -> tuple[list[str], bool]:
         page = prepared.page
@@ -322,11 +325,11 @@ class AgentReader:
         log = self.logs.setdefault(conv_id, ItemLog())
         if page.first_kept > log.next_seq() and page.first_kept not in log.gaps:
             log.gaps.add(page.first_kept)  # S3: dropped before we read them
-        for clean in prepared.clean:
+        for clean, cost in zip(prepared.clean, prepared.costs):
             seq = clean["seq"]
             if seq < log.dropped_below:
                 continue  # dropped here to stay under the caps; the left-out line stands for it
-            log.put(seq, clean)
+            log.put(seq, clean, cost)
             log.seen.setdefault(seq, now)
         log.since = page.next_since
         lines = self._trim(conv_id, log)
@@ -354,7 +357,7 @@ class AgentReader:
             order = sorted(big.items)
             freed, n = 0, 0
             while n < len(order) - 1 and total - freed > KEEP_BYTES:
-                freed += item_cost(big.items[order[n]])
+                freed += big.costs[order[n]]
                 n += 1
             before = big.cost
             big.drop_oldest(n)
@@ -435,7 +438,7 @@ class AgentReader:
                 out.append({"kind": "gap", "seq": item["seq"], "text": LEFT_OUT})
             out.append(item)
             taken += 1
-            size += item_cost(item)
+            size += log.costs.get(item["seq"], 0)
             last = item.get("rev", 0)
         more = taken < len(changed)
         return {"items": out, "next_since": last if more else max(last, log.since), "more": more, "reset": reset}
