@@ -5,8 +5,8 @@
 1. Requests per agent per day, idle and viewed, polling vs `watch` — one virtual hour on trio's
    MockClock (the cadence is what is measured; virtual time makes it exact) × 24.
 2. Bytes on the socket per idle poll (request + 304 answer), counted by a proxy between bridge and agent.
-3. Change latency where the phone sees it (issue 16.4): an agent with 100 open conversations raises an
-   ask; a client asks the phone's pane route (`GET /api/agents/local/<agent>/conversations/<id>`) of a
+3. Change latency where the phone sees it (issue 16.4): an agent (its own process) with 100 open
+   conversations raises an ask; a client asks the phone's pane route (`GET /api/agents/local/<agent>/conversations/<id>`) of a
    real `collie serve` back to back until the ask is there. Real time, `watch`, beside the floor (an
    httpx round trip to a trivial server on the same stack over TCP loopback, measured in the same run).
    Polling without `watch` is set by the 10 s cadence, not by CPU: measured in virtual time at the
@@ -136,57 +136,93 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
     return out
 
 
+ASKER = """
+import sys, time, trio
+from crew.sdk import open_collie
+from fixtures.agents import ALL_CAPS
+async def main():
+    path, n = sys.argv[1], int(sys.argv[2])
+    async with open_collie(socket=path, caps=ALL_CAPS, runtime="bench", caller_check="off") as c:
+        panes = [c.conversation(f"c{i:03d}", title=f"Conversation {i}") for i in range(n)]
+        for p in panes:
+            p.reply("hello")
+        c.ready()
+        print("ready", flush=True)
+        target = panes[n // 2]
+        stdin = trio.lowlevel.FdStream(0)
+        scope = trio.CancelScope()
+
+        async def ask():
+            nonlocal scope
+            with trio.CancelScope() as scope:
+                print(time.perf_counter(), flush=True)  # the ask is raised in this same step
+                await target.ask(kind="text", title="?")
+
+        async with trio.open_nursery() as nursery:
+            while data := await stdin.receive_some(64):
+                for word in data.decode().split():
+                    if word == "ask":
+                        nursery.start_soon(ask)
+                    else:
+                        scope.cancel()
+            nursery.cancel_scope.cancel()
+trio.run(main)
+"""
+
+
 async def pane_latency(samples: int, pause: tuple[float, float], conversations: int, seed: int,
                        repo: Path = REPO) -> list[float]:
-    """Raise an ask in one of `conversations` open ones; time until the lead's pane route shows it."""
+    """An agent (its own process) with `conversations` open raises an ask in one of them; time from the
+    raise (its time, CLOCK_MONOTONIC like ours) until the lead's pane route shows it."""
     d = short_dir()
-    lead = None
+    lead = asker = None
     out = []
     try:
         (d / "cfg").mkdir(mode=0o700)
         (d / "cfg" / "sources.json").write_text(json.dumps([{"name": "desk", "kind": "durable",
                                                               "socket": str(d / "a.sock")}]))
         os.chmod(d / "cfg" / "sources.json", 0o600)
-        env = {**os.environ, "COLLIE_CONFIG_DIR": str(d / "cfg"), "COLLIE_STATE_DIR": str(d / "state"),
-               "PYTHONPATH": str(repo)}
-        async with agent(d / "a.sock", caps=ALL_CAPS) as collie:
-            panes = [collie.conversation(f"c{i:03d}", title=f"Conversation {i}") for i in range(conversations)]
-            for p in panes:
-                p.reply("hello")
-            collie.ready()
-            lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env=env, cwd=repo,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            while True:
-                try:
-                    pong = await trio.to_thread.run_sync(lambda: control.call(d / "state" / "bridge.sock", "ping", timeout=2))
-                    break
-                except NotRunningError:
-                    await trio.sleep(0.1)
-            token = (d / "state" / "api-token").read_text().strip()
-            target = panes[conversations // 2]
-            route = f"/api/agents/local/desk/conversations/{target.id}"
-            async with httpx.AsyncClient(base_url=pong["address"], headers={"authorization": f"Bearer {token}"},
-                                         timeout=30) as c:
-                while (await c.get(route)).status_code != 200:
-                    await trio.sleep(0.1)
-                await trio.sleep(2)  # every conversation's items read and cached
-                rng = random.Random(seed)
-                for _ in range(samples):
-                    await trio.sleep(rng.uniform(*pause))
-                    async with trio.open_nursery() as n:
-                        n.start_soon(lambda: target.ask(kind="text", title="?"))
-                        await trio.sleep(0)  # the ask is raised now
-                        t0 = time.perf_counter()
-                        while (await c.get(route)).json()["ask"] is None:
-                            pass
-                        out.append(time.perf_counter() - t0)
-                        n.cancel_scope.cancel()
-                    while (await c.get(route)).json()["ask"] is not None:
-                        await trio.sleep(0.005)
+        env = {**os.environ, "COLLIE_CONFIG_DIR": str(d / "cfg"), "COLLIE_STATE_DIR": str(d / "state")}
+        asker = subprocess.Popen([sys.executable, "-c", ASKER, str(d / "a.sock"), str(conversations)],
+                                 env={**env, "PYTHONPATH": str(REPO)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+        assert asker.stdout.readline().strip() == "ready"
+        lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
+                                cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while True:
+            try:
+                pong = control.call(d / "state" / "bridge.sock", "ping", timeout=2)
+                break
+            except NotRunningError:
+                time.sleep(0.1)
+        token = (d / "state" / "api-token").read_text().strip()
+        route = f"/api/agents/local/desk/conversations/c{conversations // 2:03d}"
+
+        def say(word: str) -> None:
+            asker.stdin.write(word + "\n")
+            asker.stdin.flush()
+
+        async with httpx.AsyncClient(base_url=pong["address"], headers={"authorization": f"Bearer {token}"},
+                                     timeout=30) as c:
+            while (await c.get(route)).status_code != 200:
+                await trio.sleep(0.1)
+            await trio.sleep(2)  # every conversation's items read and cached
+            rng = random.Random(seed)
+            for _ in range(samples):
+                await trio.sleep(rng.uniform(*pause))
+                say("ask")
+                while (await c.get(route)).json()["ask"] is None:
+                    pass
+                seen = time.perf_counter()
+                out.append(seen - float(asker.stdout.readline()))
+                say("end")
+                while (await c.get(route)).json()["ask"] is not None:
+                    await trio.sleep(0.005)
     finally:
-        if lead is not None:
-            lead.terminate()
-            lead.wait(timeout=20)
+        for proc in (lead, asker):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=20)
         cleanup(d)
     return out
 

@@ -153,3 +153,39 @@ def test_a_since_beyond_what_was_read_starts_over(reader):
     reader.on_items("c1", page([item(1), item(2)]), 1)
     p = reader.items_page("c1", 50)
     assert p["reset"] and [i["seq"] for i in p["items"]] == [1, 2]
+
+
+# --- 9.6: large answers are parsed off the event loop ------------------------------------------------
+async def test_a_large_state_is_parsed_in_a_worker_thread(monkeypatch):
+    """9.6: a state listing more than INLINE_MAX conversations is parsed in a worker thread, not on the
+    event loop every other agent and request shares; a small one stays inline (cheap, exact in tests)."""
+    import threading
+
+    import trio
+
+    from bridge import poller as poller_mod
+    from crew.config import AgentConfig
+    from tests.live import agent, bridge_for, cleanup, short_dir
+
+    where: list[tuple[int, bool]] = []
+    inner = AgentReader.prepare_state
+
+    def spy(self, data):
+        where.append((len(data.get("conversations", [])), threading.current_thread() is threading.main_thread()))
+        return inner(self, data)
+
+    monkeypatch.setattr(AgentReader, "prepare_state", spy)
+    d = short_dir()
+    try:
+        with trio.fail_after(20):
+            async with agent(d / "a.sock") as collie:
+                for i in range(poller_mod.INLINE_MAX + 10):
+                    collie.conversation(f"c{i}")
+                collie.ready()
+                async with bridge_for([AgentConfig("desk", socket=str(d / "a.sock"))], d) as b:
+                    while b.status("desk").status != "ready":
+                        await b.wait_changed()
+                    assert len(b.readers["desk"].conversations) == poller_mod.INLINE_MAX + 10
+    finally:
+        cleanup(d)
+    assert where and all(not on_loop for n, on_loop in where if n > poller_mod.INLINE_MAX)
