@@ -133,7 +133,7 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
                         await b.wait_changed()
     finally:
         cleanup(d)
-    return out
+    return out, floors
 
 
 ASKER = """
@@ -171,12 +171,15 @@ trio.run(main)
 
 
 async def pane_latency(samples: int, pause: tuple[float, float], conversations: int, seed: int,
-                       repo: Path = REPO) -> list[float]:
+                       floor: Floor, repo: Path = REPO) -> tuple[list[float], list[float]]:
     """An agent (its own process) with `conversations` open raises an ask in one of them; time from the
-    raise (its time, CLOCK_MONOTONIC like ours) until the lead's pane route shows it."""
+    raise (its time, CLOCK_MONOTONIC like ours) until the lead's pane route shows it. After each sample,
+    three round trips to the floor server: the floor is measured across the same minutes (the load of a
+    shared machine moves). Returns (latencies, floor round trips)."""
     d = short_dir()
     lead = asker = None
-    out = []
+    out: list[float] = []
+    floors: list[float] = []
     try:
         (d / "cfg").mkdir(mode=0o700)
         (d / "cfg" / "sources.json").write_text(json.dumps([{"name": "desk", "kind": "durable",
@@ -203,7 +206,9 @@ async def pane_latency(samples: int, pause: tuple[float, float], conversations: 
             asker.stdin.flush()
 
         async with httpx.AsyncClient(base_url=pong["address"], headers={"authorization": f"Bearer {token}"},
-                                     timeout=30) as c:
+                                     timeout=30) as c, floor.client() as fc:
+            for _ in range(10):
+                await fc.get("/")
             while (await c.get(route)).status_code != 200:
                 await trio.sleep(0.1)
             await trio.sleep(2)  # every conversation's items read and cached
@@ -218,13 +223,45 @@ async def pane_latency(samples: int, pause: tuple[float, float], conversations: 
                 say("end")
                 while (await c.get(route)).json()["ask"] is not None:
                     await trio.sleep(0.005)
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    await fc.get("/")
+                    floors.append(time.perf_counter() - t0)
     finally:
         for proc in (lead, asker):
             if proc is not None:
                 proc.terminate()
                 proc.wait(timeout=20)
         cleanup(d)
-    return out
+    return out, floors
+
+
+PARSE = """
+import sys, time
+from bridge.reader import AgentReader
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+def conv(i, turn):
+    return {"id": f"c{i:03d}", "title": f"Conversation {i}", "subtitle": "sub", "workspace": {"id": "w", "title": "Work"},
+            "tab": {"id": "t"}, "harness": "h", "state": "idle", "turn": turn, "activity": "2026-11-30T10:00:00Z",
+            "asks": [], "actions": [{"id": "go", "label": "Go"}], "items_rev": 1}
+r = AgentReader("desk", transport="socket", address="/s", local=True)
+r.on_hello({"wire": {"min": 1, "max": 1}, "instance": "i", "caps": ["watch"]}, 0)
+convs = [conv(i, 1) for i in range(n)]
+r.on_state({"rev": 1, "instance": "i", "conversations": convs}, None, 0)
+t0 = time.process_time()
+for k in range(reps):
+    convs = [dict(c) for c in convs]  # a fresh decode, as from the wire
+    convs[n // 2] = conv(n // 2, 2 + k)
+    r.on_state({"rev": 2 + k, "instance": "i", "conversations": convs}, None, 0)
+print((time.process_time() - t0) / reps)
+"""
+
+
+def parse_cost(conversations: int, repo: Path, reps: int = 300) -> float:
+    """CPU seconds the bridge spends applying one state answer in which one conversation changed."""
+    out = subprocess.run([sys.executable, "-c", PARSE, str(conversations), str(reps)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(repo)}, cwd=repo, check=True)
+    return float(out.stdout)
 
 
 def main() -> None:
@@ -236,15 +273,19 @@ def main() -> None:
     args = p.parse_args()
     if not args.pane_only:
         virtual()
+    print("== CPU to apply one state answer in which one conversation changed (the bridge's reader) ==")
+    for n in (1, 100, 1000):
+        print(f"{n:5} open conversations: {parse_cost(n, Path(args.repo).resolve()) * 1e6:8.0f} us")
     print("== change latency where the phone sees it: agent raises an ask -> the pane route shows it ==")
     floor = Floor()
     try:
         for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
-            f = trio.run(floor.measure)
-            watch = trio.run(pane_latency, args.samples, pause, args.conversations, 3, Path(args.repo).resolve())
+            watch, fl = trio.run(pane_latency, args.samples, pause, args.conversations, 3, floor,
+                                 Path(args.repo).resolve())
+            f50 = pct(fl, 50)
             print(f"watch, {args.conversations} open conversations, {label} (real time, n={len(watch)}): "
-                  f"p50 {ms(pct(watch, 50), f['p50'])}  p99 {ms(pct(watch, 99), f['p50'])}; "
-                  f"floor p50 {ms(f['p50'])} p99 {ms(f['p99'])}")
+                  f"p50 {ms(pct(watch, 50), f50)}  p99 {ms(pct(watch, 99), f50)}; "
+                  f"floor (n={len(fl)}, interleaved) p50 {ms(f50)} p99 {ms(pct(fl, 99))}")
     finally:
         floor.close()
     print(loadavg())
