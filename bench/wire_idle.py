@@ -133,7 +133,7 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
                         await b.wait_changed()
     finally:
         cleanup(d)
-    return out, floors
+    return out
 
 
 ASKER = """

@@ -257,6 +257,8 @@ class AgentReader:
         self.reparsed = prepared.reparsed
         self.conversations = views
         self._parsed = prepared.parsed
+        if isinstance(data, dict) and len(data.get("conversations", ())) > MAX_CONVERSATIONS:
+            data = {**data, "conversations": data["conversations"][:MAX_CONVERSATIONS]}  # keep no more than is read
         self.raw_state = data
         for gone in set(self.logs) - set(views):  # closed conversations are read from the agent, not kept
             del self.logs[gone]

@@ -97,6 +97,7 @@ def test_at_most_max_conversations_are_read(reader):
     """9.6: a state listing 1,500 open conversations keeps the first MAX_CONVERSATIONS, logged once."""
     lines, stale = reader.on_state(state([conv(i) for i in range(1500)]), None, 1)
     assert len(reader.conversations) == MAX_CONVERSATIONS and len(stale) <= MAX_CONVERSATIONS
+    assert len(reader.raw_state["conversations"]) == MAX_CONVERSATIONS  # what the cache and the lead keep
     assert sum("only the first" in line for line in lines) == 1
     lines, _ = reader.on_state(state([conv(i) for i in range(1500)], rev=6), None, 2)
     assert not any("only the first" in line for line in lines)
