@@ -177,10 +177,12 @@ class AgentPoller:
         if reader.needs_hello():
             self.pace.poke()  # the agent restarted: hello first, then read again at once
             return
-        for conv_id in stale:
-            await self._read_items(conv_id)
+        self._changed()  # turns, states and asks are in the view now: whoever waits on them need not wait for items
+        if stale:
+            for conv_id in stale:
+                await self._read_items(conv_id)
+            self._changed()
         await self._save()
-        self._changed()
         self.pace.finished(True)
 
     def _can_watch(self) -> bool:

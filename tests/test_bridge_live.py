@@ -194,7 +194,7 @@ async def test_items_sync_with_the_left_out_gap(tmp, autojump_clock):
             pane.reply(f"line {i}")
         collie.ready()
         async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
-            while b.status("desk").status != "ready":
+            while not b.items("desk", "c"):  # the view is announced first, then again once items are in
                 await b.wait_changed()
             shown = b.items("desk", "c")
             assert shown[0] == {"kind": "gap", "seq": 8, "text": LEFT_OUT}
