@@ -3,7 +3,7 @@
     python tests/acp_agent.py            # speaks ACP on stdin/stdout; state in $ACP_TEST_STATE
 
 It is what `collie acp run -- python tests/acp_agent.py` drives in tests and in bench/acp_latency.py.
-Sessions are kept in the JSON file `$ACP_TEST_STATE` (with an `events` list the tests read), so that
+Sessions are kept in the JSON file `$ACP_TEST_STATE` (default `/tmp/acp-test-agent-<uid>.json`; with an `events` list the tests read), so that
 `session/load` works across restarts of the agent. What a prompt does depends on its first word:
 
 (anything)  a thought, a two-step plan, then the reply `You said: <text> (prompt N of this session)` in
@@ -14,7 +14,7 @@ slow        `tick 0`, `tick 1`, … every 50 ms until cancelled (then answers `c
 read PATH   asks the client for PATH; replies `read PATH: <text>` or `refused PATH: <message>`
 noise       prints a line that is not JSON, a malformed JSON-RPC message and broken JSON on stdout
 crash       exits with status 3 at once
-bench N     N chunks, each carrying time.monotonic_ns() when it was sent, 5 ms apart
+bench N S   N chunks, each carrying time.monotonic_ns() when it was sent, S seconds apart (0.02)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,7 +34,7 @@ from acp import (PROTOCOL_VERSION, InitializeResponse, LoadSessionResponse, NewS
 from acp.helpers import plan_entry, start_tool_call, tool_content, update_plan, update_tool_call
 from acp.schema import AgentCapabilities, Implementation, PermissionOption
 
-STATE = Path(os.environ.get("ACP_TEST_STATE", "acp-test-state.json"))
+STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
 
 def load() -> dict:
@@ -132,9 +133,10 @@ class TestAgent:
             reply = "still here after the noise"
             await self.say(sid, reply)
         elif word == "bench":
-            for _ in range(int(rest or "10")):
+            count, _, every = rest.partition(" ")
+            for _ in range(int(count or "10")):
                 await self.say(sid, f"{time.monotonic_ns()} ")
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(float(every or "0.02"))
             reply = "bench done"
         else:
             await self.conn.session_update(session_id=sid, update=update_agent_thought(text_block("Thinking it over.")))

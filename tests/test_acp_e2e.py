@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from crew.errors import NotRunningError
 from tests.conftest import REPO, collie_env, run_collie
 from tests.test_durable_e2e import live, wait_for
 from tests.live import cleanup, short_dir
@@ -89,6 +90,13 @@ def lab(paths, bridge):
         yield c, adapter
     adapter.stop()
     cleanup(run)
+
+
+def live_or_none(paths) -> dict:
+    try:
+        return live(paths)
+    except NotRunningError:  # the bridge is restarting
+        return {}
 
 
 def pane(c) -> dict:
@@ -211,10 +219,9 @@ def test_an_adapter_restart_reloads_the_sessions(lab):
     adapter.start()
     wait_for(lambda: sum(e.startswith("load sess-") for e in adapter.events()) == 2, what="both sessions loaded")
     wait_for(lambda: (lambda p: p if p.get("turn") == 1 else None)(pane(c)))
-    open_ids = {r["id"] for r in c.get(BASE).json()["open"]}
-    assert {"session-1", second} <= open_ids
+    wait_for(lambda: {"session-1", second} <= {r["id"] for r in c.get(BASE).json()["open"]})
     assert len(items(c)) == before  # the replay did not duplicate the chat
-    assert wait_for(lambda: send(c, "second") if True else None)["outcome"] == "sent"
+    assert send(c, "second")["outcome"] == "sent"
     wait_for(lambda: final_reply(c, "You said: second (prompt 2 of this session)"))
 
 
@@ -256,3 +263,29 @@ def test_noise_and_a_crash_are_survived(lab):
     send(c, "after the crash")
     wait_for(lambda: final_reply(c, "You said: after the crash (prompt 3 of this session)"))
     assert any("the agent exited with status 3" in line for line in adapter.stderr)
+
+
+def test_attach_flag_attaches_through_the_durable_attach_path(paths, bridge):
+    """Issue 14, A9: `--attach` runs `collie durable attach <name> --socket <path> --restart` itself; the
+    default socket is $XDG_RUNTIME_DIR/collie-acp/<name>/app.sock with both folders 0700."""
+    run = short_dir()
+    try:
+        bridge(env=collie_env(paths)).wait_ready()
+        env = collie_env(paths, XDG_RUNTIME_DIR=str(run), ACP_TEST_STATE=str(run / "agent.json"))
+        proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--attach", "--cwd", str(run),
+                                 "--", *AGENT], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        try:
+            sock = run / "collie-acp" / "acp-agent" / "app.sock"
+            assert proc.stdout.readline() == f"listening {sock}\n"
+            assert proc.stdout.readline() == "attached acp-agent\n"
+            for folder in (sock.parent, sock.parent.parent):
+                assert os.stat(folder).st_mode & 0o777 == 0o700
+            wait_for(lambda: live_or_none(paths).get("acp-agent", {}).get("status") == "ready")
+            assert live(paths)["acp-agent"]["runtime"] == "test-acp-agent 1.2.3"
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=15)
+            proc.stdout.close()
+    finally:
+        cleanup(run)

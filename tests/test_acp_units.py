@@ -177,3 +177,12 @@ def test_permission_options_map_to_roles_with_our_own_ids():
     assert back == {"o0": "a/../b", "o1": "always", "o2": "no", "o3": "never"}
     assert spec["tool"] == "Run rm -rf build" and spec["kind"] == "permission" and spec["item_id"] == "it-4"
     json.dumps(spec)
+
+
+def test_the_default_name_comes_from_the_agent_not_its_launcher():
+    from crew.cli.acp_cmd import default_name
+
+    assert default_name(["npx", "@zed-industries/claude-code-acp"]) == "claude-code-acp"
+    assert default_name(["python3.11", "tests/acp_agent.py"]) == "acp-agent"
+    assert default_name(["gemini", "--experimental-acp"]) == "gemini"
+    assert default_name(["uvx", "foo@1.2"]) == "foo"

@@ -46,6 +46,7 @@ STOP_GRACE = 3.0
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
 SESSIONS_MAX = 1000
+CRASHED = "The agent process exited during the turn; it is restarted."
 
 
 def _dump(model: pydantic.BaseModel) -> dict:
@@ -168,7 +169,7 @@ class Adapter:
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
         if turn.error is not None:
-            pane.notice(f"The agent answered the prompt with an error: {turn.error}")
+            pane.notice(turn.error)
         elif turn.stop_reason not in (None, "end_turn"):
             pane.notice(f"The turn ended: {turn.stop_reason.replace('_', ' ')}.")
 
@@ -178,11 +179,11 @@ class Adapter:
                                                       "prompt": [{"type": "text", "text": text}]})
             turn.stop_reason = schema.PromptResponse.model_validate(raw).stop_reason
         except RpcError as exc:
-            turn.error = escape(exc.message)
+            turn.error = f"The agent answered the prompt with an error: {escape(exc.message)}"
         except Closed:
-            turn.error = "the agent process exited during the turn"
+            turn.error = CRASHED
         except pydantic.ValidationError:
-            turn.error = "the agent's answer to session/prompt does not fit the ACP schema"
+            turn.error = "The agent's answer to session/prompt does not fit the ACP schema."
         finally:
             turn.done.set()
 
@@ -356,7 +357,7 @@ class Adapter:
                 self.live_sessions.clear()
                 for turn in list(self.turns.values()):
                     if not turn.done.is_set():
-                        turn.error = "the agent process exited during the turn"
+                        turn.error = CRASHED
                         turn.done.set()
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")

@@ -40,8 +40,23 @@ def register(sub) -> None:
     r.set_defaults(run=run)
 
 
+LAUNCHERS = {"python", "python3", "node", "npx", "bunx", "bun", "deno", "uv", "uvx", "pipx", "sh", "bash", "env", "run"}
+
+
 def default_name(command: list[str]) -> str:
-    base = Path(command[0]).name.lower()
+    """The name from the command: `npx @zed-industries/claude-code-acp` → `claude-code-acp`,
+    `python tests/acp_agent.py` → `acp-agent`, `gemini --experimental-acp` → `gemini`."""
+    words = [w for w in command if not w.startswith("-")] or command
+    pick = words[0]
+    for word in words:
+        base = re.sub(r"\d+(\.\d+)*$", "", Path(word).name.lower())
+        if base not in LAUNCHERS:
+            pick = word
+            break
+    if not pick.startswith("@"):
+        pick = pick.split("@")[0]  # foo@1.2 → foo; @scope/name keeps its scope for Path().name to drop
+    base = Path(pick).name.lower()
+    base = re.sub(r"\.(py|js|mjs|cjs|ts)$", "", base)
     name = re.sub(r"[^a-z0-9-]+", "-", base).strip("-")[:32].strip("-")
     return name or "acp"
 
