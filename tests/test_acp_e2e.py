@@ -138,11 +138,15 @@ def test_prompt_streams_a_growing_reply_visible_through_the_api(lab):
     assert [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]] == ["New session"]
     sent = send(c, "hello there")
     assert sent["outcome"] == "sent"
-    reply = wait_for(lambda: final_reply(c, "You said"))
+    queued = c.post("/api/send", json={"request_id": rid(), "agent": "acp", "conversation": "session-1",
+                                       "text": "and more", "turn": sent["turn"]}).json()
+    assert queued["outcome"] == "queued"  # one prompt at a time: it runs after the first
+    reply = wait_for(lambda: final_reply(c, "You said: hello"))
     assert reply["text"].strip() == "You said: hello there (prompt 1 of this session)"
+    wait_for(lambda: final_reply(c, "You said: and more (prompt 2 of this session)"))
     kinds = [i["kind"] for i in items(c)]
     assert kinds[:3] == ["user", "thinking", "reply"] and kinds[-1] == "turn_end"
-    assert len([k for k in kinds if k == "reply"]) == 1  # the chunks grew one item
+    assert kinds.count("reply") == 2  # the chunks of each prompt grew one item
     assert pane(c)["progress"]["steps"] == ["Read the prompt", "Answer"]
     assert any(e.startswith("initialize fs={'readTextFile': True, 'writeTextFile': True") and "terminal=False" in e
                for e in adapter.events())
@@ -256,7 +260,9 @@ def test_noise_and_a_crash_are_survived(lab):
     assert sum("malformed JSON-RPC" in line for line in adapter.stderr) == 2
     wait_for(lambda: idle(c))
     send(c, "crash")
-    wait_for(lambda: any(i["kind"] == "notice" and "exited" in i["text"] for i in items(c)))
+    with httpx.Client(transport=httpx.HTTPTransport(uds=adapter.sock), base_url="http://agent") as direct:
+        wait_for(lambda: direct.get("/v1/state").json()["subtitle"].startswith("Starting"), what="shown Starting")
+    wait_for(lambda: any(i["kind"] == "notice" and "exited during the turn" in i["text"] for i in items(c)))
     wait_for(lambda: sum(e.startswith("initialize") for e in adapter.events()) == 2, what="restarted")
     wait_for(lambda: any(e.startswith("load sess-") for e in adapter.events()))
     wait_for(lambda: idle(c))

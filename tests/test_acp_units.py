@@ -186,3 +186,42 @@ def test_the_default_name_comes_from_the_agent_not_its_launcher():
     assert default_name(["python3.11", "tests/acp_agent.py"]) == "acp-agent"
     assert default_name(["gemini", "--experimental-acp"]) == "gemini"
     assert default_name(["uvx", "foo@1.2"]) == "foo"
+
+
+def test_restart_backoff_doubles_to_thirty_seconds_and_resets_after_a_healthy_minute():
+    """Issue 14: a crashing agent is restarted after 1, 2, 4 … 30 s; a run of a minute resets it."""
+    from crew.acp.adapter import Backoff
+
+    b = Backoff()
+    assert [b.after_exit(0, 0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert b.after_exit(100, 160) == 1 and b.after_exit(200, 201) == 2
+    assert b.after_exit(300, 359.9) == 4  # 59.9 s is not yet healthy
+
+
+async def test_the_supervisor_waits_exactly_the_backoff_between_restarts(autojump_clock, monkeypatch, tmp_path):
+    """Issue 14: the restart loop sleeps exactly 1, 2, 4 s (virtual time) and says `Starting` meanwhile."""
+    from crew.acp.adapter import Adapter
+
+    starts, subtitles = [], []
+
+    class FakeCollie:
+        runtime = "x"
+
+        def set_subtitle(self, text):
+            subtitles.append((trio.current_time(), text))
+
+    adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda _: None)
+    adapter.collie = FakeCollie()
+
+    async def run_once(*, task_status=trio.TASK_STATUS_IGNORED):
+        starts.append(trio.current_time())
+        task_status.started()
+        return 1
+
+    monkeypatch.setattr(adapter, "run_agent_once", run_once)
+    with trio.move_on_after(7.5):
+        await adapter.supervise()
+    assert starts == [0, 1, 3, 7]
+    assert subtitles[:3] == [(0, "Starting: the agent exited; restart in 1 s"),
+                             (1, "Starting: the agent exited; restart in 2 s"),
+                             (3, "Starting: the agent exited; restart in 4 s")]

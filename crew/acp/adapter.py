@@ -53,6 +53,22 @@ def _dump(model: pydantic.BaseModel) -> dict:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class Backoff:
+    """How long to wait before restarting an agent that exited: 1 s, then doubling to 30 s; back to
+    1 s when the run that just ended lasted a minute or more (plain: times are passed in)."""
+
+    def __init__(self, first: float = BACKOFF_FIRST, most: float = BACKOFF_MAX, healthy: float = HEALTHY_AFTER) -> None:
+        self.first, self.most, self.healthy = first, most, healthy
+        self.next = first
+
+    def after_exit(self, started: float, ended: float) -> float:
+        if ended - started >= self.healthy:
+            self.next = self.first
+        delay = self.next
+        self.next = min(self.next * 2, self.most)
+        return delay
+
+
 class _Turn:
     """One `session/prompt` in flight."""
 
@@ -364,22 +380,16 @@ class Adapter:
         return proc.returncode
 
     async def supervise(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the agent running: restart it after a crash, waiting 1 s, 2 s, … up to 30 s."""
-        backoff = BACKOFF_FIRST
-        first = True
+        """Keep the agent running: restart it after every exit, waiting as `Backoff` says."""
+        backoff = Backoff()
         while True:
             started = trio.current_time()
-            if first:
-                await self.run_agent_once(task_status=task_status)
-                first = False
-            else:
-                await self.run_agent_once()
-            if trio.current_time() - started > HEALTHY_AFTER:
-                backoff = BACKOFF_FIRST
+            await self.run_agent_once(task_status=task_status)
+            task_status = trio.TASK_STATUS_IGNORED
+            delay = backoff.after_exit(started, trio.current_time())
             self.restarts += 1
-            self.collie.set_subtitle(f"Starting: the agent exited; restart in {backoff:g} s")
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
+            self.collie.set_subtitle(f"Starting: the agent exited; restart in {delay:g} s")
+            await trio.sleep(delay)
 
     async def serve(self, collie, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Run the agent under `collie` (an open SDK `Collie`); `started` once the first initialize ended."""
