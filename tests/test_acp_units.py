@@ -225,3 +225,28 @@ async def test_the_supervisor_waits_exactly_the_backoff_between_restarts(autojum
     assert subtitles[:3] == [(0, "Starting: the agent exited; restart in 1 s"),
                              (1, "Starting: the agent exited; restart in 2 s"),
                              (3, "Starting: the agent exited; restart in 4 s")]
+
+
+async def test_terminals_are_refused_unless_allowed_and_confined_when_allowed(tmp_path):
+    """Issue 14: without --allow-terminal every terminal/* request is refused (−32601); with it a
+    command runs in --cwd, its output and exit status come back, a cwd outside is refused."""
+    from crew.acp.adapter import Adapter
+    from crew.acp.terminals import Terminals
+
+    adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda _: None)
+    with pytest.raises(RpcError) as refused:
+        await adapter.handle("terminal/create", {"sessionId": "s", "command": "echo"}, False)
+    assert refused.value.code == framing.METHOD_NOT_FOUND
+    terms = Terminals(str(tmp_path))
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(terms.serve)
+            made = await terms.handle("terminal/create", {"sessionId": "s", "command": "sh",
+                                                          "args": ["-c", "pwd; exit 4"]})
+            status = await terms.handle("terminal/wait_for_exit", {"sessionId": "s", "terminalId": made["terminalId"]})
+            assert status == {"exitCode": 4, "signal": None}
+            out = await terms.handle("terminal/output", {"sessionId": "s", "terminalId": made["terminalId"]})
+            assert out["output"].strip() == str(tmp_path.resolve()) and out["exitStatus"]["exitCode"] == 4
+            with pytest.raises(RpcError):
+                await terms.handle("terminal/create", {"sessionId": "s", "command": "true", "cwd": "/"})
+            nursery.cancel_scope.cancel()

@@ -320,6 +320,8 @@ class Adapter:
                     await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
                                                       "mcpServers": []})
                 self.live_sessions.add(sid)
+                if keep_replay:
+                    self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
                 self._log(f"session/load of {escape(sid, 40)} failed: {escape(getattr(exc, 'message', 'timeout'))}")
             finally:
