@@ -250,3 +250,24 @@ async def test_terminals_are_refused_unless_allowed_and_confined_when_allowed(tm
             with pytest.raises(RpcError):
                 await terms.handle("terminal/create", {"sessionId": "s", "command": "true", "cwd": "/"})
             nursery.cancel_scope.cancel()
+
+
+def test_the_session_list_survives_a_restart_and_a_broken_file_is_not_overwritten(tmp_path):
+    """Issue 14: sessions.json (0600) maps conversations to ACP sessions across restarts; a file that is
+    not JSON stops the adapter with what to do instead of being replaced."""
+    from crew.acp.adapter import Sessions
+    from crew.errors import CollieError
+
+    path = tmp_path / "sessions.json"
+    s = Sessions(path)
+    s.set("session-1", "sess-a", "/w")
+    s.set("c2", "sess-b", "/w")
+    s.set("session-1", "sess-c", "/w")  # the agent could not reload it: a new session
+    again = Sessions(path)
+    assert again.by_conv == {"session-1": {"session_id": "sess-c", "cwd": "/w"}, "c2": {"session_id": "sess-b", "cwd": "/w"}}
+    assert again.conv_of("sess-c") == "session-1" and again.conv_of("sess-a") is None
+    assert path.stat().st_mode & 0o777 == 0o600
+    path.write_text("{nope")
+    with pytest.raises(CollieError, match="move it away"):
+        Sessions(path)
+    assert path.read_text() == "{nope"

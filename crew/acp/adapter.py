@@ -37,6 +37,7 @@ from crew.acp import files, framing
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
+from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
 
 INIT_TIMEOUT = 30.0
@@ -86,27 +87,34 @@ class Sessions:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.by_conv: dict[str, dict] = {}
+        self._by_session: dict[str, str] = {}
         try:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             return
         except ValueError:
-            raise SystemExit(f"collie acp: {path} is not JSON; move it away to start afresh") from None
+            raise CollieError(f"{path} is not JSON; move it away to start afresh") from None
         for conv_id, entry in (data.get("sessions") or {}).items():
             if isinstance(entry, dict) and isinstance(entry.get("session_id"), str):
                 self.by_conv[conv_id] = {"session_id": entry["session_id"], "cwd": entry.get("cwd")}
+                self._by_session[entry["session_id"]] = conv_id
 
     def set(self, conv_id: str, session_id: str, cwd: str) -> None:
+        old = self.by_conv.pop(conv_id, None)
+        if old is not None:
+            self._by_session.pop(old["session_id"], None)
         self.by_conv[conv_id] = {"session_id": session_id, "cwd": cwd}
+        self._by_session[session_id] = conv_id
         while len(self.by_conv) > SESSIONS_MAX:
-            del self.by_conv[next(iter(self.by_conv))]
+            dropped = self.by_conv.pop(next(iter(self.by_conv)))
+            self._by_session.pop(dropped["session_id"], None)
         self.save()
 
     def save(self) -> None:
         atomic_write(self.path, json.dumps({"version": 1, "sessions": self.by_conv}, indent=1).encode())
 
     def conv_of(self, session_id: str) -> str | None:
-        return next((c for c, e in self.by_conv.items() if e["session_id"] == session_id), None)
+        return self._by_session.get(session_id)
 
 
 class Adapter:
