@@ -48,7 +48,7 @@ class AdapterProcess:
         self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         self._drainer.start()
         line = self.proc.stdout.readline()
-        assert line == f"listening {self.sock}\n", (line, self.stderr)
+        assert line == f"listening {self.sock}\n", (line, "".join(self.stderr))
         assert self.proc.stdout.readline() == f"attach it with: collie durable attach acp --socket {self.sock} --restart\n"
 
     def _drain(self, stream) -> None:

@@ -271,3 +271,37 @@ def test_the_session_list_survives_a_restart_and_a_broken_file_is_not_overwritte
     with pytest.raises(CollieError, match="move it away"):
         Sessions(path)
     assert path.read_text() == "{nope"
+
+
+@pytest.mark.parametrize(("command", "expect"), [
+    (["/nonexistent/acp-agent"], "cannot start /nonexistent/acp-agent: No such file or directory"),
+    (["sh", "-c", "echo 'Welcome!'; exit 5"], "the agent exited with status 5"),
+    (["sh", "-c", "read line; echo '{\"jsonrpc\":\"2.0\",\"id\":0,\"error\":{\"code\":-1,\"message\":\"no\"}}'; sleep 5"],
+     "the agent did not start: no"),
+])
+async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, command, expect):
+    """Issue 14: whatever the agent does while starting (missing, exits, refuses initialize), the adapter
+    reports started (it serves and shows Starting) and keeps restarting it."""
+    from crew.acp.adapter import Adapter
+
+    logs, subtitles = [], []
+
+    class FakeCollie:
+        runtime = "x"
+
+        def set_subtitle(self, text):
+            subtitles.append(text)
+
+        def set_starters(self, starters):
+            pass
+
+    adapter = Adapter(command, name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=logs.append)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(adapter.serve, FakeCollie())
+            while not any(expect in line for line in logs):
+                await trio.sleep(0.02)
+            while not any(s.startswith("Starting: the agent exited") for s in subtitles):
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    assert subtitles[0] == "Starting" and not adapter.up.is_set()

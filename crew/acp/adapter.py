@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -344,10 +345,39 @@ class Adapter:
         session_id = await self.new_session(conv_id)
         pane.set_subtitle(f"session {session_id[:40]}")
 
-    async def run_agent_once(self, *, task_status=trio.TASK_STATUS_IGNORED) -> int:
-        """Start the agent, initialize it, serve it until it exits; returns its exit status."""
+    async def _start(self, ep: Endpoint) -> bool:
+        """initialize, reload the sessions, open the first conversation; False (logged) if the agent fails."""
+        try:
+            await self._initialize(ep)
+            self.endpoint = ep
+            await self._reload_sessions(ep)
+            self.up.set()
+            await self._first_conversation()
+        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            self._log(f"the agent did not start: {escape(getattr(exc, 'message', None) or type(exc).__name__)}")
+            return False
+        self.collie.set_subtitle(self.collie.runtime)
+        return True
+
+    async def run_agent_once(self, *, task_status=trio.TASK_STATUS_IGNORED) -> int | None:
+        """Start the agent, initialize it, serve it until it exits; returns its exit status (None: it
+        could not be started). `started` once the first initialize ended, however it ended."""
         self.collie.set_subtitle("Starting")
-        proc = await trio.lowlevel.open_process(self.command, stdin=-1, stdout=-1, cwd=self.cwd)
+        reported = False
+
+        def report() -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                task_status.started()
+
+        try:
+            proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    cwd=self.cwd)
+        except OSError as exc:
+            self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
+            report()
+            return None
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
         try:
@@ -362,21 +392,12 @@ class Adapter:
 
                 await nursery.start(serve_then_stop)
                 nursery.start_soon(exit_then_stop)
-                try:
-                    await self._initialize(ep)
-                    self.endpoint = ep
-                    await self._reload_sessions(ep)
-                    self.up.set()
-                    await self._first_conversation()
-                    self.collie.set_subtitle(self.collie.runtime)
-                except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
-                    self._log(f"the agent did not initialize: {escape(getattr(exc, 'message', None) or type(exc).__name__)}")
-                    task_status.started()
-                    raise _Failed() from None
-                task_status.started()
-        except _Failed:
-            pass
+                ok = await self._start(ep)
+                report()
+                if not ok:
+                    nursery.cancel_scope.cancel()
         finally:
+            report()  # the agent died while starting: the adapter serves anyway and restarts it
             with trio.CancelScope(shield=True):
                 self.up = trio.Event()
                 self.endpoint = None
@@ -415,10 +436,6 @@ class Adapter:
                 await nursery.start(self.terminals.serve)
             await nursery.start(self.supervise)
             task_status.started()
-
-
-class _Failed(Exception):
-    pass
 
 
 async def _stop_process(proc: trio.Process) -> None:
