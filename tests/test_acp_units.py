@@ -305,3 +305,17 @@ async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, 
                 await trio.sleep(0.02)
             nursery.cancel_scope.cancel()
     assert subtitles[0] == "Starting" and not adapter.up.is_set()
+
+
+async def test_the_agents_stderr_is_relayed_escaped_line_by_line(tmp_path):
+    """Every peer is untrusted: what the agent prints on stderr reaches the log escaped, one line each."""
+    from crew.acp.adapter import Adapter
+
+    logs = []
+    adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=logs.append)
+    send, receive = trio.testing.memory_stream_pair()
+    await send.send_all(b"warming up \x1b[2J\n\nlast without newline")
+    await send.aclose()
+    with trio.fail_after(5):
+        await adapter._relay_stderr(receive)
+    assert logs == ["agent: warming up \\x1b[2J", "agent: last without newline"]

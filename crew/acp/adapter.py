@@ -48,6 +48,7 @@ STOP_GRACE = 3.0
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
 SESSIONS_MAX = 1000
+STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
 
 
@@ -373,7 +374,7 @@ class Adapter:
 
         try:
             proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    cwd=self.cwd)
+                                                    stderr=subprocess.PIPE, cwd=self.cwd)
         except OSError as exc:
             self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
             report()
@@ -392,6 +393,7 @@ class Adapter:
 
                 await nursery.start(serve_then_stop)
                 nursery.start_soon(exit_then_stop)
+                nursery.start_soon(self._relay_stderr, proc.stderr)
                 ok = await self._start(ep)
                 report()
                 if not ok:
@@ -409,6 +411,22 @@ class Adapter:
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         return proc.returncode
+
+    async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
+        buf = bytearray()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                buf += data
+                while (nl := buf.find(b"\n")) >= 0:
+                    line, buf = bytes(buf[:nl]), buf[nl + 1:]
+                    if line.strip():
+                        self._log(f"agent: {escape(line.rstrip(), STDERR_LINE)}")
+                if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
+                    self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
+                    buf.clear()
+        if buf.strip():
+            self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
 
     async def supervise(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the agent running: restart it after every exit, waiting as `Backoff` says."""
