@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from crew import __version__
-from crew.cli import crew_cmd, doctor, durable, logs_cmd, restart, serve, service, status, tokens_cmd
+from crew.cli import acp_cmd, crew_cmd, doctor, durable, logs_cmd, restart, serve, service, status, tokens_cmd
 from crew.errors import CollieError
 from crew.logs import printable
 from crew.paths import Paths
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for module in (serve, restart, logs_cmd, doctor, status, durable, crew_cmd, tokens_cmd, service):
         module.register(sub)
+    acp_cmd.register(sub)
     return p
 
 
