@@ -385,7 +385,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
 
 def install_inbox_routes(app: Quart, hub, inbox) -> None:
-    """Features I3–I9: the inbox for the owner and for external senders (I10)."""
+    """Features I3–I10: the inbox for the owner and for external senders (I10)."""
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -396,22 +396,25 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
     def allowed(item) -> bool:
         return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
 
+    async def json_object() -> dict:
+        data = await request.get_json(force=True, silent=True)
+        if not isinstance(data, dict):
+            raise BadRequest("the body must be a JSON object")
+        return data
+
     @app.get("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders
     async def inbox_list(machine: str, agent: str):
-        items = inbox.core.listing(inbox.items(machine, agent))
-        if g.sender != OWNER:
-            items = [i for i in items if i.sender == g.sender[0]]
+        """Waiting and running items in the order they will run, then finished ones (kept 24 h), newest first."""
+        items = inbox.listing(machine, agent, sender_name(), owner=g.sender == OWNER)
         return jsonify({"items": [inbox.view(i) for i in items]})
 
     @app.post("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders
     async def inbox_submit(machine: str, agent: str):
-        data = await request.get_json(force=True, silent=True)
-        if not isinstance(data, dict):
-            raise BadRequest("the body must be a JSON object")
-        if machine != LOCAL and machine not in hub.members:
-            return error(404, "not_found", f"no machine {machine!r}")
+        data = await json_object()
+        if not inbox.knows(machine, agent):
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         starter = data.get("starter")
         text = data.get("text")
         if starter is None and not isinstance(text, str):
@@ -421,52 +424,68 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
                            conversation=_id(data.get("conversation"), "conversation") if starter is None else None,
                            text=text, turn=None, starter_id=_id(starter, "starter") if starter is not None else None)
         rec = await inbox.submit(machine, req, sender=sender_name(), approval=g.sender[1])
-        return jsonify(attrs.asdict(rec))
+        from lead.inbox import item_id
+
+        return jsonify({**attrs.asdict(rec), "item": item_id(sender_name(), req.request_id)})
 
     async def act(item_id: str, fn, *, owner_only: bool):
-        item = inbox.get(item_id)
-        if item is None:
+        item = None
+        if g.sender != OWNER:  # a sender may name its items by its own request ids
+            from lead.inbox import item_id as scoped
+
+            item = await inbox.get(scoped(sender_name(), item_id))
+        item = item or await inbox.get(item_id)
+        if item is None or not allowed(item):  # another sender's item is not even said to exist
             return error(404, "not_found", f"no inbox item {item_id!r}")
-        if (owner_only and g.sender != OWNER) or not allowed(item):
+        if owner_only and g.sender != OWNER:
             return error(403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that")
-        return jsonify(inbox.view(await fn(item)))
+        return await fn(item)
+
+    @app.get("/api/inbox/<item_id>")
+    async def inbox_item(item_id: str):
+        async def fn(item):
+            return jsonify(inbox.view(item))
+        return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/inbox/<item_id>/approve")
     async def inbox_approve(item_id: str):
         async def fn(item):
-            return inbox.approve(item.id)
+            return jsonify(inbox.view(await inbox.approve(item)))
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/cancel")
     @open_to_senders
     async def inbox_cancel(item_id: str):
         async def fn(item):
-            return inbox.cancel(item.id)
+            return jsonify(inbox.view(await inbox.cancel(item)))
         return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/inbox/<item_id>/move")
     async def inbox_move(item_id: str):
-        data = await request.get_json(force=True, silent=True) or {}
+        data = await json_object()
         if type(data.get("index")) is not int:
             raise BadRequest("index must be an integer (0 = first in the queue)")
 
         async def fn(item):
-            return inbox.move(item.id, data["index"])
+            return jsonify(inbox.view(await inbox.move(item, data["index"])))
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/message")
     @open_to_senders
     async def inbox_message(item_id: str):
-        data = await request.get_json(force=True, silent=True) or {}
+        data = await json_object()
         if not isinstance(data.get("text"), str) or not data["text"].strip():
             raise BadRequest("text must be a non-empty string")
 
         async def fn(item):
-            return inbox.message(item.id, data["text"])
+            changed = await inbox.message(item, data["text"])
+            if changed is None:
+                return error(409, "not_waiting", f"the item is {item.state}: only a waiting send takes a message")
+            return jsonify(inbox.view(changed))
         return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/agents/<machine>/<agent>/inbox/clear")
     async def inbox_clear(machine: str, agent: str):
         if g.sender != OWNER:
             return error(403, "forbidden", "only the owner may clear the inbox")
-        return jsonify({"cancelled": inbox.clear(machine, agent)})
+        return jsonify({"cancelled": await inbox.clear(machine, agent)})
