@@ -545,8 +545,11 @@ class Inbox:
         self._insert(item)
         if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy and self._online(machine):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
+            req = attrs.evolve(req, request_id=iid)
+            if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
+                req = attrs.evolve(req, turn=self._request_for(item, self._reader(machine, req.agent)).turn)
             try:
-                return await self._dispatch(item, attrs.evolve(req, request_id=iid), passed_through=True)
+                return await self._dispatch(item, req, passed_through=True)
             finally:
                 self.busy.discard(key)
         log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
@@ -625,13 +628,18 @@ class Inbox:
     def _read_again(self, machine: str, agent: str) -> None:
         """16.1: ask the owning bridge to read the agent again at once (a write just went out, or a
         turn the inbox waits on may have ended). Members' agents are read by their own bridge."""
-        poller = self.writer.bridge.pollers.get(agent) if machine == LOCAL else None
-        if poller is not None:
+        if machine != LOCAL:
+            return
+        bridge = self.writer.bridge
+        if hasattr(bridge, "read_soon"):  # the poller's leading-edge read for turn waiters
+            bridge.read_soon(agent)
+        elif (poller := bridge.pollers.get(agent)) is not None:
             poller.poke()
 
     async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
         self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
+        log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
         done = self.inflight[item.id] = trio.Event()
         try:
             await self._sync()  # on disk before anything is sent: a resume sends this very request
