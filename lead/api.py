@@ -407,7 +407,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
     async def inbox_list(machine: str, agent: str):
         """Waiting and running items in the order they will run, then finished ones (kept 24 h), newest first."""
         items = inbox.listing(machine, agent, sender_name(), owner=g.sender == OWNER)
-        return jsonify({"items": [inbox.view(i) for i in items]})
+        return jsonify({"items": inbox.views(items)})
 
     @app.post("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders

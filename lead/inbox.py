@@ -487,25 +487,36 @@ class Inbox:
         """Is there such an agent (the lead's own, or a member's, online or remembered)?"""
         return self._reader(machine, agent) is not None
 
-    def waiting(self, item: Item) -> Waiting:
+    def waiting(self, item: Item, ahead: int | None = None) -> Waiting:
         reader = self._reader(item.machine, item.agent)
         conv = reader.conversations.get(item.conversation) if reader is not None and item.conversation else None
-        queue = self.active.get((item.machine, item.agent), {}).values()
-        ahead = sum(1 for i in queue if i.state == "running" or (i.state == "approved" and i.order_key < item.order_key))
+        if ahead is None:
+            queue = self.active.get((item.machine, item.agent), {}).values()
+            ahead = sum(1 for i in queue if i.state == "running" or (i.state == "approved" and i.order_key < item.order_key))
         return Waiting(online=self._online(item.machine), offline_since=self._offline_since(item.machine),
                        agent_status=reader.status if reader is not None else "unknown",
                        ask_open=bool(conv and conv.asks), ahead=ahead)
 
-    def state_text(self, item: Item) -> str:
-        waiting = self.waiting(item) if item.state == "approved" else Waiting()
+    def state_text(self, item: Item, ahead: int | None = None) -> str:
+        waiting = self.waiting(item, ahead) if item.state == "approved" else Waiting()
         return self.core.state_text(item, owner=self.owner, waiting=waiting)
 
-    def view(self, item: Item) -> dict:
+    def view(self, item: Item, ahead: int | None = None) -> dict:
         d = attrs.asdict(item, recurse=False)
         d.pop("request", None)
         d.pop("fingerprint", None)
-        d["state_text"] = self.state_text(item)
+        d["state_text"] = self.state_text(item, ahead)
         return d
+
+    def views(self, items: list[Item]) -> list[dict]:
+        """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
+        ahead: dict[str, int] = {}
+        for key in {(i.machine, i.agent) for i in items}:
+            queue = self.active.get(key, {}).values()
+            running = sum(1 for i in queue if i.state == "running")
+            approved = sorted((i for i in queue if i.state == "approved"), key=lambda i: i.order_key)
+            ahead.update((i.id, running + n) for n, i in enumerate(approved))
+        return [self.view(i, ahead.get(i.id)) for i in items]
 
     def listing(self, machine: str, agent: str, sender: str | None = None, *, owner: bool = True) -> list[Item]:
         items = self.core.listing(self.items(machine, agent))
