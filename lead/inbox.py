@@ -316,6 +316,7 @@ class Inbox:
         self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
         self.finished: OrderedDict[str, Item] = OrderedDict()
         self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
+        self.by_id: dict[str, Item] = {}
         self.waiting_by_sender: dict[str, int] = {}
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
@@ -359,6 +360,7 @@ class Inbox:
 
     def _remember(self, item: Item) -> None:
         self.by_key[(item.sender_key, item.request_id or item.id)] = item
+        self.by_id[item.id] = item
         if item.state in ACTIVE:
             self.active.setdefault((item.machine, item.agent), {})[item.id] = item
             if item.state in WAITING:
@@ -369,6 +371,7 @@ class Inbox:
             while len(self.finished) > FINISHED_IN_MEMORY:
                 _, old = self.finished.popitem(last=False)
                 self.by_key.pop((old.sender_key, old.request_id or old.id), None)
+                self.by_id.pop(old.id, None)
                 self.complete = False
 
     def _forget(self, item: Item) -> None:
@@ -381,6 +384,7 @@ class Inbox:
                 del self.active[(item.machine, item.agent)]
         self.finished.pop(item.id, None)
         self.by_key.pop((item.sender_key, item.request_id or item.id), None)
+        self.by_id.pop(item.id, None)
 
     def _set(self, item: Item, **fields) -> None:
         """Change an item in memory and mark it for the next commit (`await self._sync()` to wait for it)."""
@@ -436,11 +440,8 @@ class Inbox:
         return self._from_row(r) if r else None
 
     async def get(self, item_id: str) -> Item | None:
-        for inbox in self.active.values():
-            if item_id in inbox:
-                return inbox[item_id]
-        if item_id in self.finished:
-            return self.finished[item_id]
+        if item_id in self.by_id:
+            return self.by_id[item_id]
         if self.complete:
             return None
         return await self._db(self._read_one, "id=?", (item_id,))

@@ -24,7 +24,7 @@ from lead import inbox as inbox_mod
 from lead.api import create_api, install_inbox_routes
 from lead.http import create_app
 from lead.hub import Hub
-from lead.inbox import Inbox
+from lead.inbox import Inbox, item_id
 from tests.live import agent, bridge_for, cleanup, short_dir
 
 TOKEN = "t" * 64
@@ -443,3 +443,34 @@ async def test_three_hundred_requests_waiting_for_one_agent_never_block_the_loop
             assert len(listed) == 301 and listed[0]["state"] == "running"
             assert (await lab.post("/api/agents/local/a0/inbox/clear", {}))[1] == {"cancelled": 300}
             lab.turns.release()
+
+
+async def test_the_record_survives_a_restart(tmp):
+    """crew.md §4, I7: what the inbox keeps in memory is on disk once answered: a new lead on the same
+    file has the waiting items (in order, with their entry fingerprints) and the finished ones."""
+    from types import SimpleNamespace
+
+    from bridge.writes import WriteRequest
+
+    def stubs():
+        hub = SimpleNamespace(members={}, on_member_change=[], inbox=None, reader=lambda m, a: None)
+        return hub, SimpleNamespace(bridge=SimpleNamespace(readers={}, pollers={}))
+    path = tmp / "inbox.sqlite"
+    first = InlineInbox(path, *stubs())
+    ids = []
+    for k in range(3):
+        req = WriteRequest(request_id=f"r{k}", op="send", agent="desk", conversation="c", text=f"t{k}")
+        got = await first.submit("laptop", req, sender="slack", approval="standing")
+        assert got.outcome == "queued"
+        ids.append(got.request_id)
+    gone = await first.get(item_id("slack", "r1"))
+    await first.cancel(gone)
+    again = InlineInbox(path, *stubs())
+    listed = again.listing("laptop", "desk")
+    assert [(i.request_id, i.state) for i in listed] == [("r0", "approved"), ("r2", "approved"), ("r1", "cancelled")]
+    repeat = await again.submit("laptop", WriteRequest(request_id="r0", op="send", agent="desk", conversation="c",
+                                                       text="t0"), sender="slack")
+    assert (repeat.outcome, repeat.replay) == ("queued", True)
+    other = await again.submit("laptop", WriteRequest(request_id="r0", op="send", agent="desk", conversation="c",
+                                                      text="changed"), sender="slack")
+    assert (other.outcome, other.reason) == ("refused", "conflict")
