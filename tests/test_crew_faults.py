@@ -47,6 +47,7 @@ def trial(fault: str) -> dict:
         m.serve()
         wait_for(lambda: crew.online("box"), what="online")
         sent: list[str] = []
+        moved: list[str] = []  # refused at entry: must never run
         with crew.client() as c:
             wait_for(lambda: c.get("/api/agents/box/ledger/conversations/s0").status_code == 200, what="pane")
             for i in range(BURST):
@@ -70,6 +71,8 @@ def trial(fault: str) -> dict:
                     got = {"outcome": "unknown"}
                 if got.get("outcome") in ("sent", "queued", "unknown"):
                     sent.append(r)
+                elif got.get("reason") == "turn_moved":  # the turn moved between the look and the send (B4)
+                    moved.append(r)
                 if got.get("outcome") == "unknown":  # the phone's Retry, same request id, later
                     time.sleep(0.2)
         if fault.startswith("member-kill:"):  # like Restart=on-failure: once it died, start it again
@@ -89,7 +92,8 @@ def trial(fault: str) -> dict:
             inbox_done = {i["id"] for i in c.get("/api/agents/box/ledger/inbox").json()["items"]}
         counts = {r: applied.count(r) for r in set(applied)}
         in_order = [r for r in sent if r in counts]
-        return {"fault": fault, "requests": len(sent), "applied": len(counts),
+        return {"fault": fault, "requests": len(sent), "refused_turn_moved": len(moved),
+                "refused_but_applied": sum(1 for r in moved if r in counts), "applied": len(counts),
                 "duplicates": sum(1 for n in counts.values() if n > 1),
                 "lost": sum(1 for r in sent if r not in counts),
                 "out_of_order": 0 if [r for r in applied if r in set(sent)] == in_order else 1,
@@ -105,7 +109,10 @@ def trial(fault: str) -> dict:
 def test_crew_faults_lose_nothing_and_run_nothing_twice(fault):
     result = trial(fault)
     print(result)
-    assert result["requests"] == BURST, result  # every send was taken (sent, queued, or unknown then retried)
+    # every send was taken (sent, queued, or unknown then retried), or refused because the turn it quoted
+    # had passed when it entered (crew.md §3, issue 8.2) — and then it never ran
+    assert result["requests"] + result["refused_turn_moved"] == BURST, result
+    assert result["refused_but_applied"] == 0, result
     assert result["duplicates"] == 0, result
     assert result["lost"] == 0, result
     assert result["out_of_order"] == 0, result
