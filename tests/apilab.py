@@ -31,6 +31,14 @@ class InlineJournal(Journal):
         return fn(*args)
 
 
+class InlineInbox(Inbox):
+    """The inbox's SQL run inline too (it commits in a worker thread, which virtual time cannot wait for)."""
+
+    async def _db(self, fn, *args):
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+
 def rid() -> str:
     return str(uuid.uuid4())
 
@@ -63,7 +71,7 @@ async def api_lab(tmp, agents: list[AgentConfig], *, ready: tuple[str, ...] | No
         paths = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state")
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         hub = Hub(paths, b, w)
-        inbox = Inbox(paths.state_dir / "inbox.sqlite", hub, w)
+        inbox = InlineInbox(paths.state_dir / "inbox.sqlite", hub, w)
         app = create_app(lambda a: (create_api(a, b, w, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
         async with trio.open_nursery() as n:
             await n.start(w.recover)

@@ -25,6 +25,7 @@ from lead.api import create_api, install_inbox_routes
 from lead.http import create_app
 from lead.hub import Hub
 from lead.inbox import Inbox, item_id
+from tests.apilab import InlineInbox, InlineJournal
 from tests.live import agent, bridge_for, cleanup, short_dir
 
 TOKEN = "t" * 64
@@ -368,20 +369,6 @@ async def _all_done(lab):
         if len(items) != 10 or any(i["state"] != "done" for i in items):
             return False
     return True
-
-
-class InlineInbox(Inbox):
-    """The same SQL, run inline (each call still yields), so autojump_clock's times stay exact."""
-
-    async def _db(self, fn, *args):
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
-
-
-class InlineJournal(Journal):
-    async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
 
 
 async def test_queued_items_do_not_wait_for_the_idle_poll(tmp, autojump_clock):
