@@ -31,6 +31,7 @@ from crew.paths import Paths
 from crew.receipts import NO_STARTERS
 from crew.security import same_secret
 from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
+from lead.inbox import item_id as scoped_id
 
 log = logs.get("api")
 
@@ -424,16 +425,12 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
                            conversation=_id(data.get("conversation"), "conversation") if starter is None else None,
                            text=text, turn=None, starter_id=_id(starter, "starter") if starter is not None else None)
         rec = await inbox.submit(machine, req, sender=sender_name(), approval=g.sender[1])
-        from lead.inbox import item_id
-
-        return jsonify({**attrs.asdict(rec), "item": item_id(sender_name(), req.request_id)})
+        return jsonify({**attrs.asdict(rec), "item": scoped_id(sender_name(), req.request_id)})
 
     async def act(item_id: str, fn, *, owner_only: bool):
         item = None
         if g.sender != OWNER:  # a sender may name its items by its own request ids
-            from lead.inbox import item_id as scoped
-
-            item = await inbox.get(scoped(sender_name(), item_id))
+            item = await inbox.get(scoped_id(sender_name(), item_id))
         item = item or await inbox.get(item_id)
         if item is None or not allowed(item):  # another sender's item is not even said to exist
             return error(404, "not_found", f"no inbox item {item_id!r}")
