@@ -439,6 +439,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return await fn(item)
 
     @app.get("/api/inbox/<item_id>")
+    @open_to_senders
     async def inbox_item(item_id: str):
         async def fn(item):
             return jsonify(inbox.view(item))
