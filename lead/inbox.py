@@ -640,13 +640,8 @@ class Inbox:
     def _read_again(self, machine: str, agent: str) -> None:
         """16.1: ask the owning bridge to read the agent again at once (a write just went out, or a
         turn the inbox waits on may have ended). Members' agents are read by their own bridge."""
-        if machine != LOCAL:
-            return
-        bridge = self.writer.bridge
-        if hasattr(bridge, "read_soon"):  # the poller's leading-edge read for turn waiters
-            bridge.read_soon(agent)
-        elif (poller := bridge.pollers.get(agent)) is not None:
-            poller.poke()
+        if machine == LOCAL:
+            self.writer.bridge.read_soon(agent)
 
     async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
