@@ -16,8 +16,12 @@
   fails inside one member's link ends that link only, never the lead.
 - Views: a member sends the raw hello and state its bridge read; the lead feeds them to a fresh
   `AgentReader` of its own (digests, trimming and pane state computed exactly as for its own agents).
-  Feeding runs in a worker thread, one view at a time, newest view per agent wins: a big snapshot
-  never blocks the event loop for longer than one bounded frame's JSON parse (crewwire.MAX_FRAME).
+  Frames carrying views are parsed (when large) and fed in a worker thread, one frame at a time in
+  arrival order (a newer small `agent` frame replaces a waiting one for the same agent); a link with
+  more than MAX_QUEUED characters waiting is not read until the feeder catches up. The lead keeps
+  each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
+  has less to walk. The GIL switch interval is 1 ms, so the event loop gets the GIL back quickly
+  while a worker computes. Figures: bench/README.md (issue 9.6).
 - Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
   `machine-offline` and `machine offline since HH:MM` (the time of its last frame).
 - Writes: one lock per session on the lead (busy at once, Stop waits 10 s then goes through); the
@@ -33,6 +37,7 @@ import json
 import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 
 import attrs
@@ -61,6 +66,7 @@ SAVE_EVERY = 2.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
 PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
+MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
@@ -83,7 +89,33 @@ def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
         reader.on_state(view.state, None, now)
     if not (reader.status == UNREACHABLE and reader.reason == "protocol"):  # our own parse failure wins
         reader.status, reader.reason, reader.detail = st.status, st.reason, st.detail
-    return reader, crewwire.encode(view.as_wire())
+    text = crewwire.encode(view.as_wire())
+    reader.raw_hello = reader.raw_state = None  # kept as `text`: fewer live objects for the GC to walk
+    return reader, text
+
+
+def digest(kind: str, frame, now: float) -> tuple[str, object, list]:
+    """(kind, what the loop needs, [(agent, reader or None, view text or the error)]) for one frame:
+    readers built for the views a `snapshot` or `agent` frame carries (worker thread, no I/O)."""
+    if kind == "snapshot":
+        views, head = frame.agents, frame.names()
+    elif kind == "agent":
+        views, head = [frame.agent_view()], frame.name
+    else:
+        return kind, frame, []
+    built = []
+    for view in views:
+        try:
+            built.append((view.name, *build_reader(view.trimmed(), now)))
+        except Exception as exc:  # e.g. an ask nested too deep for its digest: this view only is dropped
+            built.append((view.name, None, f"{type(exc).__name__}: {exc}"))
+    return kind, head, built
+
+
+def digest_text(raw: str, now: float) -> tuple[str, object, list]:
+    """Parse a large frame and build the readers it carries, in one worker-thread call: its parsed
+    documents never outlive the call, so they never pile up for the garbage collector."""
+    return digest(*crewwire.parse_member_frame(raw), now)
 
 
 class Conn:
@@ -98,8 +130,12 @@ class Conn:
         self.last_frame = trio.current_time()
         self.bad_frames = 0
         self.names: set[str] = set()  # the member's agents, as its last snapshot (and agent frames) said
-        self.views: dict[str, AgentView] = {}  # views waiting to be fed, newest per agent
+        # frames carrying views, in arrival order, waiting for the feeder: ("text", raw) for a large frame
+        # (parsed in the worker), ("parsed", kind, frame) for a small one; `queued` counts their characters
+        self.queue: deque = deque()
+        self.queued = 0
         self.fresh = trio.Event()
+        self.drained = trio.Event()
         self.save_after_feed = False
 
     async def send(self, msg: dict) -> None:
@@ -134,10 +170,20 @@ class Conn:
             entry[1].append(answer)
             entry[0].set()
 
-    def queue_view(self, view: AgentView) -> None:
-        self.views.pop(view.name, None)  # newest last: the feeder takes views in arrival order
-        self.views[view.name] = view
+    def enqueue(self, entry: tuple, size: int) -> None:
+        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
+            for old in [e for e in self.queue if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
+                self.queue.remove(old)
+                self.queued -= old[3]
+        self.queue.append((*entry, size))
+        self.queued += size
         self.fresh.set()
+
+    def take(self) -> tuple:
+        entry = self.queue.popleft()
+        self.queued -= entry[-1]
+        self.drained.set()
+        return entry
 
 
 @attrs.define
@@ -329,12 +375,18 @@ class Hub:
                     member.last_seen = time.time()
                     try:
                         if isinstance(raw, str) and len(raw) > PARSE_IN_THREAD:
-                            kind, frame = await trio.to_thread.run_sync(crewwire.parse_member_frame, raw)
+                            conn.enqueue(("text", raw), len(raw))
                         else:
                             kind, frame = crewwire.parse_member_frame(raw)
-                        self._frame(member, conn, kind, frame)
+                            if kind in ("snapshot", "agent"):  # views are fed in arrival order, by the feeder
+                                conn.enqueue(("parsed", kind, frame), len(raw))
+                            else:
+                                self._apply(member, conn, kind, frame, [])
                     except FrameError as exc:
                         self._bad_frame(conn, exc)
+                    while conn.queued > MAX_QUEUED:  # backpressure: this member waits, nobody else does
+                        conn.drained = trio.Event()
+                        await conn.drained.wait()
                     if conn.bad_frames > MAX_BAD_FRAMES:
                         conn.close_reason = crewwire.PROTOCOL
                         n.cancel_scope.cancel()
@@ -361,56 +413,59 @@ class Hub:
         if request_id is not None:
             conn.resolve(request_id, exc)
 
-    def _frame(self, member: Member, conn: Conn, kind: str, frame) -> None:
+    def _apply(self, member: Member, conn: Conn, kind: str, head, built: list) -> None:
+        """Act on one parsed frame; `built` holds the readers made for the views it carried."""
         if kind == "snapshot":
-            conn.names = frame.names()
+            conn.names = head
             for gone in set(member.readers) - conn.names:
                 del member.readers[gone]
                 self.views.get(member.label, {}).pop(gone, None)
                 self.dirty.add(member.label)
-            for name in set(conn.views) - conn.names:
-                del conn.views[name]
-            for view in frame.agents:
-                conn.queue_view(view.trimmed())
             conn.save_after_feed = True  # on disk at once, a crash must not lose it
-            conn.fresh.set()
-            self._notify(member.label)
         elif kind == "agent":
-            if frame.name not in conn.names and len(conn.names) >= crewwire.MAX_AGENTS:
+            if head not in conn.names and len(conn.names) >= crewwire.MAX_AGENTS:
                 raise FrameError(f"agent: more than {crewwire.MAX_AGENTS} agents")
-            conn.names.add(frame.name)
-            conn.queue_view(frame.agent_view().trimmed())
+            conn.names.add(head)
         elif kind in ("receipt", "read_result"):
-            conn.resolve(frame.id, frame)
+            conn.resolve(head.id, head)
+            return
         elif kind == "beat":
-            pass
+            return
         else:  # a second hello
             raise FrameError(f"{kind} after the link was set up")
+        for name, reader, text in built:
+            if reader is None:
+                self._bad_frame(conn, FrameError(f"agent {name}: {shown(text, 120)}"))
+                continue
+            member.readers[name] = reader
+            self.views.setdefault(member.label, {})[name] = text
+            self.dirty.add(member.label)
+        self._notify(member.label)
 
     async def _feed(self, member: Member, conn: Conn) -> None:
-        """Feed queued views to fresh readers in a worker thread, one at a time, and swap them in."""
+        """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
+        and swap the new readers in."""
         while True:
-            if not conn.views:
+            if not conn.queue:
                 if conn.save_after_feed:
                     conn.save_after_feed = False
                     await self._save_views()
                 conn.fresh = trio.Event()
                 await conn.fresh.wait()
                 continue
-            name = next(iter(conn.views))
-            view = conn.views.pop(name)
+            entry = conn.take()
             try:
-                reader, text = await trio.to_thread.run_sync(build_reader, view, trio.current_time(),
-                                                             limiter=self.feed_limiter)
-            except Exception as exc:  # e.g. a document nested too deep: this view is dropped, the link goes on
-                self._bad_frame(conn, FrameError(f"agent {name}: {shown(f'{type(exc).__name__}: {exc}', 120)}"))
-                continue
-            if member.conn is not conn or name not in conn.names:
-                continue
-            member.readers[name] = reader
-            self.views.setdefault(member.label, {})[name] = text
-            self.dirty.add(member.label)
-            self._notify(member.label)
+                if entry[0] == "text":
+                    got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
+                                                        limiter=self.feed_limiter)
+                else:
+                    got = await trio.to_thread.run_sync(digest, entry[1], entry[2], trio.current_time(),
+                                                        limiter=self.feed_limiter)
+                if member.conn is not conn:
+                    return
+                self._apply(member, conn, *got)
+            except FrameError as exc:
+                self._bad_frame(conn, exc)
 
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
