@@ -286,7 +286,10 @@ class Hub:
 
     def _forget_invite(self, label: str) -> None:
         """The member joined: the plaintext token `collie crew invite` left goes; only its hash stays (§1)."""
-        (self.paths.state_dir / "invites" / f"{label}.token").unlink(missing_ok=True)
+        try:
+            (self.paths.state_dir / "invites" / f"{label}.token").unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("[crew] %s: could not delete its invite file: %s", label, exc.strerror)
 
     # --- the link ----------------------------------------------------------------------------------
     def install(self, app, shutdown: trio.Event) -> None:
@@ -353,15 +356,16 @@ class Hub:
         member.version = shown(hello.collie, 40)
         member.offline_since = None
         member.last_seen = time.time()
-        self.store.seen(label, member.version, member.last_seen)
-        self._forget_invite(label)
-        await conn.send({"type": "welcome", "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},
-                         "lead": "collie", "read_only": admission.read_only})
-        log.info("[crew] %s: connected (Collie %s%s)", label, member.version, ", read-only" if admission.read_only else "")
-        for (m, agent), count in self.viewers.items():
-            if m == label and count:
-                await conn.send({"type": "viewing", "agent": agent, "on": True})
-        try:
+        try:  # from here on, however the link ends, the member is marked offline (finally below)
+            self.store.seen(label, member.version, member.last_seen)
+            self._forget_invite(label)
+            await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
+                             "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
+            log.info("[crew] %s: connected (Collie %s%s)", label, member.version,
+                     ", read-only" if admission.read_only else "")
+            for (m, agent), count in list(self.viewers.items()):
+                if m == label and count:
+                    await conn.send({"type": "viewing", "agent": agent, "on": True})
             async with trio.open_nursery() as n:
                 async def stop_when(event):
                     await event.wait()
