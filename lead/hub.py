@@ -254,14 +254,19 @@ class Hub:
             saved = json.loads((self.views_dir / f"{member.label}.json").read_text())
         except (FileNotFoundError, ValueError, RecursionError):
             return
-        for raw in saved.values() if isinstance(saved, dict) else []:
+        self._install_views(member, [raw for raw in saved.values()] if isinstance(saved, dict) else [], 0.0)
+        self._mark_offline(member)
+
+    def _install_views(self, member: Member, raws: list, now: float) -> None:
+        """Parse and feed views on the spot (lead start-up, before trio runs; tests), each as a
+        snapshot would carry it; one that does not fit is skipped."""
+        for raw in raws:
             try:
                 view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
-                member.readers[view.name], text = build_reader(view.trimmed(), 0.0)  # before trio runs: no clock yet
-            except (FrameError, RecursionError):
+                member.readers[view.name], text = build_reader(view.trimmed(), now)
+            except (FrameError, RecursionError, ValueError):
                 continue
             self.views.setdefault(member.label, {})[view.name] = text
-        self._mark_offline(member)
 
     async def _save_views(self) -> None:
         """Write the dirty members' last views (a worker thread does the JSON and the fsyncs)."""
