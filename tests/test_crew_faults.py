@@ -47,6 +47,7 @@ def trial(fault: str) -> dict:
         m.serve()
         wait_for(lambda: crew.online("box"), what="online")
         sent: list[str] = []
+        last_turn = 0
         with crew.client() as c:
             wait_for(lambda: c.get("/api/agents/box/ledger/conversations/s0").status_code == 200, what="pane")
             for i in range(BURST):
@@ -64,10 +65,15 @@ def trial(fault: str) -> dict:
                 try:
                     p = c.get("/api/agents/box/ledger/conversations/s0")
                     turn = p.json().get("turn", 0) if p.status_code == 200 else 0
+                    # the phone quotes the newest turn it saw: a `sent` receipt's turn can be ahead of the
+                    # pane (the member publishes its new view a moment after it answered)
+                    turn = max(turn, last_turn)
                     got = c.post("/api/send", json={"request_id": r, "machine": "box", "agent": "ledger",
                                                     "conversation": "s0", "text": f"job {i}", "turn": turn}).json()
                 except Exception:
                     got = {"outcome": "unknown"}
+                if got.get("outcome") == "sent" and isinstance(got.get("turn"), int):
+                    last_turn = got["turn"]
                 if got.get("outcome") in ("sent", "queued", "unknown"):
                     sent.append(r)
                 if got.get("outcome") == "unknown":  # the phone's Retry, same request id, later
