@@ -4,6 +4,7 @@ and the inbox, driven through quart-trio's test client — so a test takes the d
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import asynccontextmanager
 
@@ -12,6 +13,7 @@ import trio
 
 from bridge.journal import Journal
 from bridge.writer import Writer
+from crew import crewwire
 from crew.config import AgentConfig
 from crew.paths import Paths
 from lead.api import create_api, install_inbox_routes
@@ -92,13 +94,15 @@ class FakeLink:
         self.calls: list[tuple[float, dict]] = []
         self.closed = trio.Event()
 
-    async def call(self, msg: dict, timeout: float) -> dict | None:
+    async def call(self, msg: dict, timeout: float):
+        """The answer frame as `Conn.call` returns it: parsed by the crew wire, or None on timeout."""
         if msg["type"] == "read":  # reads (recent sends, items) answer at once, empty
-            return {"type": "read_result", "id": msg["id"], "ok": True, "result": {"lines": [], "items": []}}
+            return frame({"type": "read_result", "id": msg["id"], "ok": True,
+                          "result": {"lines": [], "items": [], "open": True}})
         self.calls.append((trio.current_time(), msg))
         with trio.move_on_after(timeout):
             await trio.sleep(self.delay)
-            return {"type": "receipt", "id": msg["id"], "receipt": self.answer(msg)}
+            return frame({"type": "receipt", "id": msg["id"], "receipt": self.answer(msg)})
         return None
 
     async def send(self, msg: dict) -> None:
@@ -109,6 +113,9 @@ def add_member(hub: Hub, label: str, link: FakeLink, views: list[dict]) -> Membe
     """A member online through `link`, its agents' raw hello and state as its bridge read them."""
     member = hub.members[label] = Member(label)
     member.conn = link
-    for view in views:
-        hub._apply_view(member, view)
+    hub._install_views(member, views, trio.current_time())
     return member
+
+
+def frame(msg: dict):
+    return crewwire.parse_member_frame(json.dumps(msg))[1]

@@ -183,10 +183,11 @@ def test_lead_restart_and_link_drop_resume_without_duplicates(crew):
 
 
 def test_removed_member_is_refused(crew):
+    """crew.md §2: a removed (or wrong) member token gets a close with the reason `unauthorized`."""
     crew.start_lead()
     m = crew.add_member("old")
     m.serve()
     wait_for(lambda: crew.online("old"), what="online")
     assert crew.lead.collie("crew", "remove", "old").returncode == 0
-    wait_for(lambda: "the lead refused this member (HTTP 401)" in m.log(), timeout=40, what="refusal logged")
+    wait_for(lambda: "the lead refused this member (unauthorized)" in m.log(), timeout=40, what="refusal logged")
     assert "not connected" in m.collie("status").stdout

@@ -51,6 +51,7 @@ def trial(fault: str) -> dict:
         bodies: dict[str, dict] = {}
         shown: dict[str, list[dict]] = {}  # every receipt the phone was shown, per request id
         moved: list[str] = []  # refused at entry: must never run
+        last_turn = 0
         with crew.client() as c:
             wait_for(lambda: c.get("/api/agents/box/ledger/conversations/s0").status_code == 200, what="pane")
             for i in range(BURST):
@@ -68,12 +69,17 @@ def trial(fault: str) -> dict:
                 try:
                     p = c.get("/api/agents/box/ledger/conversations/s0")
                     turn = p.json().get("turn", 0) if p.status_code == 200 else 0
+                    # the phone quotes the newest turn it saw: a `sent` receipt's turn can be ahead of the
+                    # pane (the member publishes its new view a moment after it answered)
+                    turn = max(turn, last_turn)
                     bodies[r] = {"request_id": r, "machine": "box", "agent": "ledger", "conversation": "s0",
                                  "text": f"job {i}", "turn": turn}
                     got = c.post("/api/send", json=bodies[r]).json()
                 except Exception:
                     got = {"outcome": "unknown"}
                 shown.setdefault(r, []).append(got)
+                if got.get("outcome") == "sent" and isinstance(got.get("turn"), int):
+                    last_turn = got["turn"]
                 if got.get("outcome") in ("sent", "queued", "unknown"):
                     sent.append(r)
                 elif got.get("reason") == "turn_moved":  # the turn moved between the look and the send (B4)
