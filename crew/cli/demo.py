@@ -99,6 +99,16 @@ class Machine:
             return None
 
 
+def _end_with_the_demo() -> None:
+    """In the child, before exec: on Linux, get SIGTERM if the demo dies without cleaning up (kill -9)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class Processes:
     """Every long-running process the demo started; `stop_all` ends them all within 5 s."""
 
@@ -109,7 +119,8 @@ class Processes:
         with open(log, "ab") as out:
             # a session of its own: a terminal's Ctrl-C reaches only the demo, which stops them in order
             proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True,
+                                    preexec_fn=_end_with_the_demo if sys.platform == "linux" else None)
         self.procs.append((name, proc))
         return proc
 
