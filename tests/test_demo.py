@@ -162,3 +162,30 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
         proc.stdout.close()
     assert tree(home) == before == []
     assert not real.config_dir.exists() and not real.state_dir.exists()
+
+
+def test_live_screen_fits_one_screen():
+    """10.1: the live summary (machines, agents, open asks, inbox, last receipts) fits 45 lines of 100 columns."""
+    from rich.console import Console
+
+    from crew.cli.demo import render
+    from crew.demo import Event
+
+    dashboard = {"sections": [{"machine": m, "online": True, "agents": [
+        {"name": f"a{i}", "line2": "deployer, local", "status": "ready", "open": 4, "waiting": 4} for i in range(2)]}
+        for m in ("local", "workshop", "laptop")]}
+    asks = [{"machine": "workshop", "agent": "forms", "conversation": f"c{i}", "kind": "form", "title": "Release"}
+            for i in range(12)]
+    inbox = [{"machine": "laptop", "agent": "scribe", "id": f"r{i}", "state": "approved",
+              "state_text": "queued, machine offline since 11:42"} for i in range(9)]
+    events = [Event("11:42:00", "send", "laptop/scribe", "queued", "queued, machine offline since 11:42", "5d0e9c2a-1")
+              for _ in range(6)]
+    summary = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep=set())
+    console = Console(width=100, record=True, file=open(os.devnull, "w"))
+    console.print(render("head line", summary, events))
+    console.file.close()
+    text = console.export_text()
+    assert len(text.splitlines()) <= 45
+    for title in ("Machines", "Agents", "Open asks (12)", "… and 4 more", "Inbox", "… and 5 more", "Last receipts",
+                  "send 5d0e9c2a"):
+        assert title in text

@@ -170,7 +170,6 @@ def tail(path: Path, n: int = 5) -> str:
 
 class Demo:
     def __init__(self, base: Path, args, out) -> None:
-        self.base = base
         self.args = args
         self.out = out  # a Screen: prints progress, draws the summary
         self.procs = Processes()
@@ -234,9 +233,9 @@ class Demo:
     def get(self, path: str) -> dict | None:
         try:
             got = self.client.get(path)
-        except httpx.HTTPError:
+            return got.json() if got.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
             return None
-        return got.json() if got.status_code == 200 else None
 
     def all_ready(self) -> bool:
         dash = self.get("/api/dashboard") or {}
@@ -254,9 +253,12 @@ class Demo:
     def send_to_sleeper(self, text: str) -> dict:
         pane = self.get(f"/api/agents/{SLEEPER.machine}/{SLEEPER_AGENT}/conversations/{SLEEPER_CONVERSATION}") or {}
         rid = str(uuid.uuid4())
-        got = self.client.post("/api/send", json={"request_id": rid, "machine": SLEEPER.machine, "agent": SLEEPER_AGENT,
-                                                  "conversation": SLEEPER_CONVERSATION, "text": text,
-                                                  "turn": pane.get("turn", 0)}).json()
+        try:
+            got = self.client.post("/api/send", json={
+                "request_id": rid, "machine": SLEEPER.machine, "agent": SLEEPER_AGENT,
+                "conversation": SLEEPER_CONVERSATION, "text": text, "turn": pane.get("turn", 0)}).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            got = {"outcome": "error", "text": str(exc)}
         target = f"{SLEEPER.machine}/{SLEEPER_AGENT}"
         self.event("send", target, got.get("outcome", "?"), got.get("text") or got.get("reason") or "",
                    request_id=rid)
@@ -421,9 +423,13 @@ def render(head, summary: Summary, events):
     asks = table(f"Open asks ({len(summary.asks)})", "machine", "agent", "conversation", "kind", "title")
     for a in summary.asks[:8]:
         asks.add_row(a.machine, escape(a.agent), escape(a.conversation), escape(a.kind), escape(a.title))
+    if len(summary.asks) > 8:
+        asks.add_row("", "", "", "", f"… and {len(summary.asks) - 8} more")
     inbox = table("Inbox", "machine", "agent", "state", "what the sender sees")
     for i in summary.inbox[:4]:
         inbox.add_row(i.machine, escape(i.agent), escape(i.state), escape(i.text))
+    if len(summary.inbox) > 4:
+        inbox.add_row("", "", "", f"… and {len(summary.inbox) - 4} more")
     if not summary.inbox:
         inbox.add_row("", "", "empty", "work sent while laptop sleeps waits here")
     receipts = table("Last receipts", "at", "what", "target", "outcome", "text")
