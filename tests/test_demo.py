@@ -189,3 +189,20 @@ def test_live_screen_fits_one_screen():
     for title in ("Machines", "Agents", "Open asks (12)", "… and 4 more", "Inbox", "… and 5 more", "Last receipts",
                   "send 5d0e9c2a"):
         assert title in text
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp_path):
+    """Ctrl-C ends every process the demo started: one that ignores SIGTERM gets SIGKILL after STOP_GRACE."""
+    from crew.cli import demo
+
+    monkeypatch.setattr(demo, "STOP_GRACE", 0.3)
+    procs = demo.Processes()
+    stubborn = procs.start("stubborn", [sys.executable, "-c", "import signal, sys, time\n"
+                                        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
+                                        "time.sleep(60)"], dict(os.environ), tmp_path / "log")
+    polite = procs.start("polite", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                         tmp_path / "log2")
+    wait_for(lambda: "up" in (tmp_path / "log").read_text(), what="the stubborn child ignores SIGTERM")
+    assert procs.stop_all() == 2
+    assert stubborn.returncode == -signal.SIGKILL and polite.returncode == -signal.SIGTERM
+    assert procs.procs == []
