@@ -12,6 +12,7 @@ import attrs
 
 MAX_TEXT = 60
 MAX_EVENTS = 6
+WAITING_OR_RUNNING = ("pending", "approved", "running")  # inbox states worth a line; finished ones are not
 
 
 def clip(value, limit: int = MAX_TEXT) -> str:
@@ -113,7 +114,8 @@ class Summary:
             asks=tuple(AskLine(clip(a.get("machine"), 32), clip(a.get("agent"), 32), clip(a.get("conversation"), 32),
                                clip(a.get("kind"), 16), clip(a.get("title"))) for a in asks),
             inbox=tuple(InboxLine(clip(i.get("machine"), 32), clip(i.get("agent"), 32), clip(i.get("id"), 40),
-                                  clip(i.get("state"), 12), clip(i.get("state_text"))) for i in inbox))
+                                  clip(i.get("state"), 12), clip(i.get("state_text")))
+                        for i in inbox if i.get("state") in WAITING_OR_RUNNING))
 
     def plain_line(self) -> str:
         """The summary in one line, for terminals without a screen (`--plain`, no TTY)."""

@@ -41,7 +41,8 @@ def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
     asks = [{"machine": "local", "agent": "desk", "conversation": "deploy", "kind": "permission",
              "title": "Deploy\x1b[31m to staging?\n" + "x" * 100}]
     inbox = [{"machine": "laptop", "agent": "scribe", "id": "r1", "state": "approved",
-              "state_text": "queued, machine offline since 22:00"}]
+              "state_text": "queued, machine offline since 22:00"},
+             {"machine": "laptop", "agent": "scribe", "id": "r0", "state": "done", "state_text": "done"}]
     s = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep={"laptop"})
     assert [(m.machine, m.role, m.state) for m in s.machines] == [
         ("local", "lead", "online"), ("workshop", "member", "starting"), ("laptop", "member", "asleep")]
@@ -50,6 +51,7 @@ def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
     assert "\x1b" not in s.asks[0].title and "\n" not in s.asks[0].title and len(s.asks[0].title) == 60
     assert s.plain_line() == ("[demo] summary: local online, workshop starting, laptop asleep; 2 agents, 1 ready; "
                               "1 open asks; inbox: 1 waiting, 0 running")
+    assert [i.item for i in s.inbox] == ["r1"]  # a finished item is no longer work to watch
     assert clip(None) == "" and clip("a\tb") == "a b"
 
 
