@@ -381,8 +381,10 @@ class RichScreen:
         from rich.text import Text
 
         self.head = Text.assemble(("Collie demo", "bold"), " — phone API on ", (address, "cyan"),
-                                  "   (Ctrl-C stops everything)\n", ("try: ", "dim"), curl_line(address, token_file))
+                                  "   (Ctrl-C stops everything)")
         self.console.print(f"[dim]\\[demo][/dim] ready: phone API on {escape(address)}")
+        # printed once, above the live screen, soft-wrapped: a copy of a wrapped line stays one command
+        self.console.print(Text.assemble(("[demo] try: ", "dim"), curl_line(address, token_file)), soft_wrap=True)
         self.live = Live(console=self.console, auto_refresh=False, transient=True)
         self.live.start()
 
@@ -406,10 +408,13 @@ def render(head, summary: Summary, events):
     from rich.console import Group
     from rich.table import Table
 
+    fixed = {"at": 8, "outcome": 7, "state": 8, "role": 6}  # short columns that must never be cut
+
     def table(title: str, *columns: str) -> Table:
         t = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False, expand=False)
         for c in columns:
-            t.add_column(c, style="dim" if c in ("machine", "at") else None, no_wrap=True, overflow="ellipsis")
+            t.add_column(c, style="dim" if c in ("machine", "at") else None, no_wrap=True, overflow="ellipsis",
+                         min_width=fixed.get(c))
         return t
 
     machines = table("Machines", "machine", "role", "state")
