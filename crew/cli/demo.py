@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import attrs
 import httpx
@@ -36,6 +37,7 @@ from crew.errors import CollieError, NotRunningError
 STOP_GRACE = 3.0  # seconds a child gets after SIGTERM before SIGKILL (features: Ctrl-C ends all within 5 s)
 START_TIMEOUT = 60.0
 POLL = 1.0
+MAX_PAGES = 20  # pages of chat items one check reads at most
 
 
 @attrs.frozen
@@ -181,6 +183,7 @@ class Demo:
         self.asleep: set[str] = set()
         self.waiting_to_run: list[str] = []  # request ids sent while the sleeper slept, not yet run
         self.naps = 0
+        self.items_since = 0  # how far check_ran has read the sleeper's chat
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -286,10 +289,23 @@ class Demo:
         self.event("wake", SLEEPER.machine, "awake", "its bridge started again; the lead resends its inbox")
 
     def check_ran(self) -> None:
+        """Follow the sleeper's chat from where the last read ended; a user item naming a request id ran it."""
         if not self.waiting_to_run or SLEEPER.machine in self.asleep:
             return
-        got = self.get(f"/api/agents/{SLEEPER.machine}/{SLEEPER_AGENT}/conversations/{SLEEPER_CONVERSATION}/items")
-        ran = {i.get("request_id") for i in (got or {}).get("items", []) if i.get("kind") == "user"}
+        ran = set()
+        for _page in range(MAX_PAGES):
+            got = self.get(f"/api/agents/{SLEEPER.machine}/{SLEEPER_AGENT}/conversations/{SLEEPER_CONVERSATION}"
+                           f"/items?since={self.items_since}")
+            if not got:
+                break
+            items = [i for i in got.get("items", []) if isinstance(i, dict)]
+            ran |= {i.get("request_id") for i in items if i.get("kind") == "user"}
+            seqs = [i["seq"] for i in items if isinstance(i.get("seq"), int)]
+            # the route's own cursor where it gives one, else the highest position seen
+            self.items_since = got["next_since"] if isinstance(got.get("next_since"), int) else max(
+                [self.items_since, *seqs])
+            if not got.get("more"):
+                break
         for rid in [r for r in self.waiting_to_run if r in ran]:
             self.waiting_to_run.remove(rid)
             self.event("ran", f"{SLEEPER.machine}/{SLEEPER_AGENT}", "done", "it ran after the laptop woke",
@@ -302,19 +318,20 @@ class Demo:
             machine = s.get("machine")
             for a in s.get("agents", []):
                 name = a.get("name")
+                agent_path = f"/api/agents/{quote(str(machine), safe='')}/{quote(str(name), safe='')}"
                 if a.get("waiting"):
-                    convs = self.get(f"/api/agents/{machine}/{name}/conversations") or {}
+                    convs = self.get(f"{agent_path}/conversations") or {}
                     for row in convs.get("open", []):
                         if not row.get("waiting"):
                             continue
-                        pane = self.get(f"/api/agents/{machine}/{name}/conversations/{row.get('id')}") or {}
+                        pane = self.get(f"{agent_path}/conversations/{quote(str(row.get('id')), safe='')}") or {}
                         ask = pane.get("ask") or {}
                         kind = ask.get("kind") or "?"
                         if kind == "choice" and ask.get("multiple"):
                             kind = "choice (many)"
                         asks.append({"machine": machine, "agent": name, "conversation": row.get("id"), "kind": kind,
                                      "title": ask.get("title") or row.get("line")})
-                for item in (self.get(f"/api/agents/{machine}/{name}/inbox") or {}).get("items", []):
+                for item in (self.get(f"{agent_path}/inbox") or {}).get("items", []):
                     inbox.append({**item, "machine": machine, "agent": name})
         return Summary.from_api(dash, asks, inbox, machines=list(self.machines), asleep=self.asleep)
 
