@@ -132,7 +132,7 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
 
             rid = expect(r"^\[demo\] send (\S+) laptop/scribe: queued \(queued, machine offline since ").group(1)
             inbox = c.get("/api/agents/laptop/scribe/inbox").json()["items"]
-            item = next(i for i in inbox if i["id"] == rid)
+            item = next(i for i in inbox if rid in (i.get("id"), i.get("request_id")))
             assert item["state"] == "approved" and item["state_text"].startswith("queued, machine offline since ")
             laptop = next(s for s in c.get("/api/dashboard").json()["sections"] if s["machine"] == "laptop")
             assert laptop["online"] is False  # it waits because its member sleeps, not because it is slow
