@@ -9,7 +9,7 @@ bridge listens on a free port; an example's `127.0.0.1:8470` (the documented def
 so a test never touches a bridge you run yourself. The repository is the working folder and the
 test's virtual environment comes first on PATH (`collie`, `python`).
 
-A block whose first output line is `listening <socket>` is an agent: the test attaches it with
+A block that prints a line `listening <socket>` is an agent: the test attaches it with
 `collie durable attach`, waits for the lead to show it ready, answers its first open ask with the first
 option through the API, and then expects it to exit 0 by itself (printing the option's id) or to stop
 on Ctrl-C. A Python block that is a file in docs/examples/ runs as that file, the way the docs say.
@@ -260,11 +260,12 @@ def test_example_runs_as_written(block: Block):
     try:
         sandbox.start()
         run = Running(command_for(block, sandbox), sandbox.env)
-        first = run.next_line(BLOCK_TIMEOUT)
-        if first is not None and first.startswith("listening /"):
-            drive_agent(sandbox, run, first.split(" ", 1)[1].strip())
-            return
-        code = run.finish(BLOCK_TIMEOUT)
+        deadline = time.monotonic() + BLOCK_TIMEOUT
+        while (line := run.next_line(max(0.0, deadline - time.monotonic()))) is not None:
+            if line.startswith("listening /"):
+                drive_agent(sandbox, run, line.split(" ", 1)[1].strip())
+                return
+        code = run.finish(max(1.0, deadline - time.monotonic()))
         assert code is not None, f"{block.id} still runs after {BLOCK_TIMEOUT:g} s: {run.text()[-2000:]}"
         assert code == 0, f"{block.id} exited {code}:\n{run.text()[-3000:]}"
         assert "Traceback (most recent call last)" not in run.text(), run.text()[-3000:]
