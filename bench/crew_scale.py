@@ -31,19 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import cpu_seconds, rss_mib, pct  # noqa: E402
 
 from crew.crewstore import CrewStore  # noqa: E402
-from tests.crewlab import Crew, wait_for  # noqa: E402
-
-
-def fake_view(name: str, conversations: int, instance: str) -> dict:
-    hello = {"wire": {"min": 1, "max": 1}, "runtime": "sim", "instance": instance,
-             "caps": ["asks", "send", "steer", "abort", "history", "watch"], "limits": {"text_max": 2000}}
-    convs = [{"id": f"c{i:02d}", "title": f"Conversation {i}", "subtitle": None, "workspace": {"id": "w", "title": "Work"},
-              "tab": {"id": "t", "title": None}, "harness": "sim", "state": "idle", "turn": 3,
-              "activity": "2026-11-30T01:00:00Z", "progress": None, "asks": [], "actions": [], "items_rev": 10}
-             for i in range(conversations)]
-    state = {"rev": 10, "instance": instance, "subtitle": None, "conversations": convs, "starters": []}
-    status = {"name": name, "transport": "socket", "address": "/run/sim.sock", "local": True, "status": "ready"}
-    return {"name": name, "status": status, "hello": hello, "state": state}
+from tests.crewlab import Crew, fake_view, wait_for  # noqa: E402
 
 
 async def sim_member(url: str, label: str, token: str, agents: int, conversations: int, ready) -> None:

@@ -23,3 +23,78 @@ def pct(values, p: float) -> float:
     """The p-th percentile (nearest rank) of `values`."""
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+# --- the floor: an httpx round trip to a trivial server, measured in the same run ----------------------
+FLOOR_SERVER = """
+import sys, trio
+from functools import partial
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from quart_trio import QuartTrio
+app = QuartTrio("floor")
+@app.get("/")
+async def root():
+    return {"ok": True}
+async def main():
+    cfg = Config()
+    cfg.bind = [sys.argv[1]]
+    cfg.accesslog = cfg.errorlog = None
+    async with trio.open_nursery() as n:
+        binds = await n.start(partial(serve, app, cfg))
+        print(binds[0], flush=True)
+trio.run(main)
+"""
+
+
+class Floor:
+    """A trivial server (the same stack as the lead: hypercorn + quart-trio, one route answering a small
+    JSON object) in its own process, and an httpx client timing round trips to it over the same
+    transport as the figure it stands beside: TCP loopback (`bind="127.0.0.1:0"`) or a Unix socket
+    (`bind="unix:/path"`)."""
+
+    def __init__(self, bind: str = "127.0.0.1:0") -> None:
+        import subprocess
+        import sys
+
+        self.bind = bind
+        self.proc = subprocess.Popen([sys.executable, "-c", FLOOR_SERVER, bind], stdout=subprocess.PIPE, text=True)
+        self.address = self.proc.stdout.readline().strip()
+
+    def client(self):
+        import httpx
+
+        if self.bind.startswith("unix:"):
+            return httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.bind[5:]), base_url="http://localhost")
+        return httpx.AsyncClient(base_url=self.address)
+
+    async def measure(self, n: int = 300) -> dict:
+        """Round-trip times (s) and the client's CPU per round trip (s), after a warm-up."""
+        import time
+
+        rtts = []
+        async with self.client() as c:
+            for _ in range(20):
+                await c.get("/")
+            cpu0 = time.process_time()
+            for _ in range(n):
+                t0 = time.perf_counter()
+                await c.get("/")
+                rtts.append(time.perf_counter() - t0)
+            cpu = (time.process_time() - cpu0) / n
+        return {"p50": pct(rtts, 50), "p99": pct(rtts, 99), "cpu": cpu, "n": n}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def loadavg() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)"
+
+
+def ms(seconds: float, floor: float | None = None) -> str:
+    """`12.3 ms (8.2x floor)`: a latency with its ratio to the floor beside it."""
+    text = f"{seconds * 1000:.1f} ms"
+    return f"{text} ({seconds / floor:.1f}x floor)" if floor else text

@@ -1,30 +1,43 @@
 """Durable wire: idle cost and change latency (issue 3).
 
-    .venv/bin/python bench/wire_idle.py
+    .venv/bin/python bench/wire_idle.py [--pane-only] [--samples 200] [--conversations 100] [--repo PATH]
 
 1. Requests per agent per day, idle and viewed, polling vs `watch` — one virtual hour on trio's
    MockClock (the cadence is what is measured; virtual time makes it exact) × 24.
 2. Bytes on the socket per idle poll (request + 304 answer), counted by a proxy between bridge and agent.
-3. Change latency (agent raises an ask → the bridge's view shows it): `watch` in real time;
-   polling in virtual time (it is set by the 10 s cadence, not by CPU).
+3. Change latency where the phone sees it (issue 16.4): an agent (its own process) with 100 open
+   conversations raises an ask; a client asks the phone's pane route (`GET /api/agents/local/<agent>/conversations/<id>`) of a
+   real `collie serve` back to back until the ask is there. Real time, `watch`, beside the floor (an
+   httpx round trip to a trivial server on the same stack over TCP loopback, measured in the same run).
+   Polling without `watch` is set by the 10 s cadence, not by CPU: measured in virtual time at the
+   bridge's view.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import random
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
+
 import trio
 import trio.testing
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import pct  # noqa: E402
+from measure import Floor, loadavg, ms, pct  # noqa: E402
 
+from crew import control  # noqa: E402
 from crew.config import AgentConfig  # noqa: E402
+from crew.errors import NotRunningError  # noqa: E402
 from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -123,7 +136,162 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
     return out
 
 
+ASKER = """
+import sys, time, trio
+from crew.sdk import open_collie
+from fixtures.agents import ALL_CAPS
+async def main():
+    path, n = sys.argv[1], int(sys.argv[2])
+    async with open_collie(socket=path, caps=ALL_CAPS, runtime="bench", caller_check="off") as c:
+        panes = [c.conversation(f"c{i:03d}", title=f"Conversation {i}") for i in range(n)]
+        for p in panes:
+            p.reply("hello")
+        c.ready()
+        print("ready", flush=True)
+        target = panes[n // 2]
+        stdin = trio.lowlevel.FdStream(0)
+        scope = trio.CancelScope()
+
+        async def ask():
+            nonlocal scope
+            with trio.CancelScope() as scope:
+                print(time.perf_counter(), flush=True)  # the ask is raised in this same step
+                await target.ask(kind="text", title="?")
+
+        async with trio.open_nursery() as nursery:
+            while data := await stdin.receive_some(64):
+                for word in data.decode().split():
+                    if word == "ask":
+                        nursery.start_soon(ask)
+                    else:
+                        scope.cancel()
+            nursery.cancel_scope.cancel()
+trio.run(main)
+"""
+
+
+async def pane_latency(samples: int, pause: tuple[float, float], conversations: int, seed: int,
+                       floor: Floor, repo: Path = REPO) -> tuple[list[float], list[float]]:
+    """An agent (its own process) with `conversations` open raises an ask in one of them; time from the
+    raise (its time, CLOCK_MONOTONIC like ours) until the lead's pane route shows it. After each sample,
+    three round trips to the floor server: the floor is measured across the same minutes (the load of a
+    shared machine moves). Returns (latencies, floor round trips)."""
+    d = short_dir()
+    lead = asker = None
+    out: list[float] = []
+    floors: list[float] = []
+    try:
+        (d / "cfg").mkdir(mode=0o700)
+        (d / "cfg" / "sources.json").write_text(json.dumps([{"name": "desk", "kind": "durable",
+                                                              "socket": str(d / "a.sock")}]))
+        os.chmod(d / "cfg" / "sources.json", 0o600)
+        env = {**os.environ, "COLLIE_CONFIG_DIR": str(d / "cfg"), "COLLIE_STATE_DIR": str(d / "state")}
+        asker = subprocess.Popen([sys.executable, "-c", ASKER, str(d / "a.sock"), str(conversations)],
+                                 env={**env, "PYTHONPATH": str(REPO)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+        assert asker.stdout.readline().strip() == "ready"
+        lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
+                                cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while True:
+            try:
+                pong = control.call(d / "state" / "bridge.sock", "ping", timeout=2)
+                break
+            except NotRunningError:
+                time.sleep(0.1)
+        token = (d / "state" / "api-token").read_text().strip()
+        route = f"/api/agents/local/desk/conversations/c{conversations // 2:03d}"
+
+        def say(word: str) -> None:
+            asker.stdin.write(word + "\n")
+            asker.stdin.flush()
+
+        async with httpx.AsyncClient(base_url=pong["address"], headers={"authorization": f"Bearer {token}"},
+                                     timeout=30) as c, floor.client() as fc:
+            for _ in range(10):
+                await fc.get("/")
+            while (await c.get(route)).status_code != 200:
+                await trio.sleep(0.1)
+            await trio.sleep(2)  # every conversation's items read and cached
+            rng = random.Random(seed)
+            for _ in range(samples):
+                await trio.sleep(rng.uniform(*pause))
+                say("ask")
+                while (await c.get(route)).json()["ask"] is None:
+                    pass
+                seen = time.perf_counter()
+                out.append(seen - float(asker.stdout.readline()))
+                say("end")
+                while (await c.get(route)).json()["ask"] is not None:
+                    await trio.sleep(0.005)
+                for _ in range(3):
+                    t0 = time.perf_counter()
+                    await fc.get("/")
+                    floors.append(time.perf_counter() - t0)
+    finally:
+        for proc in (lead, asker):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=20)
+        cleanup(d)
+    return out, floors
+
+
+PARSE = """
+import sys, time
+from bridge.reader import AgentReader
+n, reps = int(sys.argv[1]), int(sys.argv[2])
+def conv(i, turn):
+    return {"id": f"c{i:03d}", "title": f"Conversation {i}", "subtitle": "sub", "workspace": {"id": "w", "title": "Work"},
+            "tab": {"id": "t"}, "harness": "h", "state": "idle", "turn": turn, "activity": "2026-11-30T10:00:00Z",
+            "asks": [], "actions": [{"id": "go", "label": "Go"}], "items_rev": 1}
+r = AgentReader("desk", transport="socket", address="/s", local=True)
+r.on_hello({"wire": {"min": 1, "max": 1}, "instance": "i", "caps": ["watch"]}, 0)
+convs = [conv(i, 1) for i in range(n)]
+r.on_state({"rev": 1, "instance": "i", "conversations": convs}, None, 0)
+t0 = time.process_time()
+for k in range(reps):
+    convs = [dict(c) for c in convs]  # a fresh decode, as from the wire
+    convs[n // 2] = conv(n // 2, 2 + k)
+    r.on_state({"rev": 2 + k, "instance": "i", "conversations": convs}, None, 0)
+print((time.process_time() - t0) / reps)
+"""
+
+
+def parse_cost(conversations: int, repo: Path, reps: int = 300) -> float:
+    """CPU seconds the bridge spends applying one state answer in which one conversation changed."""
+    out = subprocess.run([sys.executable, "-c", PARSE, str(conversations), str(reps)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(repo)}, cwd=repo, check=True)
+    return float(out.stdout)
+
+
 def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--pane-only", action="store_true", help="only the change latency at the pane route")
+    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--conversations", type=int, default=100)
+    p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout (to measure before a change)")
+    args = p.parse_args()
+    if not args.pane_only:
+        virtual()
+    print("== CPU to apply one state answer in which one conversation changed (the bridge's reader) ==")
+    for n in (1, 100, 1000):
+        print(f"{n:5} open conversations: {parse_cost(n, Path(args.repo).resolve()) * 1e6:8.0f} us")
+    print("== change latency where the phone sees it: agent raises an ask -> the pane route shows it ==")
+    floor = Floor()
+    try:
+        for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
+            watch, fl = trio.run(pane_latency, args.samples, pause, args.conversations, 3, floor,
+                                 Path(args.repo).resolve())
+            f50 = pct(fl, 50)
+            print(f"watch, {args.conversations} open conversations, {label} (real time, n={len(watch)}): "
+                  f"p50 {ms(pct(watch, 50), f50)}  p99 {ms(pct(watch, 99), f50)}; "
+                  f"floor (n={len(fl)}, interleaved) p50 {ms(f50)} p99 {ms(pct(fl, 99))}")
+    finally:
+        floor.close()
+    print(loadavg())
+
+
+def virtual() -> None:
     hour = 3600.0
     print("== idle cost per agent (one virtual hour x 24) ==")
     for label, caps, viewed in (("polling, idle", NO_WATCH, False), ("polling, viewed", NO_WATCH, True),
@@ -136,10 +304,6 @@ def main() -> None:
     poll = trio.run(latency, NO_WATCH, 200, (0, 10), trio.current_time, 7,
                     clock=trio.testing.MockClock(autojump_threshold=0))
     print(f"polling (10 s, virtual time, n={len(poll)}): p50 {pct(poll, 50):.2f} s  p99 {pct(poll, 99):.2f} s")
-    for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
-        watch = trio.run(latency, ALL_CAPS, 200, pause, time.perf_counter, 3)
-        print(f"watch, {label} (real time, n={len(watch)}): p50 {pct(watch, 50) * 1000:.1f} ms  "
-              f"p99 {pct(watch, 99) * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

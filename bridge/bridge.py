@@ -21,15 +21,16 @@ import trio
 
 from bridge.cache import Cache
 from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
-from bridge.poller import AgentPoller
-from bridge.reader import AgentReader, ConversationView, phone_mismatch
+from bridge.poller import INLINE_MAX, AgentPoller
+from bridge.reader import (KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView,
+                           phone_mismatch)
 from crew import logs
 from crew.config import AgentConfig, BridgeConfig
 from crew.fsutil import ensure_private_dir
 from crew.paths import Paths
 from crew.security import Problem, check_socket_shape, check_token, check_url, is_local_url
 from crew.views import UNREACHABLE, VERSION_MISMATCH, AgentStatus
-from crew.wire import ClosedPage, ItemsPage, WireError, structure, unstructure
+from crew.wire import ClosedPage, WireError, structure, unstructure
 
 log = logs.get("bridge")
 
@@ -98,8 +99,13 @@ class Bridge:
     def conversations(self, name: str) -> list[ConversationView]:
         return list(self.readers[name].conversations.values())
 
-    def items(self, name: str, conv_id: str, since_seq: int = 0) -> list[dict]:
-        return self.readers[name].items(conv_id, since_seq)
+    def items(self, name: str, conv_id: str, since: int = 0) -> list[dict]:
+        """Items of an open conversation whose `rev` is above `since` (one bounded page)."""
+        return self.readers[name].items(conv_id, since)
+
+    def items_page(self, name: str, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> dict:
+        """One page of an open conversation's items by revision: items, next_since, more, reset."""
+        return self.readers[name].items_page(conv_id, since, limit)
 
     def warning(self, name: str) -> str | None:
         reader = self.readers[name]
@@ -109,6 +115,13 @@ class Bridge:
         poller = self.pollers.get(name)
         if poller is not None:
             poller.set_viewing(on)
+
+    def read_soon(self, name: str) -> None:
+        """Someone waits for `name`'s next change (an inbox item waits for its turn to end): read it
+        at once instead of after the burst gap (issue 16.1). Cheap; calls before the read coalesce."""
+        poller = self.pollers.get(name)
+        if poller is not None:
+            poller.read_soon()
 
     async def wait_changed(self) -> None:
         await self._changed.wait()
@@ -147,21 +160,41 @@ class Bridge:
             return ClosedRead(footer=FOOTER_FAILED, reason="protocol")
         return ClosedRead(conversations=[unstructure(c) for c in page.conversations], next=page.next)
 
-    async def read_items_through(self, name: str, conv_id: str, since: int = 0) -> list[dict]:
-        """Items of a closed conversation, read from the agent (never from the cache)."""
-        out: list[dict] = []
-        for _ in range(100):
-            path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit=1000"
-            answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP, through=True)
-            try:
-                page = structure(answer.body, ItemsPage)
-            except WireError as exc:
-                raise AgentUnreachable("protocol", str(exc)) from None
-            out += [{k: v for k, v in unstructure(i).items() if v is not None} for i in page.items]
-            since = page.next_since
-            if not page.more:
+    async def read_items_page(self, name: str, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> dict:
+        """One page of a closed conversation's items, read from the agent (never from the cache), by
+        revision as the wire pages them: {items, next_since, more}. Bounded like an open one's page."""
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit={limit}"
+        answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP, through=True)
+        body = answer.body
+        try:
+            if isinstance(body, dict) and isinstance(body.get("items"), list) and len(body["items"]) > INLINE_MAX:
+                prepared = await trio.to_thread.run_sync(AgentReader.prepare_items, body)
+            else:
+                prepared = AgentReader.prepare_items(body)
+        except WireError as exc:
+            raise AgentUnreachable("protocol", str(exc)) from None
+        page, out, size = prepared.page, [], 0
+        for item, cost in zip(prepared.clean, prepared.costs):
+            if out and size >= PAGE_BYTES:
                 break
-        return sorted(out, key=lambda i: i["seq"])
+            out.append(item)
+            size += cost
+        if len(out) < len(prepared.clean):
+            return {"items": out, "next_since": out[-1]["rev"], "more": True}
+        return {"items": out, "next_since": page.next_since, "more": page.more}
+
+    async def read_items_through(self, name: str, conv_id: str, since: int = 0) -> list[dict]:
+        """Items of a closed conversation in seq order, at most KEEP_ITEMS of them (the newest revisions
+        win). For callers that want a list; the phone's route pages with `read_items_page`."""
+        out: dict[int, dict] = {}
+        for _ in range(KEEP_ITEMS // PAGE_LIMIT_MAX + 1):
+            page = await self.read_items_page(name, conv_id, since, PAGE_LIMIT_MAX)
+            out.update((i["seq"], i) for i in page["items"])
+            since = page["next_since"]
+            if not page["more"] or len(out) >= KEEP_ITEMS:
+                break
+        return [out[seq] for seq in sorted(out)][-KEEP_ITEMS:]
 
     def _client(self, name: str) -> AgentClient:
         poller = self.pollers.get(name)

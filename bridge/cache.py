@@ -1,7 +1,8 @@
 """The per-agent cache: what the bridge last read, so a pane opens at once while the agent is slow (S2).
 
 One SQLite file per agent, ``<state>/durable/<name>/cache.sqlite`` (0600). It holds the last hello,
-the last state document with its ETag, and the items of open conversations by seq (with gaps).
+the last state document with its ETag, and the items of open conversations by seq (with gaps) —
+no more of them than the reader keeps (its caps; items it drops are deleted here too).
 Closed conversations are never cached: they are always read from the agent. A cache is a cache:
 `synchronous=NORMAL` (losing the last write on power loss costs one re-read, not a promise).
 Writes happen only when something changed, so an idle agent costs no disk writes.
@@ -58,8 +59,10 @@ class Cache:
             self.db.execute("BEGIN")
             for key, value in (("hello", hello), ("state", state), ("etag", etag)):
                 self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-            for conv, (since, gaps, items) in changed.items():
+            for conv, (since, gaps, items, drop_below) in changed.items():
                 self.db.execute("INSERT OR REPLACE INTO logs VALUES (?, ?, ?)", (conv, since, json.dumps(sorted(gaps))))
+                if drop_below:  # dropped by the bridge's caps: the cache keeps no more than the bridge
+                    self.db.execute("DELETE FROM items WHERE conv=? AND seq<?", (conv, drop_below))
                 self.db.executemany("INSERT OR REPLACE INTO items VALUES (?, ?, ?)",
                                     [(conv, seq, json.dumps(item)) for seq, item in items.items()])
             known = {row[0] for row in self.db.execute("SELECT conv FROM logs")}

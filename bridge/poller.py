@@ -2,8 +2,10 @@
 
 Cadence (features W5): every 10 s, every 2 s while a phone views the agent. Where the agent
 declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives at once and an idle
-agent costs one request per 30 s. Reads are at least `MIN_GAP` apart, so an agent streaming a reply
-is read a few times a second, not once per character.
+agent costs one request per 30 s. When the next read starts is decided by `bridge.pace.ReadPace`:
+a change after a quiet spell and a poke (a write went through, someone waits for a turn to end) are
+read at once; only a burst of changes is paced `MIN_GAP` apart, so an agent streaming a reply is
+read a few times a second, not once per word.
 
 Failures: a dropped connection is retried at once (up to 3 times) (a kept-alive connection may have died with
 an agent restart); otherwise the reason is shown (`unreachable`), the last good view is kept, and the next try comes
@@ -21,11 +23,12 @@ import trio
 
 from bridge.cache import Cache
 from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
+from bridge.pace import MIN_GAP, ReadPace  # noqa: F401 (MIN_GAP: tests and benches read it here)
 from bridge.reader import AgentReader
 from crew import __version__, logs
 from crew.config import AgentConfig
 from crew.views import READY, VERSION_MISMATCH
-from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX
+from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, WireError
 
 log = logs.get("durable")
 
@@ -33,12 +36,12 @@ IDLE_EVERY = 10.0
 VIEWED_EVERY = 2.0
 HELLO_RETRY = 10.0
 WATCH_WAIT = WAIT_MAX
-MIN_GAP = 0.2
 HELLO_TIMEOUT = 5.0
 STATE_TIMEOUT = 5.0
 ITEMS_TIMEOUT = 10.0
-ITEM_PAGES_MAX = 50
-CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent  # per read; the rest comes at the next poll
+ITEM_PAGES_MAX = 50  # per read; the rest comes at the next poll
+INLINE_MAX = 50  # conversations in a state, or items in a page, parsed on the event loop; more go to a thread
+CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent
 
 
 class AgentPoller:
@@ -53,7 +56,8 @@ class AgentPoller:
         self.client_factory = client_factory
         self.viewers = 0
         self._wake = trio.Event()
-        self._poked = False
+        self.pace = ReadPace()
+        self._parsing = trio.CapacityLimiter(1)
         self.client: AgentClient | None = None
         self.polls = 0
         self.not_modified = 0
@@ -64,8 +68,14 @@ class AgentPoller:
         self.poke()
 
     def poke(self) -> None:
-        """Poll now (a phone started viewing, a write just went through); still `MIN_GAP` apart."""
-        self._poked = True
+        """Read now (a phone started viewing, a write just went through), even inside a burst."""
+        self.pace.poke()
+        self._wake.set()
+
+    def read_soon(self) -> None:
+        """Someone waits for this agent's next change (a turn to end): read at once, and without
+        `watch` keep reading every `MIN_GAP` until a read sees a change. Calls coalesce."""
+        self.pace.poke(eager=True)
         self._wake.set()
 
     @property
@@ -73,10 +83,14 @@ class AgentPoller:
         return VIEWED_EVERY if self.viewers else IDLE_EVERY
 
     async def _sleep(self, seconds: float) -> None:
-        if not self._poked:
+        """Wait `seconds`, or less if poked."""
+        if seconds > 0 and not self.pace.poked:
             with trio.move_on_after(seconds):
                 await self._wake.wait()
-        self._poked = False
+        self._wake = trio.Event()
+
+    def _starting(self) -> None:
+        self.pace.started(trio.current_time())
         self._wake = trio.Event()
 
     def _emit(self, lines: list[str]) -> None:
@@ -99,7 +113,7 @@ class AgentPoller:
                         if self.reader.status == VERSION_MISMATCH:
                             await self._sleep(HELLO_RETRY)
                             continue
-                    long_polled = await self._poll()
+                    await self._poll()
                     backoff, retried = 1.0, 0
                 except AgentUnreachable as exc:
                     if exc.reason == "closed" and retried < CLOSED_RETRIES:
@@ -113,9 +127,8 @@ class AgentPoller:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, self.cadence)
                     continue
-                await trio.sleep(MIN_GAP)
-                if not long_polled:
-                    await self._sleep(self.cadence - MIN_GAP)
+                await self._sleep(self.pace.delay(trio.current_time(), long_poll=self._can_watch(),
+                                                  cadence=self.cadence))
         finally:
             with trio.move_on_after(2, shield=True):
                 await self.client.aclose()
@@ -129,8 +142,8 @@ class AgentPoller:
         if self.reader.status_view() != before:
             self._changed()
 
-    async def _poll(self) -> bool:
-        """Read the state once; returns True when the next read may follow at once (a long-poll)."""
+    async def _poll(self) -> None:
+        """Read the state once, and the items of every conversation whose items moved."""
         reader = self.reader
         # Long-poll only once this run has confirmed the view: a tag restored from the cache must
         # be checked by a plain read first, or an unchanged agent would hold us 30 s in `starting`.
@@ -140,6 +153,7 @@ class AgentPoller:
         headers = {"if-none-match": reader.etag} if reader.etag else {}
         timeout = STATE_TIMEOUT + (WATCH_WAIT if watch else 0)
         self.polls += 1
+        self._starting()
         answer = await self.client.request("GET", path, headers=headers, timeout=timeout, cap=STATE_CAP)
         before = reader.status_view()
         if answer.status == 304:
@@ -150,18 +164,26 @@ class AgentPoller:
                 await self._read_items(conv_id)
             if stale:
                 await self._save()
-            if reader.status_view() != before or stale:
+            changed = reader.status_view() != before or bool(stale)
+            if changed:
                 self._changed()
-            return self._can_watch()
-        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+            self.pace.finished(changed)
+            return
+        got = await self._on_state(answer)
+        if got is None:
+            return  # a newer read was applied meanwhile
+        lines, stale = got
         self._emit(lines)
         if reader.needs_hello():
-            return False  # the agent restarted: hello first, then read again
-        for conv_id in stale:
-            await self._read_items(conv_id)
+            self.pace.poke()  # the agent restarted: hello first, then read again at once
+            return
+        self._changed()  # turns, states and asks are in the view now: whoever waits on them need not wait for items
+        if stale:
+            for conv_id in stale:
+                await self._read_items(conv_id)
+            self._changed()
         await self._save()
-        self._changed()
-        return self._can_watch()
+        self.pace.finished(True)
 
     def _can_watch(self) -> bool:
         hello = self.reader.hello
@@ -179,7 +201,10 @@ class AgentPoller:
         if answer.status == 304:
             self._emit(reader.on_not_modified(trio.current_time()))
             return
-        lines, stale = reader.on_state(answer.body, answer.headers.get("etag"), trio.current_time())
+        got = await self._on_state(answer)
+        if got is None:
+            return
+        lines, stale = got
         self._emit(lines)
         if stale:
             self.poke()
@@ -195,10 +220,35 @@ class AgentPoller:
                 if exc.reason == "not_found":
                     return  # closed between the state read and this one
                 raise
-            lines, more = self.reader.on_items(conv_id, answer.body, trio.current_time())
+            body = answer.body
+            try:
+                if isinstance(body, dict) and isinstance(body.get("items"), list) and len(body["items"]) > INLINE_MAX:
+                    prepared = await trio.to_thread.run_sync(AgentReader.prepare_items, body, limiter=self._parsing)
+                else:
+                    prepared = AgentReader.prepare_items(body)
+            except WireError:
+                self._emit(self.reader.on_items(conv_id, body, trio.current_time())[0])  # logs the misfit once
+                return
+            lines, more = self.reader.apply_items(conv_id, prepared, trio.current_time())
             self._emit(lines)
             if not more:
                 return
+
+    async def _on_state(self, answer) -> tuple[list[str], list[str]] | None:
+        """Parse a state answer — in a worker thread when it is large, so no step blocks the event
+        loop for long (issue 9.6) — and apply it; None when a newer read was applied meanwhile."""
+        reader, body = self.reader, answer.body
+        try:
+            if isinstance(body, dict) and isinstance(body.get("conversations"), list) and \
+                    len(body["conversations"]) > INLINE_MAX:
+                prepared = await trio.to_thread.run_sync(reader.prepare_state, body, limiter=self._parsing)
+            else:
+                prepared = reader.prepare_state(body)
+        except WireError as exc:
+            return reader.on_failure("protocol", f"the agent's state does not fit wire v1: {exc}"), []
+        if reader.is_older(prepared):
+            return None
+        return reader.apply_state(prepared, body, answer.headers.get("etag"), trio.current_time())
 
     async def _save(self) -> None:
         if self.cache is None:

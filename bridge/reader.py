@@ -13,6 +13,17 @@ Rules it keeps (docs/wire-v1.md, features W1–W6, S3):
   items before we read them: a gap is recorded there and Chat shows the left-out line.
 - A state or items answer that does not fit the contract is rejected whole; the last good view stays,
   and the problem is logged once (`protocol`).
+
+What it costs (issues 16.3, 9.6) — every agent is untrusted, so what is kept is bounded:
+- A state answer re-parses only the conversations whose object changed since the last one (parsed
+  views are kept by id beside the raw object they came from), so a change costs the same with 1 or
+  1,000 open conversations. Parsing is split from applying (`prepare_state` / `apply_state`,
+  `prepare_items` / `apply_items`) so the poller can run a large parse in a worker thread.
+- At most `MAX_CONVERSATIONS` open conversations are read per agent (the rest are left out, logged
+  once); at most `KEEP_ITEMS` items per conversation and about `KEEP_BYTES` of items per agent are
+  kept: older items are dropped, and Chat shows the S3 left-out line where they were.
+- Items are served by revision (`items_page`), like the wire: a change to an earlier item (a tool
+  call that completed) reaches a client that follows `next_since`.
 """
 
 from __future__ import annotations
@@ -21,9 +32,23 @@ import attrs
 
 from crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
 from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus
-from crew.wire import OURS, HelloAnswer, ItemsPage, State, WireError, WireRange, structure, unstructure
+from crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
+                       unstructure)
 
 LEFT_OUT = "Older messages were left out: the durable agent no longer keeps them."
+
+MAX_CONVERSATIONS = 1000  # open conversations read per agent
+KEEP_ITEMS = 2000  # items kept per conversation (the SDK's own default history)
+KEEP_BYTES = 16 * 1024 * 1024  # items kept per agent, estimated by `item_cost`
+ITEM_OVERHEAD = 400  # what a small item costs in memory beyond its strings (dict, ints, keys)
+PAGE_LIMIT = 200  # items per answer to the phone, by default
+PAGE_LIMIT_MAX = 500
+PAGE_BYTES = 1024 * 1024  # an answer stops adding items past this (it always holds at least one)
+
+
+def item_cost(item: dict) -> int:
+    """An estimate of the memory one kept item takes: its strings plus a fixed overhead."""
+    return ITEM_OVERHEAD + sum(len(v) for v in item.values() if isinstance(v, str))
 
 
 def log_mismatch(theirs: WireRange) -> str:
@@ -63,9 +88,56 @@ class ItemLog:
     gaps: set[int] = attrs.Factory(set)  # a seq before which items were left out
     dirty: dict[int, dict] = attrs.Factory(dict)  # changed since the cache last saved
     seen: dict[int, float] = attrs.Factory(dict)  # seq -> when the bridge first read it (C4)
+    costs: dict[int, int] = attrs.Factory(dict)  # seq -> item_cost of the item kept
+    cost: int = 0  # sum of `costs`
+    dropped_below: int = 0  # items under this seq were dropped here (the cache drops them too)
+    top: int = 0  # the highest seq ever held
+    drop_pending: bool = False  # the cache has not dropped what was dropped here yet
 
     def next_seq(self) -> int:
-        return max(self.items) + 1 if self.items else 1
+        return max(self.top, max(self.items) if self.items else 0) + 1
+
+    def put(self, seq: int, item: dict, cost: int | None = None) -> None:
+        cost = item_cost(item) if cost is None else cost
+        self.cost += cost - self.costs.get(seq, 0)
+        self.items[seq] = self.dirty[seq] = item
+        self.costs[seq] = cost
+        if seq > self.top:
+            self.top = seq
+
+    def drop_oldest(self, n: int) -> None:
+        """Drop the `n` oldest items (always keeping the newest); the left-out line goes where they were."""
+        order = sorted(self.items)
+        n = min(n, len(order) - 1)
+        if n <= 0:
+            return
+        for seq in order[:n]:
+            del self.items[seq]
+            self.cost -= self.costs.pop(seq)
+            self.dirty.pop(seq, None)
+            self.seen.pop(seq, None)
+        first = order[n]
+        self.gaps = {g for g in self.gaps if g > first} | {first}
+        self.dropped_below = max(self.dropped_below, first)
+        self.drop_pending = True
+
+
+@attrs.frozen
+class PreparedState:
+    """A state answer parsed (maybe in a worker thread), not yet applied."""
+
+    state: State  # its conversations list is empty: they are in `views`
+    views: dict[str, ConversationView]
+    parsed: dict[str, tuple[dict, ConversationView]]
+    notes: list[tuple[str, str]]  # (once-key, log line)
+    reparsed: int  # how many conversations were parsed (the others were unchanged)
+
+
+@attrs.frozen
+class PreparedItems:
+    page: ItemsPage
+    clean: list[dict]
+    costs: list[int]  # item_cost of each, computed with the parse
 
 
 class AgentReader:
@@ -93,6 +165,8 @@ class AgentReader:
         self.raw_state: object | None = None
         self.remote = not local
         self._saved: set[str] = set()
+        self._parsed: dict[str, tuple[dict, ConversationView]] = {}  # id -> (raw object, its view)
+        self.reparsed = 0  # conversations parsed by the last state answer (for tests and benches)
 
     # --- events -----------------------------------------------------------------------------
     def on_hello(self, data: object, now: float) -> list[str]:
@@ -126,9 +200,49 @@ class AgentReader:
     def on_state(self, data: object, etag: str | None, now: float) -> tuple[list[str], list[str]]:
         """Returns (log lines, ids of conversations whose items must be read)."""
         try:
-            state = structure(data, State)
+            prepared = self.prepare_state(data)
         except WireError as exc:
             return self.on_failure("protocol", f"the agent's state does not fit wire v1: {exc}"), []
+        return self.apply_state(prepared, data, etag, now)
+
+    def prepare_state(self, data: object) -> PreparedState:
+        """Parse a state answer; only conversations whose object changed are parsed again.
+        Reads the reader but changes nothing in it (safe in a worker thread). Raises WireError."""
+        if not isinstance(data, dict) or not isinstance(data.get("conversations", []), list):
+            raise WireError("State: expected an object with a list of conversations @ $")
+        raws = data.get("conversations", [])
+        head = structure({k: v for k, v in data.items() if k != "conversations"}, State)
+        notes: list[tuple[str, str]] = []
+        if len(raws) > MAX_CONVERSATIONS:
+            notes.append(("conversations:over", f"[durable] {self.name}: {len(raws)} open conversations; only the "
+                                                f"first {MAX_CONVERSATIONS} are read"))
+            raws = raws[:MAX_CONVERSATIONS]
+        views: dict[str, ConversationView] = {}
+        parsed: dict[str, tuple[dict, ConversationView]] = {}
+        count = 0
+        for raw in raws:
+            known = self._parsed.get(raw.get("id")) if isinstance(raw, dict) and isinstance(raw.get("id"), str) else None
+            if known is not None and known[0] == raw:
+                view = known[1]
+            else:
+                try:
+                    conv = structure(raw, Conversation)
+                except WireError as exc:
+                    raise WireError(f"{exc} @ $.conversations[{len(views)}]") from None
+                view, more = self._view(conv)
+                notes += more
+                count += 1
+            views[view.id] = view
+            parsed[view.id] = (raw, view)
+        return PreparedState(state=head, views=views, parsed=parsed, notes=notes, reparsed=count)
+
+    def is_older(self, prepared: PreparedState) -> bool:
+        """A state read that finished after a newer one was applied (same instance, lower rev)."""
+        return prepared.state.instance == self.instance and prepared.state.rev < self.rev and self.hello is not None
+
+    def apply_state(self, prepared: PreparedState, data: object, etag: str | None,
+                    now: float) -> tuple[list[str], list[str]]:
+        state = prepared.state
         lines = []
         if self.instance is not None and state.instance != self.instance:
             self.hello = None  # hello again before trusting anything else (W3)
@@ -137,9 +251,14 @@ class AgentReader:
             self._forget_positions()
             self.etag = None
             return lines, []
-        views, more_lines = self._views(state)
-        lines += more_lines
+        for key, line in prepared.notes:
+            lines += self._cut_once(key, line)
+        views = prepared.views
+        self.reparsed = prepared.reparsed
         self.conversations = views
+        self._parsed = prepared.parsed
+        if isinstance(data, dict) and len(data.get("conversations", ())) > MAX_CONVERSATIONS:
+            data = {**data, "conversations": data["conversations"][:MAX_CONVERSATIONS]}  # keep no more than is read
         self.raw_state = data
         for gone in set(self.logs) - set(views):  # closed conversations are read from the agent, not kept
             del self.logs[gone]
@@ -150,37 +269,34 @@ class AgentReader:
         stale = [cid for cid, v in views.items() if self.logs.get(cid, ItemLog()).since != v.items_rev]
         return lines, stale
 
-    def _views(self, state: State) -> tuple[dict[str, ConversationView], list[str]]:
-        lines: list[str] = []
+    def _view(self, conv: Conversation) -> tuple[ConversationView, list[tuple[str, str]]]:
+        notes: list[tuple[str, str]] = []
         remote = self.remote
-        views = {}
-        for conv in state.conversations:
-            asks = []
-            for raw in conv.asks:
-                view = sanitize_ask(raw, remote=remote) if isinstance(raw, dict) else None
-                if view is None:
-                    lines += self._cut_once(f"{conv.id}:badask", f"[durable] {self.name}: conversation {conv.id}: "
-                                                                  "an ask without an id was ignored")
-                    continue
-                if view.shortened:
-                    lines += self._cut_once(f"ask:{view.id}", f"[durable] {self.name}: ask {view.id}: over the "
-                                                              "limits; shown shortened (Text shortened)")
-                if not view.answerable:
-                    lines += self._cut_once(f"kind:{view.id}", f"[durable] {self.name}: ask {view.id}: kind "
-                                                               f"{view.kind!r} is unknown; shown read-only")
-                asks.append(view)
-            actions, actions_cut = sanitize_actions(conv.actions)
-            if actions_cut:
-                lines += self._cut_once(f"actions:{conv.id}", f"[durable] {self.name}: conversation {conv.id}: "
-                                                              "actions over the limits were cut")
-            views[conv.id] = ConversationView(
-                id=conv.id, title=conv.title, subtitle=conv.subtitle,
-                workspace=(conv.workspace.title or conv.workspace.id) if conv.workspace else None,
-                tab=(conv.tab.title or conv.tab.id) if conv.tab else None, harness=conv.harness,
-                state=conv.state if conv.state in ("idle", "working", "waiting") else "idle", turn=conv.turn,
-                activity=conv.activity, progress=unstructure(conv.progress) if conv.progress else None,
-                asks=asks, actions=actions, actions_cut=actions_cut, items_rev=conv.items_rev)
-        return views, lines
+        asks = []
+        for raw in conv.asks:
+            view = sanitize_ask(raw, remote=remote) if isinstance(raw, dict) else None
+            if view is None:
+                notes.append((f"{conv.id}:badask", f"[durable] {self.name}: conversation {conv.id}: "
+                                                   "an ask without an id was ignored"))
+                continue
+            if view.shortened:
+                notes.append((f"ask:{view.id}", f"[durable] {self.name}: ask {view.id}: over the "
+                                                "limits; shown shortened (Text shortened)"))
+            if not view.answerable:
+                notes.append((f"kind:{view.id}", f"[durable] {self.name}: ask {view.id}: kind "
+                                                 f"{view.kind!r} is unknown; shown read-only"))
+            asks.append(view)
+        actions, actions_cut = sanitize_actions(conv.actions)
+        if actions_cut:
+            notes.append((f"actions:{conv.id}", f"[durable] {self.name}: conversation {conv.id}: "
+                                                "actions over the limits were cut"))
+        return ConversationView(
+            id=conv.id, title=conv.title, subtitle=conv.subtitle,
+            workspace=(conv.workspace.title or conv.workspace.id) if conv.workspace else None,
+            tab=(conv.tab.title or conv.tab.id) if conv.tab else None, harness=conv.harness,
+            state=conv.state if conv.state in ("idle", "working", "waiting") else "idle", turn=conv.turn,
+            activity=conv.activity, progress=unstructure(conv.progress) if conv.progress else None,
+            asks=asks, actions=actions, actions_cut=actions_cut, items_rev=conv.items_rev), notes
 
     def on_not_modified(self, now: float) -> list[str]:
         return self._ok(now)
@@ -188,20 +304,67 @@ class AgentReader:
     def on_items(self, conv_id: str, data: object, now: float = 0.0) -> tuple[list[str], bool]:
         """Merge one page; returns (log lines, whether another page follows)."""
         try:
-            page = structure(data, ItemsPage)
+            prepared = self.prepare_items(data)
         except WireError as exc:
             return self._cut_once(f"items:{conv_id}", f"[durable] {self.name}: conversation {conv_id}: items do "
                                                       f"not fit wire v1 ({exc}); keeping what was read"), False
+        return self.apply_items(conv_id, prepared, now)
+
+    @staticmethod
+    def prepare_items(data: object) -> PreparedItems:
+        """Parse and sanitize one items page (pure: safe in a worker thread). Raises WireError."""
+        page = structure(data, ItemsPage)
+        clean = []
+        for item in page.items:
+            raw = unstructure(item)
+            clean.append(sanitize_item({k: v for k, v in raw.items() if v is not None}))
+        return PreparedItems(page=page, clean=clean, costs=[item_cost(i) for i in clean])
+
+    def apply_items(self, conv_id: str, prepared: PreparedItems, now: float) -> tuple[list[str], bool]:
+        page = prepared.page
+        if conv_id not in self.conversations:
+            return [], False  # closed meanwhile: nothing is kept of it
         log = self.logs.setdefault(conv_id, ItemLog())
         if page.first_kept > log.next_seq() and page.first_kept not in log.gaps:
             log.gaps.add(page.first_kept)  # S3: dropped before we read them
-        for item in page.items:
-            raw = unstructure(item)
-            clean = sanitize_item({k: v for k, v in raw.items() if v is not None})
-            log.items[item.seq] = log.dirty[item.seq] = clean
-            log.seen.setdefault(item.seq, now)
+        for clean, cost in zip(prepared.clean, prepared.costs):
+            seq = clean["seq"]
+            if seq < log.dropped_below:
+                continue  # dropped here to stay under the caps; the left-out line stands for it
+            log.put(seq, clean, cost)
+            log.seen.setdefault(seq, now)
         log.since = page.next_since
-        return [], page.more
+        lines = self._trim(conv_id, log)
+        return lines, page.more
+
+    def _trim(self, conv_id: str, log: ItemLog) -> list[str]:
+        """Keep at most KEEP_ITEMS per conversation and about KEEP_BYTES per agent (oldest items go first,
+        from the conversations that hold the most)."""
+        lines: list[str] = []
+        if len(log.items) > KEEP_ITEMS:
+            log.drop_oldest(len(log.items) - KEEP_ITEMS)
+            lines += self._cut_once(f"keep:{conv_id}", f"[durable] {self.name}: conversation {conv_id}: over "
+                                                       f"{KEEP_ITEMS} items; older ones are left out")
+        total = sum(g.cost for g in self.logs.values())
+        if total <= KEEP_BYTES:
+            return lines
+        lines += self._cut_once("keep:bytes", f"[durable] {self.name}: items over {KEEP_BYTES // (1024 * 1024)} MiB; "
+                                              "older ones are left out")
+        for _ in range(len(self.logs)):
+            if total <= KEEP_BYTES:
+                break
+            big = max(self.logs.values(), key=lambda g: g.cost)
+            if len(big.items) <= 1:
+                break
+            order = sorted(big.items)
+            freed, n = 0, 0
+            while n < len(order) - 1 and total - freed > KEEP_BYTES:
+                freed += big.costs[order[n]]
+                n += 1
+            before = big.cost
+            big.drop_oldest(n)
+            total -= before - big.cost
+        return lines
 
     def on_failure(self, reason: str, detail: str) -> list[str]:
         changed = (self.status, self.reason, self.detail) != (UNREACHABLE, reason, detail)
@@ -220,11 +383,12 @@ class AgentReader:
         return log.since if log else 0
 
     def take_dirty(self) -> dict:
+        """What the cache must write: per conversation (since, gaps, changed items, drop items below seq)."""
         out = {}
         for cid, log in self.logs.items():
-            if log.dirty or cid not in self._saved:
-                out[cid] = (log.since, set(log.gaps), log.dirty)
-                log.dirty = {}
+            if log.dirty or cid not in self._saved or log.drop_pending:
+                out[cid] = (log.since, set(log.gaps), log.dirty, log.dropped_below)
+                log.dirty, log.drop_pending = {}, False
                 self._saved.add(cid)
         return out
 
@@ -232,34 +396,58 @@ class AgentReader:
         """Fill the view from the cache at start: panes open at once; status stays `starting`."""
         try:
             hello = structure(cached["hello"], HelloAnswer) if cached.get("hello") else None
-            state = structure(cached["state"], State) if cached.get("state") else None
+            prepared = self.prepare_state(cached["state"]) if cached.get("state") else None
         except WireError:
             return
-        if hello is None or state is None or OURS.highest_common(hello.wire) is None:
+        if hello is None or prepared is None or OURS.highest_common(hello.wire) is None:
             return
+        state = prepared.state
         self.instance, self.subtitle, self.raw_hello, self.raw_state = state.instance, state.subtitle, cached["hello"], cached["state"]
-        self.conversations, _ = self._views(state)
+        self.conversations, self._parsed = prepared.views, prepared.parsed
         self.starters = [unstructure(s) for s in state.starters]
         self.rev = state.rev
         self.etag = cached.get("etag")
         for cid, (since, gaps) in cached.get("logs", {}).items():
             if cid in self.conversations:
-                self.logs[cid] = ItemLog(items=cached["items"].get(cid, {}), since=since, gaps=set(gaps))
+                log = self.logs[cid] = ItemLog(since=since, gaps=set(gaps))
+                for seq, item in cached["items"].get(cid, {}).items():
+                    log.put(seq, item)
+                log.dirty = {}
                 self._saved.add(cid)
+                self._trim(cid, log)
 
     # --- reading back -------------------------------------------------------------------------
-    def items(self, conv_id: str, since_seq: int = 0) -> list[dict]:
-        """Items of an open conversation in seq order, with a `gap` marker item where some were left out."""
+    def items_page(self, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> dict:
+        """Items of an open conversation whose `rev` is above `since`, lowest `rev` first, as the wire
+        pages them (wire §5): at most `limit` items and about PAGE_BYTES; `next_since` is what to ask
+        next. A `gap` marker item comes before the item at a seq where older ones were left out (S3).
+        A `since` beyond what the bridge has read (the agent's revisions started over) answers from 0
+        with `reset: true`: the client drops what it holds of this conversation."""
         log = self.logs.get(conv_id)
         if log is None:
-            return []
-        out = []
-        for seq in sorted(log.items):
-            if seq in log.gaps and seq > since_seq:
-                out.append({"kind": "gap", "seq": seq, "text": LEFT_OUT})
-            if seq > since_seq:
-                out.append(log.items[seq])
-        return out
+            return {"items": [], "next_since": 0, "more": False, "reset": since > 0}
+        reset = since > log.since
+        if reset:
+            since = 0
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        changed = sorted((i for i in log.items.values() if i.get("rev", 0) > since), key=lambda i: i.get("rev", 0))
+        out: list[dict] = []
+        size, taken, last = 0, 0, since
+        for item in changed:
+            if taken >= limit or (taken and size >= PAGE_BYTES):
+                break
+            if item["seq"] in log.gaps:
+                out.append({"kind": "gap", "seq": item["seq"], "text": LEFT_OUT})
+            out.append(item)
+            taken += 1
+            size += log.costs.get(item["seq"], 0)
+            last = item.get("rev", 0)
+        more = taken < len(changed)
+        return {"items": out, "next_since": last if more else max(last, log.since), "more": more, "reset": reset}
+
+    def items(self, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> list[dict]:
+        """The items of `items_page` alone."""
+        return self.items_page(conv_id, since, limit)["items"]
 
     def status_view(self) -> AgentStatus:
         waiting = sum(1 for c in self.conversations.values() if c.asks)
@@ -290,6 +478,7 @@ class AgentReader:
     def _forget_positions(self) -> None:
         for log in self.logs.values():
             log.since = 0
+        self._parsed = {}
 
     def _cut_once(self, key: str, line: str) -> list[str]:
         if key in self.cut_logged:

@@ -6,15 +6,29 @@ lead → member: `welcome`, `viewing`, `request`, `read`
 An agent's view travels as what the member's bridge read from it — the raw `hello` and `/v1/state`
 documents — plus the member's status for it. The lead feeds them to its own `AgentReader`, so a
 member's asks get exactly the digests, trimming and marks the lead computes for its own agents.
-Unknown fields are ignored (forward compatibility); an unknown `type` is logged and skipped.
+
+Every frame from a member is untrusted: `parse_member_frame` structures it with one lenient cattrs
+converter (unknown fields are ignored, for forward compatibility; a wrong type, a missing field, an
+unknown `type`, a binary frame or more than the bounds below is a `FrameError`). The bounds keep one
+member's frame small enough to handle without stalling the lead: `MAX_FRAME` bytes a frame (the lead's
+WebSocket server closes the link above it, code 1009), `MAX_AGENTS` agents a member,
+`MAX_CONVERSATIONS` open conversations an agent view (the member trims to it before sending; the lead
+trims again).
 """
 
 from __future__ import annotations
 
 import json
+import typing
+import unicodedata
+from typing import Any
 
 import attrs
+import cattrs
 
+from crew.convert import describe, lenient_converter
+from crew.receipts import Receipt
+from crew.sources import NAME_RULE
 from crew.wire import WireRange
 
 CREW_WIRE = WireRange(1, 1)
@@ -22,6 +36,22 @@ READ_ONLY_FLOOR = 1  # a member older than CREW_WIRE.min but not below this is a
 WRITE_OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 BEAT_EVERY = 10.0
 OFFLINE_AFTER = 30.0
+MIN_GAP = 0.1  # a member publishes an agent's view at most once per this gap (the first change at once)
+
+MAX_FRAME = 1024 * 1024  # bytes of one frame, either way (trio-websocket's default, and the lead's server limit)
+MAX_AGENTS = 100  # agents one member may show
+MAX_CONVERSATIONS = 200  # open conversations of one agent view (crew.md §6 designs for 100)
+AGENT_STATUSES = ("starting", "ready", "unreachable", "version_mismatch")
+
+# close reasons (crew.md §2)
+UNAUTHORIZED = "unauthorized"
+VERSION = "version"
+LABEL_IN_USE = "label_in_use"
+PROTOCOL = "protocol"
+
+
+class FrameError(ValueError):
+    """A frame from the peer does not fit the crew wire (the peer misbehaved)."""
 
 
 def encode(msg: dict) -> str:
@@ -33,6 +63,231 @@ def decode(text: str | bytes) -> dict:
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise ValueError("a crew frame is a JSON object with a string `type`")
     return msg
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A peer's value made safe for one log line or a terminal: control and format characters are
+    shown escaped (`\\n`, `\\x1b`), and long values are cut."""
+    text = value if isinstance(value, str) else repr(value)
+    cut = len(text) > limit
+    out = "".join(c if unicodedata.category(c)[0] != "C" else c.encode("unicode_escape", "backslashreplace")
+                  .decode("ascii") for c in text[:limit])
+    return out + ("…" if cut else "")
+
+
+# --- frames from a member ----------------------------------------------------------------------
+
+def _name(_inst, attribute, value) -> None:
+    if not NAME_RULE.match(value):
+        raise ValueError(f"{attribute.name} breaks the name rule")
+
+
+def _status(_inst, _attribute, value) -> None:
+    if value not in AGENT_STATUSES:
+        raise ValueError(f"status must be one of {', '.join(AGENT_STATUSES)}")
+
+
+@attrs.frozen
+class Hello:
+    label: str
+    collie: str
+    crew_wire: WireRange
+    ops: list[str] = attrs.Factory(list)
+    boot: str | None = None  # one per member process: the same boot again is the same member reconnecting
+
+
+@attrs.frozen
+class MemberStatus:
+    """The member's own status for one of its agents (the parts the lead shows)."""
+
+    status: str = attrs.field(validator=_status)
+    transport: str = "socket"
+    address: str = ""
+    local: bool = True
+    token_set: bool = False
+    reason: str | None = None
+    detail: str | None = None
+
+
+@attrs.frozen
+class AgentView:
+    """One agent as its member read it: the raw hello and state documents (the lead parses them as
+    wire v1), and the member's status for it."""
+
+    name: str = attrs.field(validator=_name)
+    status: MemberStatus
+    hello: dict | None = None
+    state: dict | None = None
+
+    def conversation_count(self) -> int:
+        convs = (self.state or {}).get("conversations")
+        return len(convs) if isinstance(convs, list) else 0
+
+    def trimmed(self) -> AgentView:
+        """At most MAX_CONVERSATIONS open conversations, the first ones the agent listed."""
+        if self.conversation_count() <= MAX_CONVERSATIONS:
+            return self
+        assert self.state is not None
+        state = {**self.state, "conversations": self.state["conversations"][:MAX_CONVERSATIONS]}
+        return attrs.evolve(self, state=state)
+
+    def as_wire(self) -> dict:
+        return {"name": self.name, "status": _conv.unstructure(self.status), "hello": self.hello, "state": self.state}
+
+
+def _max_agents(_inst, _attribute, value) -> None:
+    if len(value) > MAX_AGENTS:
+        raise ValueError(f"more than {MAX_AGENTS} agents")
+
+
+@attrs.frozen
+class Snapshot:
+    agents: list[AgentView] = attrs.field(validator=_max_agents)
+    more: list[str] = attrs.field(factory=list, validator=_max_agents)  # agents whose views follow as `agent` frames
+
+    def names(self) -> set[str]:
+        return {v.name for v in self.agents} | set(self.more)
+
+
+@attrs.frozen
+class ViewBody:
+    status: MemberStatus
+    hello: dict | None = None
+    state: dict | None = None
+
+
+@attrs.frozen
+class AgentFrame:
+    name: str = attrs.field(validator=_name)
+    view: ViewBody
+
+    def agent_view(self) -> AgentView:
+        return AgentView(self.name, self.view.status, self.view.hello, self.view.state)
+
+
+@attrs.frozen
+class Beat:
+    pass
+
+
+@attrs.frozen
+class ReceiptFrame:
+    id: str
+    receipt: Receipt
+
+
+@attrs.frozen
+class ReadResult:
+    id: str
+    ok: bool
+    result: dict | None = None
+
+
+MEMBER_FRAMES: dict[str, type] = {"hello": Hello, "snapshot": Snapshot, "agent": AgentFrame, "beat": Beat,
+                                  "receipt": ReceiptFrame, "read_result": ReadResult}
+
+
+# what a `read` answers, by `what` (crew.md §2; `closed` is the closed list, features L4)
+@attrs.frozen
+class ItemsResult:
+    items: list[dict]
+    open: bool
+
+
+@attrs.frozen
+class ClosedResult:
+    closed: list[dict]
+    next: str | None = None
+    footer: str | None = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class RecentSendsResult:
+    lines: list[dict]
+
+
+READ_RESULTS: dict[str, type] = {"items": ItemsResult, "closed": ClosedResult, "recent_sends": RecentSendsResult}
+
+
+def _strict_dict(value, _type):
+    if type(value) is not dict:
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list_hook(conv: cattrs.Converter):
+    def factory(type_):
+        (elem,) = typing.get_args(type_) or (Any,)
+
+        def hook(value, _type):
+            if type(value) is not list:
+                raise TypeError(f"expected a list, got {type(value).__name__}")
+            return [conv.structure(v, elem) for v in value]
+
+        return hook
+
+    return factory
+
+
+def _converter() -> cattrs.Converter:
+    conv = lenient_converter()  # unknown fields ignored; str/int/bool/float never coerced
+    conv.register_structure_hook(dict, _strict_dict)
+    conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is list, _list_hook(conv))
+    return conv
+
+
+_conv = _converter()
+
+
+def _reason(exc: BaseException) -> str:
+    try:
+        return "; ".join(f"{msg} @ {path}" for path, msg in describe(exc)[:2])
+    except Exception:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def parse_member_frame(raw: str | bytes) -> tuple[str, object]:
+    """(type, frame) for one frame from a member, or FrameError saying what is wrong (escaped)."""
+    if not isinstance(raw, str):
+        raise FrameError("a binary frame (the crew wire sends JSON text frames)")
+    if len(raw) > MAX_FRAME:
+        raise FrameError(f"a frame of {len(raw)} characters (at most {MAX_FRAME})")
+    try:
+        msg = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise FrameError("not JSON") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+        raise FrameError("not a JSON object with a string `type`")
+    kind = msg["type"]
+    cls = MEMBER_FRAMES.get(kind)
+    if cls is None:
+        raise FrameError(f"unknown frame type \"{shown(kind, 40)}\"")
+    try:
+        return kind, _conv.structure(msg, cls)
+    except Exception as exc:  # cattrs raises several types; all mean "the member sent a misfit"
+        raise FrameError(f"{kind}: {shown(_reason(exc), 200)}", msg.get("id") if isinstance(msg.get("id"), str)
+                         else None) from None
+
+
+def frame_id(exc: FrameError) -> str | None:
+    """The request id a bad `receipt`/`read_result` frame named, if any: that request is answered `unknown`."""
+    return exc.args[1] if len(exc.args) > 1 else None
+
+
+def parse_read_result(what: str, result: object):
+    """The structured answer to a `read` of `what`; FrameError when it does not fit."""
+    cls = READ_RESULTS.get(what)
+    if cls is None:
+        raise FrameError(f"no read \"{shown(what, 40)}\"")
+    try:
+        return _conv.structure(result, cls)
+    except Exception as exc:
+        raise FrameError(f"read_result {what}: {shown(_reason(exc), 200)}") from None
+
+
+def unstructure(obj: Any) -> Any:
+    return _conv.unstructure(obj)
 
 
 @attrs.frozen
@@ -49,7 +304,7 @@ def admit(theirs: WireRange, ours: WireRange = CREW_WIRE, floor: int = READ_ONLY
         return Admission(True)
     if theirs.max < ours.min and theirs.max >= floor:
         return Admission(True, read_only=True)
-    return Admission(False, reason="version")
+    return Admission(False, reason=VERSION)
 
 
 def ws_url(address: str) -> str:

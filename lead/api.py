@@ -24,6 +24,7 @@ from werkzeug.routing import RequestRedirect
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
 from bridge.panes import chat_items, conversation_rows, pane_state
+from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import logs
@@ -32,6 +33,7 @@ from crew.paths import Paths
 from crew.receipts import NO_STARTERS
 from crew.security import same_secret
 from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
+from lead.inbox import item_id as scoped_id
 
 log = logs.get("api")
 
@@ -83,6 +85,19 @@ def _turn(value) -> int:
     if value is None:
         raise BadRequest("turn is required: the turn the phone saw (so a tap never acts on a later turn)")
     return _int(value, "turn")
+
+
+def _query_int(name: str, default: int, low: int, high: int | None = None) -> int:
+    """A whole-number query parameter within [low, high] (clamped above), or 400."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise BadRequest(f"{name} must be a whole number")
+    value = int(raw)
+    if value < low:
+        raise BadRequest(f"{name} must be at least {low}")
+    return min(value, high) if high is not None else value
 
 
 def masked_rows(rows: list, on: bool) -> list:
@@ -247,30 +262,35 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):
+        """Items by revision, one bounded page (issues 8.8, 9.6): follow `next_since` while `more`."""
         reader = reader_of(machine, agent)
         conv = _id(conv, "conversation")
         if reader is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        try:
-            since = int(request.args.get("since", "0"))
-        except ValueError:
-            raise BadRequest("since must be a whole number") from None
+        since = _query_int("since", 0, 0)
+        limit = _query_int("limit", PAGE_LIMIT, 1, PAGE_LIMIT_MAX)
         if machine != LOCAL:
-            got = await hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            got = await hub.read(machine, agent, "items", {"conversation": conv, "since": since, "limit": limit})
             if got is None:
-                return jsonify({"items": [], "open": conv in reader.conversations, "footer": FOOTER_NO_ANSWER,
-                                "reason": "machine-offline"})
+                return jsonify({"items": [], "open": conv in reader.conversations, "next_since": since, "more": False,
+                                "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
+            if "next_since" not in got:  # a member that answers one plain page: the highest rev it sent
+                sent = [i.get("rev", 0) for i in got.get("items", []) if i.get("kind") != "gap"]
+                got["next_since"] = max([since, *sent])
+                got["more"] = len(sent) >= PAGE_LIMIT
             return jsonify(got)
         tapped = await writer.journal.run(writer.journal.tapped_asks, agent)
         if conv in reader.conversations:
-            return jsonify({"items": chat_items(bridge.items(agent, conv, since), tapped), "open": True})
+            page = bridge.items_page(agent, conv, since, limit)
+            return jsonify({**page, "items": chat_items(page["items"], tapped), "open": True})
         try:
-            got = await bridge.read_items_through(agent, conv)
+            page = await bridge.read_items_page(agent, conv, since, limit)
         except AgentUnreachable as exc:
             if exc.reason == "not_found":
                 return error(404, "not_found", f"no conversation {conv!r}")
-            return jsonify({"items": [], "open": False, "footer": FOOTER_NO_ANSWER, "reason": exc.reason})
-        return jsonify({"items": chat_items([i for i in got if i["seq"] > since], tapped), "open": False})
+            return jsonify({"items": [], "open": False, "next_since": since, "more": False, "footer": FOOTER_NO_ANSWER,
+                            "reason": exc.reason})
+        return jsonify({**page, "items": chat_items(page["items"], tapped), "open": False})
 
     @app.get("/api/agents/<machine>/<agent>/starters")
     async def starters(machine: str, agent: str):
@@ -396,7 +416,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
 
 def install_inbox_routes(app: Quart, hub, inbox) -> None:
-    """Features I3–I9: the inbox for the owner and for external senders (I10)."""
+    """Features I3–I10: the inbox for the owner and for external senders (I10)."""
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -407,22 +427,25 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
     def allowed(item) -> bool:
         return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
 
+    async def json_object() -> dict:
+        data = await request.get_json(force=True, silent=True)
+        if not isinstance(data, dict):
+            raise BadRequest("the body must be a JSON object")
+        return data
+
     @app.get("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders
     async def inbox_list(machine: str, agent: str):
-        items = inbox.core.listing(inbox.items(machine, agent))
-        if g.sender != OWNER:
-            items = [i for i in items if i.sender == g.sender[0]]
-        return jsonify({"items": [inbox.view(i) for i in items]})
+        """Waiting and running items in the order they will run, then finished ones (kept 24 h), newest first."""
+        items = inbox.listing(machine, agent, sender_name(), owner=g.sender == OWNER)
+        return jsonify({"items": inbox.views(items)})
 
     @app.post("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders
     async def inbox_submit(machine: str, agent: str):
-        data = await request.get_json(force=True, silent=True)
-        if not isinstance(data, dict):
-            raise BadRequest("the body must be a JSON object")
-        if machine != LOCAL and machine not in hub.members:
-            return error(404, "not_found", f"no machine {machine!r}")
+        data = await json_object()
+        if not inbox.knows(machine, agent):
+            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
         starter = data.get("starter")
         text = data.get("text")
         if starter is None and not isinstance(text, str):
@@ -432,52 +455,65 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
                            conversation=_id(data.get("conversation"), "conversation") if starter is None else None,
                            text=text, turn=None, starter_id=_id(starter, "starter") if starter is not None else None)
         rec = await inbox.submit(machine, req, sender=sender_name(), approval=g.sender[1])
-        return jsonify(attrs.asdict(rec))
+        return jsonify({**attrs.asdict(rec), "item": scoped_id(sender_name(), req.request_id)})
 
     async def act(item_id: str, fn, *, owner_only: bool):
-        item = inbox.get(item_id)
-        if item is None:
+        item = None
+        if g.sender != OWNER:  # a sender may name its items by its own request ids
+            item = await inbox.get(scoped_id(sender_name(), item_id))
+        item = item or await inbox.get(item_id)
+        if item is None or not allowed(item):  # another sender's item is not even said to exist
             return error(404, "not_found", f"no inbox item {item_id!r}")
-        if (owner_only and g.sender != OWNER) or not allowed(item):
+        if owner_only and g.sender != OWNER:
             return error(403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that")
-        return jsonify(inbox.view(await fn(item)))
+        return await fn(item)
+
+    @app.get("/api/inbox/<item_id>")
+    @open_to_senders
+    async def inbox_item(item_id: str):
+        async def fn(item):
+            return jsonify(inbox.view(item))
+        return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/inbox/<item_id>/approve")
     async def inbox_approve(item_id: str):
         async def fn(item):
-            return inbox.approve(item.id)
+            return jsonify(inbox.view(await inbox.approve(item)))
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/cancel")
     @open_to_senders
     async def inbox_cancel(item_id: str):
         async def fn(item):
-            return inbox.cancel(item.id)
+            return jsonify(inbox.view(await inbox.cancel(item)))
         return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/inbox/<item_id>/move")
     async def inbox_move(item_id: str):
-        data = await request.get_json(force=True, silent=True) or {}
+        data = await json_object()
         if type(data.get("index")) is not int:
             raise BadRequest("index must be an integer (0 = first in the queue)")
 
         async def fn(item):
-            return inbox.move(item.id, data["index"])
+            return jsonify(inbox.view(await inbox.move(item, data["index"])))
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/message")
     @open_to_senders
     async def inbox_message(item_id: str):
-        data = await request.get_json(force=True, silent=True) or {}
+        data = await json_object()
         if not isinstance(data.get("text"), str) or not data["text"].strip():
             raise BadRequest("text must be a non-empty string")
 
         async def fn(item):
-            return inbox.message(item.id, data["text"])
+            changed = await inbox.message(item, data["text"])
+            if changed is None:
+                return error(409, "not_waiting", f"the item is {item.state}: only a waiting send takes a message")
+            return jsonify(inbox.view(changed))
         return await act(item_id, fn, owner_only=False)
 
     @app.post("/api/agents/<machine>/<agent>/inbox/clear")
     async def inbox_clear(machine: str, agent: str):
         if g.sender != OWNER:
             return error(403, "forbidden", "only the owner may clear the inbox")
-        return jsonify({"cancelled": inbox.clear(machine, agent)})
+        return jsonify({"cancelled": await inbox.clear(machine, agent)})

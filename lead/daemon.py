@@ -85,6 +85,7 @@ class LeadDaemon(Daemon):
 
         self.devices = Devices(paths.state_dir / "devices.sqlite")
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
+        self.feed.follow_inbox(self.inbox)
         self.devices.on_revoke.append(self.feed.revoke_device)
         self.redact_on = redaction_enabled({**env, **os.environ})
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),

@@ -175,7 +175,9 @@ class Feed:
         self._wake = trio.Event()
         self.set_viewing = set_viewing
         self.events_sent = 0
-        self.leases: dict[tuple, float] = {}  # (machine, agent) -> when the route's viewing lapses
+        self.leases: dict[tuple, float] = {}
+        self.inbox = None
+        self.inbox_dirty: dict = {}  # (machine, agent) -> when the route's viewing lapses
         bridge_hooks = getattr(bridge, "on_agent_change", None)
         if bridge_hooks is not None:
             bridge_hooks.append(lambda name: self.touch(LOCAL, name))
@@ -191,12 +193,14 @@ class Feed:
         self.everything = True
         self._wake.set()
 
-    def inbox_changed(self, view: dict) -> None:
-        """An inbox item changed state: its receipt goes to every channel at once."""
-        self._publish("inbox", {"item": view})
-        machine, agent = view.get("machine"), view.get("agent")
-        if isinstance(machine, str) and isinstance(agent, str):
-            self.touch(machine, agent)
+    def follow_inbox(self, inbox) -> None:
+        """Send an `inbox` event for every item that changes (late receipts, I7)."""
+        self.inbox = inbox
+        inbox.on_change.append(self.inbox_item_changed)
+
+    def inbox_item_changed(self, item) -> None:
+        self.inbox_dirty[item.id] = item  # its view is built once per pass, however often it changed
+        self._wake.set()
 
     def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
         ev = self.log.append(kind, data, scope)
@@ -366,6 +370,10 @@ class Feed:
         return rows
 
     async def pass_once(self) -> None:
+        if self.inbox_dirty and self.inbox is not None:
+            items, self.inbox_dirty = list(self.inbox_dirty.values()), {}
+            for view in self.inbox.views(items):
+                self._publish("inbox", {"item": view})
         dirty, self.dirty = self.dirty, set()
         everything, self.everything = self.everything, False
         if everything:

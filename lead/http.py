@@ -19,6 +19,7 @@ from hypercorn.events import Updated
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
 
+from crew import crewwire
 from lead import hypercorn_fix
 from lead.connections import UNLIMITED_DESCRIPTORS, ConnectionBudget, Limits
 
@@ -132,6 +133,7 @@ async def serve_http(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.backlog = BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_SECONDS
+    config.websocket_max_message_size = crewwire.MAX_FRAME  # a bigger frame closes the link (1009), issue 9.6
     config.accesslog = None
     config.errorlog = None
     if certfile:

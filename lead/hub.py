@@ -1,12 +1,27 @@
 """The crew hub on the lead: members' links, their agents' views, and routing writes to them (crew.md §2–§3).
 
-- `/crew/v1` (WebSocket): the member's bearer token is checked *before* accepting (a wrong token
-  gets HTTP 401, no socket); then `hello` → `welcome`, or a close with the reason `version`. A
-  member older than our crew-wire range but not below the floor is accepted read-only: its agents
-  show, writes to them get `This machine runs an older Collie …`. A second connection with the same
-  label replaces the first (a laptop waking up before the old link timed out).
-- Views: a member sends the raw hello and state its bridge read; the lead feeds them to its own
-  `AgentReader`, so digests, trimming and pane state are computed exactly as for its own agents.
+- `/crew/v1` (WebSocket): a wrong member token is accepted and closed at once with the reason
+  `unauthorized`; then `hello` → `welcome`, or a close with the reason `version`, `unauthorized`
+  (the hello names another label) or `label_in_use`. A member older than our crew-wire range but
+  not below the floor is accepted read-only: writes to it get `This machine runs an older Collie …`.
+- One link per label. A second link for a label that is online is refused `label_in_use` — two
+  machines sharing one invite would otherwise push each other off for ever. The one exception keeps
+  a laptop waking from sleep working: a link whose hello carries the same `boot` (one random id per
+  member process) as the open one is the same member reconnecting before the lead noticed the old
+  link die, and replaces it. A member restarted while its old link still looks open is refused until
+  the lead declares that link silent (30 s); it retries by itself.
+- Untrusted input: every frame from a member is parsed strictly (crew.crewwire, cattrs); a bad one is
+  logged (escaped, once per link and then counted), skipped, and — when it answered a request —
+  makes that request's receipt `unknown`. Too many bad frames close the link (`protocol`). Whatever
+  fails inside one member's link ends that link only, never the lead.
+- Views: a member sends the raw hello and state its bridge read; the lead feeds them to a fresh
+  `AgentReader` of its own (digests, trimming and pane state computed exactly as for its own agents).
+  Frames carrying views are parsed (when large) and fed in a worker thread, one frame at a time in
+  arrival order (a newer small `agent` frame replaces a waiting one for the same agent); a link with
+  more than MAX_QUEUED characters waiting is not read until the feeder catches up. The lead keeps
+  each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
+  has less to walk. The GIL switch interval is 1 ms, so the event loop gets the GIL back quickly
+  while a worker computes. Figures: bench/README.md (issue 9.6).
 - Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
   `machine-offline` and `machine offline since HH:MM` (the time of its last frame).
 - Writes: one lock per session on the lead (busy at once, Stop waits 10 s then goes through); the
@@ -19,13 +34,15 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 
 import attrs
 import trio
-from quart import abort, websocket
+from quart import websocket
 
 from bridge.bridge import Bridge
 from bridge.locks import Busy, SessionLocks
@@ -34,11 +51,11 @@ from bridge.writer import Writer
 from bridge.writes import WriteRequest, lock_key
 from crew import crewwire, logs
 from crew.crewstore import CrewStore
+from crew.crewwire import AgentView, FrameError, shown
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, refused
 from crew.views import UNREACHABLE
-from crew.wire import WireRange
 
 log = logs.get("crew")
 
@@ -47,27 +64,87 @@ READ_TIMEOUT = 12.0
 HELLO_TIMEOUT = 10.0
 SAVE_EVERY = 2.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
+MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
+PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
+MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
+SAY_AGAIN_AFTER = 60.0
+# A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
+# (Python's default is 5 ms; every step that makes a system call may wait that long once more).
+FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
 
 
 def hhmm(wall: float) -> str:
     return dt.datetime.fromtimestamp(wall).strftime("%H:%M")
 
 
+def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
+    """A fresh reader fed one member's view of an agent, and the view as JSON text to persist (no I/O;
+    run in a worker thread: a bounded view's JSON holds the GIL for a few ms at most)."""
+    st = view.status
+    reader = AgentReader(view.name, transport=st.transport, address=st.address, local=st.local,
+                         token_set=st.token_set)
+    if view.hello is not None:
+        reader.on_hello(view.hello, now)
+    if view.state is not None and reader.hello is not None:
+        reader.on_state(view.state, None, now)
+    if not (reader.status == UNREACHABLE and reader.reason == "protocol"):  # our own parse failure wins
+        reader.status, reader.reason, reader.detail = st.status, st.reason, st.detail
+    text = crewwire.encode(view.as_wire())
+    reader.raw_hello = reader.raw_state = None  # kept as `text`: fewer live objects for the GC to walk
+    return reader, text
+
+
+def digest(kind: str, frame, now: float) -> tuple[str, object, list]:
+    """(kind, what the loop needs, [(agent, reader or None, view text or the error)]) for one frame:
+    readers built for the views a `snapshot` or `agent` frame carries (worker thread, no I/O)."""
+    if kind == "snapshot":
+        views, head = frame.agents, frame.names()
+    elif kind == "agent":
+        views, head = [frame.agent_view()], frame.name
+    else:
+        return kind, frame, []
+    built = []
+    for view in views:
+        try:
+            built.append((view.name, *build_reader(view.trimmed(), now)))
+        except Exception as exc:  # e.g. an ask nested too deep for its digest: this view only is dropped
+            built.append((view.name, None, f"{type(exc).__name__}: {exc}"))
+    return kind, head, built
+
+
+def digest_text(raw: str, now: float) -> tuple[str, object, list]:
+    """Parse a large frame and build the readers it carries, in one worker-thread call: its parsed
+    documents never outlive the call, so they never pile up for the garbage collector."""
+    return digest(*crewwire.parse_member_frame(raw), now)
+
+
 class Conn:
-    def __init__(self, ws, label: str) -> None:
+    def __init__(self, ws, label: str, boot: str | None) -> None:
         self.ws = ws
         self.label = label
+        self.boot = boot
         self.send_lock = trio.Lock()
         self.pending: dict[str, tuple[trio.Event, list]] = {}
         self.closed = trio.Event()
+        self.close_reason = "closed"
         self.last_frame = trio.current_time()
+        self.bad_frames = 0
+        self.names: set[str] = set()  # the member's agents, as its last snapshot (and agent frames) said
+        # frames carrying views, in arrival order, waiting for the feeder: ("text", raw) for a large frame
+        # (parsed in the worker), ("parsed", kind, frame) for a small one; `queued` counts their characters
+        self.queue: deque = deque()
+        self.queued = 0
+        self.fresh = trio.Event()
+        self.drained = trio.Event()
+        self.save_after_feed = False
 
     async def send(self, msg: dict) -> None:
         async with self.send_lock:
             await self.ws.send(crewwire.encode(msg))
 
-    async def call(self, msg: dict, timeout: float) -> dict | None:
-        """Send a request or read and wait for its answer; None on timeout or a dropped link."""
+    async def call(self, msg: dict, timeout: float):
+        """Send a request or read and wait for its answer: the parsed frame, a FrameError (the member
+        answered with a bad frame), or None on timeout or a dropped link."""
         done = trio.Event()
         slot: list = []
         self.pending[msg["id"]] = (done, slot)
@@ -87,11 +164,26 @@ class Conn:
             self.pending.pop(msg["id"], None)
         return slot[0] if slot else None
 
-    def resolve(self, msg: dict) -> None:
-        entry = self.pending.get(str(msg.get("id")))
-        if entry is not None:
-            entry[1].append(msg)
+    def resolve(self, request_id: str, answer) -> None:
+        entry = self.pending.get(request_id)
+        if entry is not None and not entry[0].is_set():
+            entry[1].append(answer)
             entry[0].set()
+
+    def enqueue(self, entry: tuple, size: int) -> None:
+        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
+            for old in [e for e in self.queue if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
+                self.queue.remove(old)
+                self.queued -= old[3]
+        self.queue.append((*entry, size))
+        self.queued += size
+        self.fresh.set()
+
+    def take(self) -> tuple:
+        entry = self.queue.popleft()
+        self.queued -= entry[-1]
+        self.drained.set()
+        return entry
 
 
 @attrs.define
@@ -122,12 +214,18 @@ class Hub:
         self.on_member_change: list[Callable[[str], None]] = []
         self.inbox = None  # set by lead.inbox when it runs
         self.views_dir = paths.state_dir / "crew-views"
-        self.views: dict[str, dict[str, dict]] = {}  # label -> agent -> the last raw view (persisted)
+        self.views: dict[str, dict[str, str]] = {}  # label -> agent -> the last view, as JSON text (persisted)
         self.dirty: set[str] = set()
+        self.feed_limiter = trio.CapacityLimiter(1)  # members' views are fed one at a time, off the loop
+        sys.setswitchinterval(FEED_SWITCH_INTERVAL)
+        self.save_limiter = trio.CapacityLimiter(1)
+        self.said: dict[str, tuple[float, int]] = {}  # log key -> (when last logged, how many since)
         for row in self.store.members():  # known members show (offline, with their last view) from the start
             member = self.members[row["label"]] = Member(row["label"], last_seen=row["last_seen"],
                                                          version=row["version"], offline_since=row["last_seen"])
             self._restore_views(member)
+            if row["last_seen"] is not None:  # joined before: a plaintext copy left by an older lead goes (§1)
+                self._forget_invite(row["label"])
 
     # --- views ---------------------------------------------------------------------------------
     def reader(self, machine: str, agent: str) -> AgentReader | None:
@@ -140,47 +238,49 @@ class Hub:
         for fn in self.on_member_change:
             fn(label)
 
+    def _say(self, key: str, line: str, *args, now: float) -> None:
+        """Log a refusal that a peer can repeat at will at most once a minute, with the count since."""
+        last, since = self.said.get(key, (None, 0))
+        if last is not None and now - last < SAY_AGAIN_AFTER:
+            self.said[key] = (last, since + 1)
+            return
+        self.said[key] = (now, 0)
+        log.info(line + (f" ({since} more since)" if since else ""), *args)
+
     def _restore_views(self, member: Member) -> None:
         """The last views a member sent survive a lead restart: its agents show offline, and sends to
         them wait in the inbox instead of finding no agent."""
         try:
             saved = json.loads((self.views_dir / f"{member.label}.json").read_text())
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError, RecursionError):
             return
-        for view in saved.values() if isinstance(saved, dict) else []:
-            if isinstance(view, dict):
-                self._apply_view(member, view, remember=False, now=0.0)  # before trio runs: no clock yet
-        self.views[member.label] = saved
+        self._install_views(member, [raw for raw in saved.values()] if isinstance(saved, dict) else [], 0.0)
         self._mark_offline(member)
 
-    def _save_views(self) -> None:
-        ensure_private_dir(self.views_dir)
-        for label in list(self.dirty):
-            self.dirty.discard(label)
-            if label in self.members:
-                atomic_write(self.views_dir / f"{label}.json",
-                             json.dumps(self.views.get(label, {}), separators=(",", ":")).encode(), mode=0o600)
+    def _install_views(self, member: Member, raws: list, now: float) -> None:
+        """Parse and feed views on the spot (lead start-up, before trio runs; tests), each as a
+        snapshot would carry it; one that does not fit is skipped."""
+        for raw in raws:
+            try:
+                view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
+                member.readers[view.name], text = build_reader(view.trimmed(), now)
+            except (FrameError, RecursionError, ValueError):
+                continue
+            self.views.setdefault(member.label, {})[view.name] = text
 
-    def _apply_view(self, member: Member, view: dict, *, remember: bool = True, now: float | None = None) -> None:
-        name = view.get("name")
-        if not isinstance(name, str):
-            return
-        if remember:
-            self.views.setdefault(member.label, {})[name] = view
-            self.dirty.add(member.label)
-        status = view.get("status") if isinstance(view.get("status"), dict) else {}
-        reader = member.readers.get(name)
-        if reader is None:
-            reader = member.readers[name] = AgentReader(
-                name, transport=str(status.get("transport", "socket")), address=str(status.get("address", "")),
-                local=bool(status.get("local", True)), token_set=bool(status.get("token_set")))
-        now = trio.current_time() if now is None else now
-        if isinstance(view.get("hello"), dict):
-            reader.on_hello(view["hello"], now)
-        if isinstance(view.get("state"), dict) and reader.hello is not None:
-            reader.on_state(view["state"], None, now)
-        if status.get("status") in ("starting", "ready", "unreachable", "version_mismatch"):
-            reader.status, reader.reason, reader.detail = status["status"], status.get("reason"), status.get("detail")
+    async def _save_views(self) -> None:
+        """Write the dirty members' last views (a worker thread does the JSON and the fsyncs)."""
+        batch = {label: dict(self.views.get(label, {})) for label in self.dirty if label in self.members}
+        self.dirty.clear()
+        if batch:
+            await trio.to_thread.run_sync(self._write_views, batch, limiter=self.save_limiter)
+
+    def _write_views(self, batch: dict[str, dict[str, str]]) -> None:
+        # the views are JSON text already: joining them costs a copy, not a 10 MB json.dumps under the GIL
+        ensure_private_dir(self.views_dir)
+        for label, views in batch.items():
+            data = "{" + ",".join(f"{json.dumps(name)}:{text}" for name, text in views.items()) + "}"
+            atomic_write(self.views_dir / f"{label}.json", data.encode(), mode=0o600)
 
     def _mark_offline(self, member: Member) -> None:
         since = member.last_seen or time.time()
@@ -189,6 +289,13 @@ class Hub:
             reader.status, reader.reason = UNREACHABLE, "machine-offline"
             reader.detail = f"machine offline since {hhmm(since)}"
 
+    def _forget_invite(self, label: str) -> None:
+        """The member joined: the plaintext token `collie crew invite` left goes; only its hash stays (§1)."""
+        try:
+            (self.paths.state_dir / "invites" / f"{label}.token").unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("[crew] %s: could not delete its invite file: %s", label, exc.strerror)
+
     # --- the link ----------------------------------------------------------------------------------
     def install(self, app, shutdown: trio.Event) -> None:
         @app.websocket("/crew/v1")
@@ -196,101 +303,178 @@ class Hub:
             header = websocket.headers.get("authorization", "")
             token = header[7:] if header.startswith("Bearer ") else ""
             label = self.store.member_for(token) if token else None
-            if label is None:
-                abort(401)
             await websocket.accept()
-            await self._session(label, shutdown)
-
-    async def _session(self, label: str, shutdown: trio.Event) -> None:
-        ws = websocket._get_current_object()
-        with trio.move_on_after(HELLO_TIMEOUT):
+            ws = websocket._get_current_object()
+            if label is None:  # crew.md §2: closed with a reason the member can show
+                self._say("unauthorized", "[crew] refused a member link: unauthorized (a wrong or removed member token)",
+                          now=trio.current_time())
+                await self._close(ws, crewwire.UNAUTHORIZED)
+                return
             try:
-                hello = crewwire.decode(await ws.receive())
-            except ValueError:
-                hello = {}
-        if not hello or hello.get("type") != "hello":
-            await ws.close(1008, "expected hello")
+                await self._session(ws, label, shutdown)
+            except Exception as exc:  # the task boundary of this member's link: it ends here, the lead goes on
+                log.warning("[crew] %s: link ended by an error: %s", label, shown(f"{type(exc).__name__}: {exc}", 200))
+                await self._close(ws, "internal")
+
+    @staticmethod
+    async def _close(ws, reason: str, code: int = 1008) -> None:
+        with trio.move_on_after(1, shield=True):
+            try:
+                await ws.close(code, reason)
+            except Exception:
+                pass
+
+    async def _hello(self, ws) -> crewwire.Hello | None:
+        with trio.move_on_after(HELLO_TIMEOUT):
+            raw = await ws.receive()
+            try:
+                kind, frame = crewwire.parse_member_frame(raw)
+            except FrameError:
+                return None
+            return frame if kind == "hello" else None
+        return None
+
+    async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
+        hello = await self._hello(ws)
+        if hello is None:
+            await self._close(ws, crewwire.PROTOCOL)
             return
-        try:
-            theirs = WireRange(int(hello["crew_wire"]["min"]), int(hello["crew_wire"]["max"]))
-        except (KeyError, TypeError, ValueError):
-            await ws.close(1008, "version")
-            return
-        admission = crewwire.admit(theirs)
+        admission = crewwire.admit(hello.crew_wire)
         if not admission.accepted:
-            log.info("[crew] %s: refused: crew wire %s is outside %s", label, theirs, crewwire.CREW_WIRE)
-            await ws.close(1008, "version")
+            log.info("[crew] %s: refused: crew wire %s is outside %s", label, hello.crew_wire, crewwire.CREW_WIRE)
+            await self._close(ws, crewwire.VERSION)
             return
-        if hello.get("label") != label:
-            await ws.close(1008, "unauthorized")
+        if hello.label != label:
+            await self._close(ws, crewwire.UNAUTHORIZED)
             return
         member = self.members.setdefault(label, Member(label))
-        if member.conn is not None:  # the same machine again: the newest link wins
-            member.conn.closed.set()
-        conn = Conn(ws, label)
+        if member.conn is not None:
+            if hello.boot is None or hello.boot != member.conn.boot:  # another machine (or process) claims it
+                self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a connected "
+                          "member (label_in_use)", label, now=trio.current_time())
+                await self._close(ws, crewwire.LABEL_IN_USE)
+                return
+            member.conn.close_reason = "replaced by the same member's new link"
+            member.conn.closed.set()  # the same member again (it woke up before the old link timed out)
+        conn = Conn(ws, label, hello.boot)
         member.conn, member.read_only = conn, admission.read_only
-        member.version = str(hello.get("collie"))
+        member.version = shown(hello.collie, 40)
         member.offline_since = None
         member.last_seen = time.time()
-        self.store.seen(label, member.version, member.last_seen)
-        await conn.send({"type": "welcome", "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},
-                         "lead": "collie", "read_only": admission.read_only})
-        log.info("[crew] %s: connected (Collie %s%s)", label, member.version, ", read-only" if admission.read_only else "")
-        for (m, agent), count in self.viewers.items():
-            if m == label and count:
-                await conn.send({"type": "viewing", "agent": agent, "on": True})
-        try:
+        try:  # from here on, however the link ends, the member is marked offline (finally below)
+            self.store.seen(label, member.version, member.last_seen)
+            self._forget_invite(label)
+            await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
+                             "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
+            log.info("[crew] %s: connected (Collie %s%s)", label, member.version,
+                     ", read-only" if admission.read_only else "")
+            for (m, agent), count in list(self.viewers.items()):
+                if m == label and count:
+                    await conn.send({"type": "viewing", "agent": agent, "on": True})
             async with trio.open_nursery() as n:
                 async def stop_when(event):
                     await event.wait()
                     n.cancel_scope.cancel()
                 n.start_soon(stop_when, shutdown)
                 n.start_soon(stop_when, conn.closed)
+                n.start_soon(self._feed, member, conn)
                 while True:
-                    msg = crewwire.decode(await ws.receive())
+                    raw = await ws.receive()
                     conn.last_frame = trio.current_time()
                     member.last_seen = time.time()
-                    self._frame(member, msg)
-        except (ValueError, json.JSONDecodeError):
-            log.info("[crew] %s: sent a frame that is not crew wire; closing", label)
+                    try:
+                        if isinstance(raw, str) and len(raw) > PARSE_IN_THREAD:
+                            conn.enqueue(("text", raw), len(raw))
+                        else:
+                            kind, frame = crewwire.parse_member_frame(raw)
+                            if kind in ("snapshot", "agent"):  # views are fed in arrival order, by the feeder
+                                conn.enqueue(("parsed", kind, frame), len(raw))
+                            else:
+                                self._apply(member, conn, kind, frame, [])
+                    except FrameError as exc:
+                        self._bad_frame(conn, exc)
+                    while conn.queued > MAX_QUEUED:  # backpressure: this member waits, nobody else does
+                        conn.drained = trio.Event()
+                        await conn.drained.wait()
+                    if conn.bad_frames > MAX_BAD_FRAMES:
+                        conn.close_reason = crewwire.PROTOCOL
+                        n.cancel_scope.cancel()
+                        break
         finally:
             conn.closed.set()
+            if conn.bad_frames > 1:
+                log.info("[crew] %s: %d bad frames on this link in all", label, conn.bad_frames)
             if member.conn is conn:
                 member.conn = None
                 self.store.seen(label, None, member.last_seen or time.time())
                 self._mark_offline(member)
                 log.info("[crew] %s: offline since %s", label, hhmm(member.offline_since))
                 self._notify(label)
-            with trio.move_on_after(1, shield=True):
-                try:
-                    await ws.close(1001, "lead shutting down" if shutdown.is_set() else "closed")
-                except Exception:
-                    pass
+            await self._close(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
+                              1001 if shutdown.is_set() else 1000)
 
-    def _frame(self, member: Member, msg: dict) -> None:
-        kind = msg["type"]
+    def _bad_frame(self, conn: Conn, exc: FrameError) -> None:
+        """Logged once per link (escaped), counted; a bad answer to a request makes it `unknown`."""
+        conn.bad_frames += 1
+        if conn.bad_frames == 1:
+            log.info("[crew] %s: a frame that does not fit the crew wire was ignored: %s", conn.label, exc.args[0])
+        request_id = crewwire.frame_id(exc)
+        if request_id is not None:
+            conn.resolve(request_id, exc)
+
+    def _apply(self, member: Member, conn: Conn, kind: str, head, built: list) -> None:
+        """Act on one parsed frame; `built` holds the readers made for the views it carried."""
         if kind == "snapshot":
-            names = set()
-            for view in msg.get("agents") or []:
-                if isinstance(view, dict):
-                    self._apply_view(member, view)
-                    names.add(view.get("name"))
-            for gone in set(member.readers) - names:
+            conn.names = head
+            for gone in set(member.readers) - conn.names:
                 del member.readers[gone]
                 self.views.get(member.label, {}).pop(gone, None)
-            self._save_views()  # once per connection: on disk at once, a crash must not lose it
-            self._notify(member.label)
+                self.dirty.add(member.label)
+            conn.save_after_feed = True  # on disk at once, a crash must not lose it
         elif kind == "agent":
-            if isinstance(msg.get("view"), dict):
-                self._apply_view(member, {**msg["view"], "name": msg.get("name")})
-                self._notify(member.label)
+            if head not in conn.names and len(conn.names) >= crewwire.MAX_AGENTS:
+                raise FrameError(f"agent: more than {crewwire.MAX_AGENTS} agents")
+            conn.names.add(head)
         elif kind in ("receipt", "read_result"):
-            if member.conn is not None:
-                member.conn.resolve(msg)
+            conn.resolve(head.id, head)
+            return
         elif kind == "beat":
-            pass
-        else:
-            log.info("[crew] %s: unknown frame type %r ignored", member.label, kind)
+            return
+        else:  # a second hello
+            raise FrameError(f"{kind} after the link was set up")
+        for name, reader, text in built:
+            if reader is None:
+                self._bad_frame(conn, FrameError(f"agent {name}: {shown(text, 120)}"))
+                continue
+            member.readers[name] = reader
+            self.views.setdefault(member.label, {})[name] = text
+            self.dirty.add(member.label)
+        self._notify(member.label)
+
+    async def _feed(self, member: Member, conn: Conn) -> None:
+        """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
+        and swap the new readers in."""
+        while True:
+            if not conn.queue:
+                if conn.save_after_feed:
+                    conn.save_after_feed = False
+                    await self._save_views()
+                conn.fresh = trio.Event()
+                await conn.fresh.wait()
+                continue
+            entry = conn.take()
+            try:
+                if entry[0] == "text":
+                    got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
+                                                        limiter=self.feed_limiter)
+                else:
+                    got = await trio.to_thread.run_sync(digest, entry[1], entry[2], trio.current_time(),
+                                                        limiter=self.feed_limiter)
+                if member.conn is not conn:
+                    return
+                self._apply(member, conn, *got)
+            except FrameError as exc:
+                self._bad_frame(conn, exc)
 
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
@@ -298,12 +482,13 @@ class Hub:
         while True:
             await trio.sleep(SAVE_EVERY)
             if self.dirty:
-                await trio.to_thread.run_sync(self._save_views)
+                await self._save_views()
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn
                 if conn is not None and now - conn.last_frame > crewwire.OFFLINE_AFTER:
                     log.info("[crew] %s: silent for %g s", member.label, crewwire.OFFLINE_AFTER)
+                    conn.close_reason = "silent"
                     conn.closed.set()
 
     # --- viewing, reads, writes -------------------------------------------------------------------
@@ -317,12 +502,20 @@ class Hub:
             await member.conn.send({"type": "viewing", "agent": agent, "on": after > 0})
 
     async def read(self, label: str, agent: str, what: str, args: dict) -> dict | None:
+        """A read through to the member (`items`, `closed`, `recent_sends`); None when it has no answer."""
         member = self.members.get(label)
         if member is None or member.conn is None:
             return None
-        got = await member.conn.call({"type": "read", "id": str(uuid.uuid4()), "agent": agent, "what": what,
-                                      "args": args}, READ_TIMEOUT)
-        return got.get("result") if got and got.get("ok") else None
+        conn = member.conn
+        got = await conn.call({"type": "read", "id": str(uuid.uuid4()), "agent": agent, "what": what,
+                               "args": args}, READ_TIMEOUT)
+        if not isinstance(got, crewwire.ReadResult) or not got.ok:
+            return None
+        try:
+            return crewwire.unstructure(crewwire.parse_read_result(what, got.result))
+        except FrameError as exc:
+            self._bad_frame(conn, exc)
+            return None
 
     def offline_text(self, member: Member) -> str:
         since = member.offline_since or member.last_seen
@@ -350,13 +543,20 @@ class Hub:
         member = self.members.get(label)
         if member is None or member.conn is None:
             return refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member) if member else ''}")
-        got = await member.conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
-                                      "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
-        if got is None or not isinstance(got.get("receipt"), dict):
-            return Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="link",
-                           text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED)
-        fields = {f.name for f in attrs.fields(Receipt)}
-        return Receipt(**{k: v for k, v in got["receipt"].items() if k in fields})
+        conn = member.conn
+        got = await conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
+                               "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
+        if isinstance(got, crewwire.ReceiptFrame):
+            rec = got.receipt
+            if rec.request_id == req.request_id and rec.op == req.op:
+                return rec
+            self._bad_frame(conn, FrameError(f"receipt: for {shown(rec.request_id, 40)}/{shown(rec.op, 12)}, "
+                                             f"not the request {req.request_id}/{req.op}"))
+            got = FrameError("mismatch")
+        # no answer in time, the link dropped, or an answer that does not fit: we cannot know (B3)
+        return Receipt(request_id=req.request_id, op=req.op, outcome="unknown",
+                       reason="protocol" if isinstance(got, FrameError) else "link",
+                       text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED)
 
     # --- for `collie crew list` ------------------------------------------------------------------
     def control_handlers(self) -> dict:
@@ -369,6 +569,7 @@ class Hub:
             label = str(req.get("label"))
             member = self.members.pop(label, None)
             if member and member.conn:
+                member.conn.close_reason = crewwire.UNAUTHORIZED  # its token no longer opens the link
                 member.conn.closed.set()
             self.views.pop(label, None)
             (self.views_dir / f"{label}.json").unlink(missing_ok=True)

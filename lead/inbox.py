@@ -10,19 +10,31 @@ protocol (its receipt is the real one); anything else waits:
        └──cancel──▶ cancelled
 
 Rules:
+- Entry. Request ids are scoped per sender (the owner's phone, each API token). A repeat with the
+  same body answers what became of the first (`replay: true`: `queued` while it waits, the stored
+  receipt once it ran, `expired`, `cancelled`); the same id with another body is refused
+  `conflict` and nothing is done (B2). A send quoting a turn that has already passed is refused
+  `turn_moved` when it enters (B4); turns started later by items ahead of it do not count. A sender
+  has at most `WAITING_MAX` waiting items; items for an agent the lead does not know are refused.
 - Order: approved items run by approval time; the owner's moves (`position`) override it. A
   pending item shows in its arrival slot and is skipped until approved. Standing senders (the
-  phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner.
+  phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner. A change
+  by a `required` sender (`message`) sends an approved item back to `pending` for a new approval.
 - One item runs at a time per agent; agents run in parallel. An item is `done` when the turn it
   started ends. At dispatch it quotes the conversation's current turn; an open ask holds it
   `approved` (not refused) until the ask closes.
+- Nothing runs twice and every receipt is true: the exact request (body and turn) is recorded on
+  disk before it is sent. An item interrupted before its receipt (a crash, a dropped link, an
+  `unknown`) is resumed with that very request under the same id, so the journals on the way
+  recognise it and answer what the agent did (B3, O); it never becomes a refusal of its own.
 - Pending items expire after the TTL (24 h; `COLLIE_INBOX_TTL` seconds in `.env`), judged by
-  wall-clock times stored on disk; approved items never expire.
-- Nothing runs twice: an item is `running` on disk before it is sent, and a running item whose
-  machine dropped is resumed by reference — the same request id is sent again, and the member's
-  journal answers with its stored receipt instead of running it again.
+  wall-clock times stored on disk; approved items never expire. Finished items (done, expired,
+  cancelled, failed) are kept with their receipts for `KEEP_FINISHED` (24 h) (I7, I9).
+- The event loop never waits on the disk: items live in memory, the database is the record, and
+  every change is committed in a worker thread, grouped (one commit for a burst of changes). An
+  answer that acknowledges a change waits until the change is on disk.
 
-`InboxCore` decides (no I/O, `now` passed in); `Inbox` stores in SQLite and dispatches.
+`InboxCore` decides (no I/O, `now` passed in); `Inbox` keeps items, stores them and dispatches.
 """
 
 from __future__ import annotations
@@ -30,6 +42,8 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 import attrs
@@ -38,13 +52,27 @@ import trio
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.fsutil import touch_private
-from crew.receipts import Receipt
+from crew.receipts import Receipt, refused
 
 log = logs.get("inbox")
 
+LOCAL = "local"
 TTL_DEFAULT = 24 * 3600.0
+KEEP_FINISHED = 24 * 3600.0
 TICK = 1.0
+WAITING_MAX = 1000  # waiting (pending + approved) items per sender
+FINISHED_IN_MEMORY = 5000  # finished items kept in memory; older ones are read from the database
+RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio seconds)
 ACTIVE = ("pending", "approved", "running")
+WAITING = ("pending", "approved")
+FINISHED = ("done", "expired", "cancelled", "failed")
+HOLD = ("ask_open", "turn_moved", "busy")  # refusals that leave an item waiting (nothing reached the agent)
+ID_NAMESPACE = uuid.UUID("6f1d3c1e-9a57-4d61-8a43-2b1c4f0e7a10")
+
+COLUMNS = ("id", "machine", "agent", "kind", "conversation", "starter", "text", "sender", "state", "created_at",
+           "approved_at", "position", "runtime_ref", "receipt", "reason", "updated_at", "seq", "request_id",
+           "fingerprint", "request")
+JSON_COLUMNS = ("runtime_ref", "receipt", "request")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS items (
     id TEXT PRIMARY KEY, machine TEXT NOT NULL, agent TEXT NOT NULL, kind TEXT NOT NULL,
@@ -54,6 +82,7 @@ CREATE TABLE IF NOT EXISTS items (
 );
 CREATE INDEX IF NOT EXISTS items_inbox ON items (machine, agent, state);
 """
+MIGRATIONS = {"request_id": "TEXT", "fingerprint": "TEXT", "request": "TEXT"}  # added by issues 8 and 9
 
 
 @attrs.define
@@ -75,6 +104,9 @@ class Item:
     reason: str | None = None
     updated_at: float = 0.0
     seq: int = 0
+    request_id: str | None = None  # the sender's own id (scoped per sender)
+    fingerprint: str | None = None  # of the request as it entered
+    request: dict | None = None  # the exact request dispatched, recorded before it is sent
 
     @property
     def order_key(self) -> tuple:
@@ -85,50 +117,103 @@ class Item:
     def arrival_key(self) -> tuple:
         return (self.position if self.position is not None else self.created_at, self.seq)
 
+    @property
+    def queue_key(self) -> tuple:
+        return self.order_key if self.state == "approved" else self.arrival_key
+
+    @property
+    def sender_key(self) -> str:
+        return "" if self.sender is None else f"token:{self.sender}"
+
+
+def item_id(sender: str | None, request_id: str) -> str:
+    """The item's id: the owner's request id itself (it is what the agent sees and what the phone
+    retries with); a token sender's id is derived, so no sender can name another's item."""
+    return request_id if sender is None else str(uuid.uuid5(ID_NAMESPACE, f"{sender}\0{request_id}"))
+
+
+def entry_fingerprint(machine: str, req: WriteRequest) -> str:
+    return attrs.evolve(req, request_id="", agent=f"{machine}/{req.agent}").fingerprint()
+
+
+@attrs.frozen
+class Waiting:
+    """What an approved item is waiting for, as the inbox knows it now."""
+
+    online: bool = True
+    offline_since: str | None = None
+    agent_status: str = "ready"
+    ask_open: bool = False
+    ahead: int = 0
+
 
 class InboxCore:
-    """Decisions over one set of items; every method takes `now` (wall-clock seconds)."""
+    """Decisions over one agent's items; every method takes what it needs (`now`: wall-clock seconds)."""
 
     def __init__(self, ttl: float = TTL_DEFAULT) -> None:
         self.ttl = ttl
 
-    def expired(self, items: list[Item], now: float) -> list[Item]:
+    # --- entry ------------------------------------------------------------------------------
+    @staticmethod
+    def repeat(existing: Item, fingerprint: str) -> str:
+        """A request id seen before from this sender: `conflict` (another body) or the state to report."""
+        if existing.fingerprint is not None and existing.fingerprint != fingerprint:
+            return "conflict"
+        return existing.state
+
+    @staticmethod
+    def passed_turn(quoted: int | None, current: int | None) -> bool:
+        """B4 at entry: the quoted turn is behind the turn the lead sees. (The lead's view may lag
+        the phone, never lead it, so a quoted turn ahead of the view is not judged here.)"""
+        return quoted is not None and current is not None and quoted < current
+
+    # --- time -------------------------------------------------------------------------------
+    def expired(self, items, now: float) -> list[Item]:
         return [i for i in items if i.state == "pending" and now - i.created_at >= self.ttl]
 
-    def next_to_run(self, items: list[Item], blocked: set[str]) -> Item | None:
+    @staticmethod
+    def forgotten(items, now: float, keep: float = KEEP_FINISHED) -> list[Item]:
+        """Finished items older than `keep`: they may leave the record."""
+        return [i for i in items if i.state in FINISHED and now - i.updated_at >= keep]
+
+    # --- order ------------------------------------------------------------------------------
+    def next_to_run(self, items, blocked: set[str]) -> Item | None:
         """The first approved item by order, unless the agent already runs one; `blocked` holds
         conversations with an open ask (their items wait, keeping their place)."""
-        if any(i.state == "running" for i in items):
-            return None
-        for item in sorted((i for i in items if i.state == "approved"), key=lambda i: i.order_key):
-            if item.kind == "send" and item.conversation in blocked:
+        best = None
+        for item in items:
+            if item.state == "running":
+                return None
+            if item.state != "approved" or (item.kind == "send" and item.conversation in blocked):
                 continue
-            return item
-        return None
+            if best is None or item.order_key < best.order_key:
+                best = item
+        return best
 
-    def listing(self, items: list[Item]) -> list[Item]:
+    def listing(self, items) -> list[Item]:
         """What the sender and the owner see: running first, then the queue in the order it will
-        run, pending items in their arrival slot."""
+        run (pending items in their arrival slot), then finished items, newest first."""
         running = [i for i in items if i.state == "running"]
-        waiting = sorted((i for i in items if i.state in ("approved", "pending")),
-                         key=lambda i: i.order_key if i.state == "approved" else i.arrival_key)
-        return running + waiting
+        waiting = sorted((i for i in items if i.state in WAITING), key=lambda i: i.queue_key)
+        finished = sorted((i for i in items if i.state in FINISHED), key=lambda i: -i.updated_at)
+        return running + waiting + finished
 
-    def move(self, items: list[Item], item_id: str, index: int) -> dict[str, float]:
+    def move(self, items, item_id: str, index: int) -> dict[str, float]:
         """The owner puts `item_id` at `index` of the waiting queue; returns new positions."""
-        queue = [i for i in self.listing(items) if i.state in ("approved", "pending")]
+        queue = [i for i in self.listing(items) if i.state in WAITING]
         moving = next((i for i in queue if i.id == item_id), None)
         if moving is None:
             return {}
         queue.remove(moving)
         index = max(0, min(index, len(queue)))
-        keys = [(i.order_key if i.state == "approved" else i.arrival_key)[0] for i in queue]
+        keys = [i.queue_key[0] for i in queue]
         before = keys[index - 1] if index > 0 else (keys[0] - 2.0 if keys else 0.0)
         after = keys[index] if index < len(keys) else before + 2.0
         positions = {i.id: k for i, k in zip(queue, keys) if i.position is None}
         positions[moving.id] = (before + after) / 2
         return positions
 
+    # --- running ----------------------------------------------------------------------------
     def done(self, item: Item, conversation_turn: int | None, conversation_state: str | None) -> bool:
         """A running item is done when the turn it started has ended (or its conversation closed)."""
         ref = item.runtime_ref or {}
@@ -140,75 +225,250 @@ class InboxCore:
         return conversation_turn > started or (conversation_turn == started and conversation_state != "working")
 
     @staticmethod
-    def state_text(item: Item, *, online: bool, offline_since: str | None, owner: str) -> str:
-        """I7: what the sender sees."""
+    def settle(item: Item, rec: dict, *, passed_through: bool = False) -> dict:
+        """The fields an item takes after a dispatch answered `rec` (a receipt as a dict).
+
+        - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
+          after the one running.
+        - `unknown`: still running, its turn unknown; the recorded request is resumed as it is.
+        - a refusal that leaves it waiting (`HOLD`): approved again; nothing reached the agent, so the
+          next dispatch quotes the turn current then. A `conflict` right after such a refusal means
+          the agent's side recorded that refusal: the item fails with it (it is the true receipt).
+        - any other refusal, and every refusal the sender is shown at once (`passed_through`: a phone
+          write to an empty inbox, or a Retry that resumed the item — it must never run later):
+          failed, with the reason.
+        """
+        outcome, reason = rec.get("outcome"), rec.get("reason")
+        if outcome in ("sent", "started"):
+            ref = {"conversation": rec.get("conversation") or item.conversation, "turn": rec.get("turn")}
+            return {"state": "running", "runtime_ref": ref, "receipt": rec}
+        if outcome == "queued" and reason != "inbox":
+            ref = {"conversation": item.conversation, "turn": (rec.get("turn") or 0) + 1}
+            return {"state": "running", "runtime_ref": ref, "receipt": rec}
+        if outcome == "unknown":
+            return {"state": "running", "runtime_ref": None, "receipt": rec}
+        if outcome == "refused" and passed_through:
+            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
+        if outcome == "refused" and reason in HOLD and not rec.get("replay"):
+            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
+        if outcome == "refused" and reason == "conflict" and item.receipt and item.receipt.get("reason") in HOLD:
+            earlier = item.receipt
+            return {"state": "failed", "reason": earlier.get("reason"), "receipt": {**earlier, "replay": True}}
+        if outcome == "refused" and reason == "machine_offline":  # the lead kept it: nothing was forwarded
+            return {"state": "running" if item.request and item.receipt else "approved", "receipt": rec}
+        return {"state": "failed", "reason": reason or outcome, "receipt": rec}
+
+    # --- what the sender sees (I7) -------------------------------------------------------------
+    @staticmethod
+    def state_text(item: Item, *, owner: str, waiting: Waiting = Waiting()) -> str:
         if item.state == "pending":
             return f"waiting for approval from {owner}"
         if item.state == "approved":
-            return f"queued, machine offline since {offline_since}" if not online and offline_since else "queued"
+            if not waiting.online:
+                return f"queued, machine offline since {waiting.offline_since}" if waiting.offline_since else "queued"
+            if waiting.agent_status != "ready":
+                return f"queued, waiting: the agent is {waiting.agent_status.replace('_', ' ')}"
+            if waiting.ask_open:
+                return "queued, waiting: an ask is open"
+            if waiting.ahead:
+                return f"queued, waiting: {waiting.ahead} ahead"
+            return "queued"
         if item.state == "failed":
             return f"failed: {item.reason}" if item.reason else "failed"
         return item.state
+
+    @staticmethod
+    def message(item: Item, text: str) -> dict | None:
+        """A change by the item's sender (I7): the fields to set, or None when it no longer waits.
+        After the owner approved a `required` sender's item, the change needs a new approval."""
+        if item.state not in WAITING or item.kind != "send":
+            return None
+        fields: dict = {"text": f"{item.text}\n\n{text}"}
+        fields["request"] = None  # never sent (it waits): the next dispatch carries the new text
+        if item.state == "approved" and item.sender is not None and item.approved_at is not None \
+                and item.approved_at > item.created_at:
+            fields.update(state="pending", approved_at=None)
+        return fields
 
 
 class Inbox:
     def __init__(self, path: Path, hub, writer, *, owner: str = "the owner", ttl: float = TTL_DEFAULT,
                  wall=time.time) -> None:
+        self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
         touch_private(path)
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
+        have = {r[1] for r in self.db.execute("PRAGMA table_info(items)")}
+        for col, kind in MIGRATIONS.items():
+            if col not in have:
+                self.db.execute(f"ALTER TABLE items ADD COLUMN {col} {kind}")
+        self.db.execute("UPDATE items SET request_id=id WHERE request_id IS NULL")
+        self.limiter = trio.CapacityLimiter(1)  # one worker thread at a time on this database
         self.core = InboxCore(ttl)
         self.hub = hub
         self.writer = writer
         self.owner = owner
         self.wall = wall
         self.wake = trio.Event()
-        self.running: set[tuple[str, str]] = set()  # inboxes with a dispatch task in flight
-        self._seq = (self.db.execute("SELECT MAX(seq) FROM items").fetchone()[0] or 0)
+        # in memory: every active item, and the most recent finished ones; the database is the record
+        self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
+        self.finished: OrderedDict[str, Item] = OrderedDict()
+        self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
+        self.by_id: dict[str, Item] = {}
+        self.waiting_by_sender: dict[str, int] = {}
+        self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
+        self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
+        self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
+        self.complete = True  # every finished item of the record is in memory
+        self._dirty: dict[str, tuple] = {}
+        self._gone: set[str] = set()
+        self._gen = self._flushed = 0
+        self._flushing: trio.Event | None = None
+        self._last_purge = 0.0
+        self._seq = 0
+        self._load()
         hub.inbox = self
         hub.on_member_change.append(lambda _label: self.poke())
 
-    # --- storage ----------------------------------------------------------------------------------
-    def _row(self, r) -> Item:
-        return Item(id=r[0], machine=r[1], agent=r[2], kind=r[3], conversation=r[4], starter=r[5], text=r[6],
-                    sender=r[7], state=r[8], created_at=r[9], approved_at=r[10], position=r[11],
-                    runtime_ref=json.loads(r[12]) if r[12] else None, receipt=json.loads(r[13]) if r[13] else None,
-                    reason=r[14], updated_at=r[15], seq=r[16])
+    # --- the record ---------------------------------------------------------------------------
+    @staticmethod
+    def _from_row(r) -> Item:
+        d = dict(zip(COLUMNS, r))
+        for key in JSON_COLUMNS:
+            d[key] = json.loads(d[key]) if d[key] else None
+        return Item(**d)
 
-    def items(self, machine: str, agent: str, *, active_only: bool = True) -> list[Item]:
-        sql = "SELECT * FROM items WHERE machine=? AND agent=?" + (" AND state IN ('pending','approved','running')"
-                                                                   if active_only else "")
-        return [self._row(r) for r in self.db.execute(sql, (machine, agent))]
+    @staticmethod
+    def _to_row(item: Item) -> tuple:
+        d = attrs.asdict(item, recurse=False)
+        return tuple(json.dumps(d[c]) if c in JSON_COLUMNS and d[c] is not None else d[c] for c in COLUMNS)
 
-    def get(self, item_id: str) -> Item | None:
-        r = self.db.execute("SELECT * FROM items WHERE id=?", (item_id,)).fetchone()
-        return self._row(r) if r else None
+    def _load(self) -> None:
+        self._seq = self.db.execute("SELECT MAX(seq) FROM items").fetchone()[0] or 0
+        cols = ",".join(COLUMNS)
+        for r in self.db.execute(f"SELECT {cols} FROM items WHERE state IN ('pending','approved','running')"):
+            self._remember(self._from_row(r))
+        keep_after = self.wall() - KEEP_FINISHED
+        rows = self.db.execute(f"SELECT {cols} FROM items WHERE state NOT IN ('pending','approved','running') "
+                               "AND updated_at > ? ORDER BY updated_at DESC LIMIT ?", (keep_after, FINISHED_IN_MEMORY + 1))
+        finished = [self._from_row(r) for r in rows]
+        self.complete = len(finished) <= FINISHED_IN_MEMORY
+        for item in reversed(finished[:FINISHED_IN_MEMORY]):
+            self._remember(item)
+
+    def _remember(self, item: Item) -> None:
+        self.by_key[(item.sender_key, item.request_id or item.id)] = item
+        self.by_id[item.id] = item
+        if item.state in ACTIVE:
+            self.active.setdefault((item.machine, item.agent), {})[item.id] = item
+            if item.state in WAITING:
+                self.waiting_by_sender[item.sender_key] = self.waiting_by_sender.get(item.sender_key, 0) + 1
+        else:
+            self.finished[item.id] = item
+            self.finished.move_to_end(item.id)
+            while len(self.finished) > FINISHED_IN_MEMORY:
+                _, old = self.finished.popitem(last=False)
+                self.by_key.pop((old.sender_key, old.request_id or old.id), None)
+                self.by_id.pop(old.id, None)
+                self.complete = False
+
+    def _forget(self, item: Item) -> None:
+        """Take `item` out of the in-memory indexes (before a change of state re-files it)."""
+        inbox = self.active.get((item.machine, item.agent))
+        if inbox is not None and inbox.pop(item.id, None) is not None:
+            if item.state in WAITING:
+                self.waiting_by_sender[item.sender_key] -= 1
+            if not inbox:
+                del self.active[(item.machine, item.agent)]
+        self.finished.pop(item.id, None)
+        self.by_key.pop((item.sender_key, item.request_id or item.id), None)
+        self.by_id.pop(item.id, None)
+
+    def _set(self, item: Item, **fields) -> None:
+        """Change an item in memory and mark it for the next commit (`await self._sync()` to wait for it)."""
+        self._forget(item)
+        for key, value in fields.items():
+            setattr(item, key, value)
+        item.updated_at = self.wall()
+        self._remember(item)
+        self._dirty[item.id] = self._to_row(item)
+        self._gen += 1
+        for fn in self.on_change:  # the live channel: late receipts reach the phone (I7)
+            fn(item)
 
     def _insert(self, item: Item) -> None:
         self._seq += 1
         item.seq = self._seq
-        self.db.execute("INSERT INTO items VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (item.id, item.machine, item.agent, item.kind, item.conversation, item.starter, item.text,
-                         item.sender, item.state, item.created_at, item.approved_at, item.position,
-                         json.dumps(item.runtime_ref) if item.runtime_ref else None,
-                         json.dumps(item.receipt) if item.receipt else None, item.reason, item.updated_at, item.seq))
+        self._set(item)
 
-    def _set(self, item_id: str, **fields) -> None:
-        fields["updated_at"] = self.wall()
-        for key in ("runtime_ref", "receipt"):
-            if key in fields and fields[key] is not None:
-                fields[key] = json.dumps(fields[key])
-        cols = ", ".join(f"{k}=?" for k in fields)
-        self.db.execute(f"UPDATE items SET {cols} WHERE id=?", (*fields.values(), item_id))
+    def _write(self, rows: dict[str, tuple], gone: set[str]) -> None:
+        """In a worker thread: one transaction for a batch of changes."""
+        marks = ",".join("?" * len(COLUMNS))
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany(f"INSERT OR REPLACE INTO items ({','.join(COLUMNS)}) VALUES ({marks})", list(rows.values()))
+            self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in gone])
+
+    async def _sync(self) -> None:
+        """Return once every change made before the call is on disk (group commit: one commit for
+        all the changes made while the previous one ran)."""
+        target = self._gen
+        while self._flushed < target:
+            if self._flushing is not None:
+                await self._flushing.wait()
+                continue
+            self._flushing = event = trio.Event()
+            rows, gone, gen = self._dirty, self._gone, self._gen
+            self._dirty, self._gone = {}, set()
+            try:
+                await self._db(self._write, rows, gone)
+                self._flushed = gen
+            except BaseException:
+                for key, row in rows.items():  # not on disk: keep them for the next commit
+                    self._dirty.setdefault(key, row)
+                self._gone |= gone
+                raise
+            finally:
+                self._flushing = None
+                event.set()
+
+    async def _db(self, fn, *args):
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    def _read_one(self, where: str, args: tuple) -> Item | None:
+        r = self.db.execute(f"SELECT {','.join(COLUMNS)} FROM items WHERE {where}", args).fetchone()
+        return self._from_row(r) if r else None
+
+    async def get(self, item_id: str) -> Item | None:
+        if item_id in self.by_id:
+            return self.by_id[item_id]
+        if self.complete:
+            return None
+        return await self._db(self._read_one, "id=?", (item_id,))
+
+    async def _find(self, sender: str | None, request_id: str) -> Item | None:
+        key = ("" if sender is None else f"token:{sender}", request_id)
+        if key in self.by_key:
+            return self.by_key[key]
+        if self.complete:
+            return None
+        return await self._db(self._read_one, "COALESCE(sender,'')=? AND request_id=?", (sender or "", request_id))
+
+    def items(self, machine: str, agent: str) -> list[Item]:
+        """The agent's items in memory: every active one and the recent finished ones."""
+        out = list(self.active.get((machine, agent), {}).values())
+        out += [i for i in self.finished.values() if i.machine == machine and i.agent == agent]
+        return out
 
     def poke(self) -> None:
         self.wake.set()
 
-    # --- what the phone and senders do ---------------------------------------------------------------
+    # --- what the phone and senders see ---------------------------------------------------------
     def _online(self, machine: str) -> bool:
-        if machine == "local":
+        if machine == LOCAL:
             return True
         member = self.hub.members.get(machine)
         return bool(member and member.online)
@@ -222,164 +482,272 @@ class Inbox:
         since = member.offline_since or member.last_seen
         return hhmm(since) if since else "never connected"
 
-    def view(self, item: Item) -> dict:
-        d = attrs.asdict(item)
-        d["state_text"] = self.core.state_text(item, online=self._online(item.machine),
-                                               offline_since=self._offline_since(item.machine), owner=self.owner)
-        return d
-
-    async def submit(self, machine: str, req: WriteRequest, *, sender: str | None, approval: str = "standing") -> Receipt:
-        """A send or starter enters the inbox; a phone write to an empty, online inbox runs at once."""
-        existing = self.get(req.request_id)
-        if existing is not None:  # the phone's Retry, or a resend: report, never enqueue twice
-            if existing.receipt and existing.state in ("done", "running", "failed"):
-                return attrs.evolve(Receipt(**existing.receipt), replay=True)
-            return self._queued_receipt(existing)
-        now = self.wall()
-        approved = approval == "standing"
-        item = Item(id=req.request_id, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
-                    starter=req.starter_id, text=req.text, sender=sender, state="approved" if approved else "pending",
-                    created_at=now, approved_at=now if approved else None, updated_at=now)
-        active = self.items(machine, req.agent)
-        pass_through = sender is None and approved and not active and self._online(machine)
-        if pass_through:
-            key = (machine, req.agent)
-            item.state = "running"
-            item.runtime_ref = {"conversation": req.conversation, "turn": None}
-            self._insert(item)
-            self.running.add(key)  # the dispatcher must not take this for an interrupted run
-            try:
-                return await self._dispatch(machine, req, item)
-            finally:
-                self.running.discard(key)
-                self.poke()
-        self._insert(item)
-        log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
-        self.poke()
-        return self._queued_receipt(item)
-
-    def _queued_receipt(self, item: Item) -> Receipt:
-        text = self.core.state_text(item, online=self._online(item.machine),
-                                    offline_since=self._offline_since(item.machine), owner=self.owner)
-        return Receipt(request_id=item.id, op=item.kind, outcome="queued", reason="inbox", text=text)
-
-    def approve(self, item_id: str) -> Item | None:
-        item = self.get(item_id)
-        if item is None or item.state != "pending":
-            return item
-        self._set(item_id, state="approved", approved_at=self.wall())
-        self.poke()
-        return self.get(item_id)
-
-    def cancel(self, item_id: str) -> Item | None:
-        item = self.get(item_id)
-        if item is None or item.state not in ("pending", "approved"):
-            return item
-        self._set(item_id, state="cancelled")
-        return self.get(item_id)
-
-    def clear(self, machine: str, agent: str) -> int:
-        """I9: clearing the inbox cancels every waiting request."""
-        n = 0
-        for item in self.items(machine, agent):
-            if item.state in ("pending", "approved"):
-                self._set(item.id, state="cancelled")
-                n += 1
-        return n
-
-    def message(self, item_id: str, text: str) -> Item | None:
-        item = self.get(item_id)
-        if item is None or item.state not in ("pending", "approved") or item.kind != "send":
-            return item
-        self._set(item_id, text=f"{item.text}\n\n{text}")
-        return self.get(item_id)
-
-    def move(self, item_id: str, index: int) -> Item | None:
-        item = self.get(item_id)
-        if item is None:
-            return None
-        for iid, pos in self.core.move(self.items(item.machine, item.agent), item_id, index).items():
-            self._set(iid, position=pos)
-        self.poke()
-        return self.get(item_id)
-
-    # --- dispatch -------------------------------------------------------------------------------
     def _reader(self, machine: str, agent: str):
-        if machine == "local":
+        if machine == LOCAL:
             return self.writer.bridge.readers.get(agent)
         return self.hub.reader(machine, agent)
 
-    async def _dispatch(self, machine: str, req: WriteRequest, item: Item, *, from_queue: bool = False) -> Receipt:
-        if machine == "local":
-            rec = await self.writer.write(req)
-        else:
-            rec = await self.hub.write(machine, req)
-        self._after_receipt(item, rec, from_queue=from_queue)
-        return rec
+    def knows(self, machine: str, agent: str) -> bool:
+        """Is there such an agent (the lead's own, or a member's, online or remembered)?"""
+        return self._reader(machine, agent) is not None
 
-    HOLD = ("ask_open", "turn_moved", "busy", "machine_offline", "unreachable")
+    def waiting(self, item: Item, ahead: int | None = None) -> Waiting:
+        reader = self._reader(item.machine, item.agent)
+        conv = reader.conversations.get(item.conversation) if reader is not None and item.conversation else None
+        if ahead is None:
+            queue = self.active.get((item.machine, item.agent), {}).values()
+            ahead = sum(1 for i in queue if i.state == "running" or (i.state == "approved" and i.order_key < item.order_key))
+        return Waiting(online=self._online(item.machine), offline_since=self._offline_since(item.machine),
+                       agent_status=reader.status if reader is not None else "unknown",
+                       ask_open=bool(conv and conv.asks), ahead=ahead)
 
-    def _after_receipt(self, item: Item, rec: Receipt, *, from_queue: bool = False) -> None:
-        plain = attrs.asdict(rec)
-        if rec.outcome in ("sent", "started"):
-            ref = {"conversation": rec.conversation or item.conversation, "turn": rec.turn}
-            self._set(item.id, state="running", runtime_ref=ref, receipt=plain)
-        elif rec.outcome == "queued" and rec.reason != "inbox":
-            ref = {"conversation": item.conversation, "turn": (rec.turn or 0) + 1}
-            self._set(item.id, state="running", runtime_ref=ref, receipt=plain)
-        elif rec.outcome == "unknown" or (from_queue and rec.reason in self.HOLD) or rec.reason == "machine_offline":
-            # not known to have run, or held by an open ask / a moving turn: it keeps its place and
-            # the same request id goes again later (the journals make a resend safe)
-            self._set(item.id, state="approved", receipt=plain, runtime_ref=None)
-        else:
-            self._set(item.id, state="failed", reason=rec.reason or rec.outcome, receipt=plain)
+    def state_text(self, item: Item, ahead: int | None = None) -> str:
+        waiting = self.waiting(item, ahead) if item.state == "approved" else Waiting()
+        return self.core.state_text(item, owner=self.owner, waiting=waiting)
+
+    def view(self, item: Item, ahead: int | None = None) -> dict:
+        d = attrs.asdict(item, recurse=False)
+        d.pop("request", None)
+        d.pop("fingerprint", None)
+        d["state_text"] = self.state_text(item, ahead)
+        return d
+
+    def views(self, items: list[Item]) -> list[dict]:
+        """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
+        ahead: dict[str, int] = {}
+        for key in {(i.machine, i.agent) for i in items}:
+            queue = self.active.get(key, {}).values()
+            running = sum(1 for i in queue if i.state == "running")
+            approved = sorted((i for i in queue if i.state == "approved"), key=lambda i: i.order_key)
+            ahead.update((i.id, running + n) for n, i in enumerate(approved))
+        return [self.view(i, ahead.get(i.id)) for i in items]
+
+    def listing(self, machine: str, agent: str, sender: str | None = None, *, owner: bool = True) -> list[Item]:
+        items = self.core.listing(self.items(machine, agent))
+        return items if owner else [i for i in items if i.sender == sender]
+
+    # --- entry --------------------------------------------------------------------------------
+    async def submit(self, machine: str, req: WriteRequest, *, sender: str | None,
+                     approval: str = "standing") -> Receipt:
+        """A send or starter enters the inbox; a phone write to an empty, online inbox runs at once."""
+        fingerprint = entry_fingerprint(machine, req)
+        existing = await self._find(sender, req.request_id)
+        if existing is not None:
+            return await self._repeat(existing, req, fingerprint)
+        if req.op == "send":
+            reader = self._reader(machine, req.agent)
+            conv = reader.conversations.get(req.conversation or "") if reader is not None else None
+            if conv is not None and self.core.passed_turn(req.turn, conv.turn):
+                return refused(req.request_id, req.op, "turn_moved")  # B4: checked when it enters
+        iid = item_id(sender, req.request_id)
+        taken = await self.get(iid) is not None  # the owner used an id a sender's item already has
+        existing = self.by_key.get(("" if sender is None else f"token:{sender}", req.request_id))
+        if existing is not None:  # entered while we looked in the record
+            return await self._repeat(existing, req, fingerprint)
+        if taken:
+            return refused(req.request_id, req.op, "conflict")
+        sender_key = "" if sender is None else f"token:{sender}"
+        if self.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
+            return refused(req.request_id, req.op, "inbox_full",
+                           f"{WAITING_MAX} of your requests already wait in inboxes: wait until some have run")
+        now = self.wall()
+        approved = approval == "standing"
+        item = Item(id=iid, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
+                    starter=req.starter_id, text=req.text, sender=sender, state="approved" if approved else "pending",
+                    created_at=now, approved_at=now if approved else None, updated_at=now,
+                    request_id=req.request_id, fingerprint=fingerprint)
+        key = (machine, req.agent)
+        self._insert(item)
+        if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy and self._online(machine):
+            self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
+            req = attrs.evolve(req, request_id=iid)
+            if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
+                req = attrs.evolve(req, turn=self._request_for(item, self._reader(machine, req.agent)).turn)
+            try:
+                return await self._dispatch(item, req, passed_through=True)
+            finally:
+                self.busy.discard(key)
+        log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
         self.poke()
+        await self._sync()  # a `queued` receipt promises the request is kept
+        return self._queued(item)
 
-    async def _run_item(self, item: Item) -> None:
+    async def _repeat(self, existing: Item, req: WriteRequest, fingerprint: str) -> Receipt:
+        rid, op = req.request_id, req.op
+        verdict = self.core.repeat(existing, fingerprint)
+        if verdict == "conflict":
+            return refused(rid, op, "conflict")
+        if existing.id in self.inflight:  # a double tap while the first runs: wait for it, then report it
+            await self.inflight[existing.id].wait()
+            return await self._repeat(existing, req, fingerprint)
+        if verdict == "running" and (existing.runtime_ref or {}).get("turn") is None and existing.request \
+                and (existing.machine, existing.agent) not in self.busy and self._online(existing.machine):
+            # interrupted (a crash, `unknown`): the sender's Retry resumes the recorded request now
+            self.busy.add((existing.machine, existing.agent))
+            try:
+                rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
+            finally:
+                self.busy.discard((existing.machine, existing.agent))
+            return attrs.evolve(rec, request_id=rid, replay=True)
+        if existing.receipt and existing.state in ("running", "done", "failed"):
+            return attrs.evolve(_receipt(existing.receipt), request_id=rid, replay=True)
+        if verdict in ("expired", "cancelled"):
+            return Receipt(request_id=rid, op=op, outcome=verdict, reason="inbox", text=self.state_text(existing),
+                           replay=True)
+        return attrs.evolve(self._queued(existing), request_id=rid, replay=True)
+
+    def _queued(self, item: Item) -> Receipt:
+        return Receipt(request_id=item.request_id or item.id, op=item.kind, outcome="queued", reason="inbox",
+                       text=self.state_text(item))
+
+    # --- the owner's and the sender's changes -----------------------------------------------------
+    async def approve(self, item: Item) -> Item:
+        if item.state == "pending":
+            self._set(item, state="approved", approved_at=self.wall())
+            await self._sync()
+            self.poke()
+        return item
+
+    async def cancel(self, item: Item) -> Item:
+        if item.state in WAITING:
+            self._set(item, state="cancelled")
+            await self._sync()
+        return item
+
+    async def clear(self, machine: str, agent: str) -> int:
+        """I9: clearing the inbox cancels every waiting request."""
+        waiting = [i for i in self.active.get((machine, agent), {}).values() if i.state in WAITING]
+        for item in waiting:
+            self._set(item, state="cancelled")
+        await self._sync()
+        return len(waiting)
+
+    async def message(self, item: Item, text: str) -> Item | None:
+        """None when the item no longer waits (the change is refused)."""
+        fields = self.core.message(item, text)
+        if fields is None:
+            return None
+        self._set(item, **fields)
+        await self._sync()
+        return item
+
+    async def move(self, item: Item, index: int) -> Item:
+        inbox = self.active.get((item.machine, item.agent), {})
+        for iid, pos in self.core.move(inbox.values(), item.id, index).items():
+            self._set(inbox[iid], position=pos)
+        await self._sync()
+        self.poke()
+        return item
+
+    # --- dispatch -------------------------------------------------------------------------------
+    def _read_again(self, machine: str, agent: str) -> None:
+        """16.1: ask the owning bridge to read the agent again at once (a write just went out, or a
+        turn the inbox waits on may have ended). Members' agents are read by their own bridge."""
+        if machine == LOCAL:
+            self.writer.bridge.read_soon(agent)
+
+    async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
+        """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
+        self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
+        log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
+        done = self.inflight[item.id] = trio.Event()
+        try:
+            await self._sync()  # on disk before anything is sent: a resume sends this very request
+            try:
+                if item.machine == LOCAL:
+                    rec = await self.writer.write(req)
+                else:
+                    rec = await self.hub.write(item.machine, req)
+            except Exception as exc:  # one item's failure is that item's, never the lead's
+                log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine, item.agent,
+                            item.id, type(exc).__name__)
+                rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
+            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through)
+            if fields.get("state") == "running" and (fields.get("runtime_ref") or {}).get("turn") is None:
+                _, backoff = self.retry_at.get(item.id, (0.0, RETRY_MIN / 2))
+                backoff = min(RETRY_MAX, backoff * 2)
+                self.retry_at[item.id] = (trio.current_time() + backoff, backoff)
+            else:
+                self.retry_at.pop(item.id, None)
+            self._set(item, **fields)
+            if item.state == "failed":
+                log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
+            await self._sync()
+            self._read_again(item.machine, item.agent)
+            return rec
+        finally:
+            del self.inflight[item.id]
+            done.set()
+            self.poke()
+
+    async def _run_item(self, item: Item, req: WriteRequest) -> None:
         key = (item.machine, item.agent)
         try:
-            reader = self._reader(item.machine, item.agent)
-            turn = None
-            if item.kind == "send" and reader is not None and item.conversation in reader.conversations:
-                turn = reader.conversations[item.conversation].turn
-            req = WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
-                               text=item.text, turn=turn, starter_id=item.starter)
-            self._set(item.id, state="running", runtime_ref={"conversation": item.conversation, "turn": None})
-            log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
-            await self._dispatch(item.machine, req, item, from_queue=True)
+            await self._dispatch(item, req)
+        except Exception as exc:  # the record failed (disk): try again at the next tick
+            log.warning("[inbox] %s/%s: %s not dispatched: %s", item.machine, item.agent, item.id, type(exc).__name__)
         finally:
-            self.running.discard(key)
+            self.busy.discard(key)
+
+    def _request_for(self, item: Item, reader) -> WriteRequest:
+        """The recorded request when there is one (resumed exactly); else a new one quoting the
+        conversation's current turn (crew.md §4)."""
+        if item.request:
+            return WriteRequest(**item.request)
+        turn = None
+        if item.kind == "send" and reader is not None and item.conversation in reader.conversations:
+            turn = reader.conversations[item.conversation].turn
+        return WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
+                            text=item.text, turn=turn, starter_id=item.starter)
 
     def _tick(self, nursery: trio.Nursery) -> None:
-        now = self.wall()
-        inboxes = {(m, a) for m, a in self.db.execute(
-            "SELECT DISTINCT machine, agent FROM items WHERE state IN ('pending','approved','running')")}
-        for machine, agent in inboxes:
-            items = self.items(machine, agent)
-            for item in self.core.expired(items, now):
-                self._set(item.id, state="expired")
+        now, clock = self.wall(), trio.current_time()
+        for key in list(self.active):
+            machine, agent = key
+            inbox = self.active.get(key, {})
+            for item in self.core.expired(list(inbox.values()), now):
+                self._set(item, state="expired")
                 log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
-            items = self.items(machine, agent)
             reader = self._reader(machine, agent)
-            for item in items:
-                if item.state == "running" and item.runtime_ref and item.runtime_ref.get("turn") is not None:
+            ready = reader is not None and reader.status == "ready"
+            resume = None
+            for item in list(self.active.get(key, {}).values()):
+                if item.state != "running" or item.id in self.inflight:
+                    continue
+                if (item.runtime_ref or {}).get("turn") is not None:
                     conv = reader.conversations.get(item.runtime_ref.get("conversation")) if reader else None
-                    if reader is not None and reader.status == "ready" and self.core.done(
-                            item, conv.turn if conv else None, conv.state if conv else None):
-                        self._set(item.id, state="done")
-                elif item.state == "running" and (item.runtime_ref or {}).get("turn") is None and (machine, agent) not in self.running:
-                    # a run interrupted before its receipt (a crash or a dropped link): resume by reference
-                    if self._online(machine):
-                        self._set(item.id, state="approved")
-            if (machine, agent) in self.running or not self._online(machine):
+                    if ready and self.core.done(item, conv.turn if conv else None, conv.state if conv else None):
+                        self._set(item, state="done")
+                    elif ready:
+                        self._read_again(machine, agent)  # waiting on its turn to end: look again at once
+                elif self.retry_at.get(item.id, (0.0, 0.0))[0] <= clock:
+                    resume = item  # interrupted before its receipt: resumed by reference
+            if key in self.busy or not self._online(machine) or not ready:
                 continue
-            if reader is None or reader.status != "ready":
-                continue
-            blocked = {cid for cid, c in reader.conversations.items() if c.asks}
-            nxt = self.core.next_to_run(self.items(machine, agent), blocked)
+            nxt = resume
+            if nxt is None:
+                blocked = {cid for cid, c in reader.conversations.items() if c.asks}
+                nxt = self.core.next_to_run(self.active.get(key, {}).values(), blocked)
             if nxt is not None:
-                self.running.add((machine, agent))
-                nursery.start_soon(self._run_item, nxt)
+                self.busy.add(key)
+                nursery.start_soon(self._run_item, nxt, self._request_for(nxt, reader))
+        if now - self._last_purge >= 60.0:
+            self._last_purge = now
+            for item in self.core.forgotten(list(self.finished.values()), now):
+                self._forget(item)
+                self._gone.add(item.id)
+                self._gen += 1
+            if not self.complete:
+                nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
+        if self._flushed < self._gen and self._flushing is None:
+            nursery.start_soon(self._sync)
+
+    async def _purge_record(self, before: float) -> None:
+        def purge():
+            with self.db:
+                self.db.execute("DELETE FROM items WHERE state IN ('done','expired','cancelled','failed') "
+                                "AND updated_at < ?", (before,))
+        await self._db(purge)
 
     async def _follow_bridge(self) -> None:
         """A local agent's turn ending (or any change) may let the next item run: look at once."""
@@ -395,3 +763,12 @@ class Inbox:
                 with trio.move_on_after(TICK):
                     await self.wake.wait()
                 self.wake = trio.Event()
+
+    def statistics(self) -> dict:
+        return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
+                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed}
+
+
+def _receipt(d: dict) -> Receipt:
+    fields = {f.name for f in attrs.fields(Receipt)}
+    return Receipt(**{k: v for k, v in d.items() if k in fields})

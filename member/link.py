@@ -1,10 +1,16 @@
 """The member's link up to its lead (crew.md §2): dial out, keep the lead's view current, carry writes.
 
 - Dial `wss://…/crew/v1` (or `ws://` to loopback) with the member token in the upgrade's
-  `Authorization` header; `hello` → `welcome`. A refused token (401), a closed `version`, or no lead
+  `Authorization` header; `hello` → `welcome`. A refused token (closed `unauthorized`), `version`,
+  `label_in_use` (another machine holds this label: see the lead's rule in lead.hub), or no lead
   listening are reported and retried.
-- After every (re)connect: a full `snapshot`; then an `agent` frame only when an agent's view
-  changed, at least `MIN_GAP` apart per agent — traffic proportional to change, not to polling.
+- After every (re)connect: a full `snapshot` (agents that do not fit one frame follow as `agent`
+  frames, named in its `more`); then an `agent` frame only when an agent's view changed. Coalescing
+  is on the leading edge: the first change after a quiet spell goes at once, later ones at most one
+  frame per `MIN_GAP` per agent, and the last state always goes — a lone ask is never delayed.
+- No frame is larger than crewwire.MAX_FRAME (the lead closes the link above it): a view keeps at
+  most MAX_CONVERSATIONS open conversations; an items read too large keeps its newest items behind
+  the left-out line (S3).
 - `beat` every 10 s (and a WebSocket ping), so the lead sees silence within 30 s.
 - `request` frames run through this bridge's own writer and journal: a request id the member has
   seen is never sent to the agent again, so a lead that resends after a dropped link gets the
@@ -15,7 +21,9 @@
 from __future__ import annotations
 
 import json
+import math
 import random
+import secrets
 import ssl
 import time
 
@@ -25,6 +33,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError,
 
 from bridge.bridge import Bridge
 from bridge.panes import chat_items
+from bridge.reader import LEFT_OUT
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import __version__, crewwire, logs
@@ -33,7 +42,8 @@ from crew.wire import unstructure
 
 log = logs.get("crew")
 
-MIN_GAP = 0.1
+MIN_GAP = crewwire.MIN_GAP
+FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 CONNECT_TIMEOUT = 10.0
 
@@ -50,9 +60,74 @@ class LinkStatus:
 
 
 def agent_view(bridge: Bridge, name: str) -> dict:
+    """One agent's view as the lead reads it, with at most MAX_CONVERSATIONS open conversations."""
     reader = bridge.readers[name]
-    return {"name": name, "status": unstructure(reader.status_view()), "hello": reader.raw_hello,
-            "state": reader.raw_state if reader.hello is not None else None}
+    state = reader.raw_state if reader.hello is not None else None
+    if isinstance(state, dict) and isinstance(state.get("conversations"), list) \
+            and len(state["conversations"]) > crewwire.MAX_CONVERSATIONS:
+        state = {**state, "conversations": state["conversations"][:crewwire.MAX_CONVERSATIONS]}
+    view = {"name": name, "status": unstructure(reader.status_view()), "hello": reader.raw_hello, "state": state}
+    if len(crewwire.encode(view)) > crewwire.MAX_FRAME - FRAME_ROOM:
+        status = {**view["status"], "status": "unreachable", "reason": "protocol",
+                  "detail": "the durable agent's state is larger than the crew link carries "
+                            f"({crewwire.MAX_FRAME // 1024} KiB)"}
+        view = {"name": name, "status": status, "hello": None, "state": None}
+    return view
+
+
+class Coalescer:
+    """Leading-edge rate limit per agent (plain class, `now` passed in): a change after a quiet spell
+    goes at once; within `gap` of the last frame it waits for the gap's end; the newest state always
+    goes in the end, so nothing is lost and a lone change is never delayed."""
+
+    def __init__(self, gap: float) -> None:
+        self.gap = gap
+        self.sent: dict[str, str] = {}  # agent -> the view it was last sent as
+        self.last: dict[str, float] = {}  # agent -> when
+
+    def decide(self, name: str, key: str, now: float) -> float | None:
+        """0 to send now, seconds to wait, or None when the lead already has this view."""
+        if self.sent.get(name) == key:
+            return None
+        return max(0.0, self.last.get(name, -math.inf) + self.gap - now)
+
+    def mark(self, name: str, key: str, now: float) -> None:
+        self.sent[name], self.last[name] = key, now
+
+
+def snapshot_frames(views: list[dict]) -> list[dict]:
+    """A `snapshot` carrying as many views as fit one frame; the others follow as `agent` frames
+    (named in the snapshot's `more`, so the lead does not drop them meanwhile)."""
+    room = crewwire.MAX_FRAME - FRAME_ROOM
+    inside, after = [], []
+    for view in views:
+        size = len(crewwire.encode(view)) + 1
+        if size <= room:
+            inside.append(view)
+            room -= size
+        else:
+            after.append(view)
+    frames = [{"type": "snapshot", "agents": inside, "more": [v["name"] for v in after]}]
+    frames += [{"type": "agent", "name": v["name"], "view": {k: x for k, x in v.items() if k != "name"}} for v in after]
+    return frames
+
+
+def fit_items(result: dict, frame_room: int = crewwire.MAX_FRAME - FRAME_ROOM) -> dict:
+    """An items answer that fits one frame: the newest items, behind the left-out line (S3)."""
+    items = result["items"]
+    if len(crewwire.encode(result)) <= frame_room:
+        return result
+    lo, hi = 0, len(items)  # the fewest items to drop so that the rest fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        kept = items[mid:]
+        gap = [{"kind": "gap", "seq": kept[0].get("seq", 0) if kept else 0, "text": LEFT_OUT}]
+        if len(crewwire.encode({**result, "items": gap + kept})) <= frame_room:
+            hi = mid
+        else:
+            lo = mid + 1
+    kept = items[lo:]
+    return {**result, "items": [{"kind": "gap", "seq": kept[0].get("seq", 0) if kept else 0, "text": LEFT_OUT}] + kept}
 
 
 class Link:
@@ -62,7 +137,7 @@ class Link:
         self.writer = writer
         self.url = crewwire.ws_url(cfg.lead)
         self.status = LinkStatus(lead=self.url)
-        self.boot = str(time.time())
+        self.boot = secrets.token_hex(8)  # one per process: the lead knows a reconnect of this member by it
         self.rng = random.Random()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -89,7 +164,14 @@ class Link:
         if isinstance(exc, HandshakeError):
             return f"cannot reach the lead at {self.url} ({exc.__class__.__name__})"
         if isinstance(exc, ConnectionClosed):
-            return f"the lead closed the link: {getattr(exc.reason, 'reason', None) or 'closed'}"
+            reason = getattr(exc.reason, "reason", None) or "closed"
+            if reason == crewwire.UNAUTHORIZED:
+                return ("the lead refused this member (unauthorized): the member token is wrong or was removed; "
+                        "ask for a new invite")
+            if reason == crewwire.LABEL_IN_USE:
+                return (f"the lead refused this member (label_in_use): another machine is connected as "
+                        f"{self.cfg.label}; give each machine its own invite (`collie crew invite --label …`)")
+            return f"the lead closed the link: {crewwire.shown(reason)}"
         if isinstance(exc, trio.TooSlowError):
             return "the lead did not answer in time (this machine may have slept)"
         return f"link lost: {exc.__class__.__name__}: {exc}"
@@ -105,7 +187,8 @@ class Link:
         ctx = ssl.create_default_context() if self.url.startswith("wss://") else None
         headers = [(b"authorization", f"Bearer {self.cfg.token}".encode())]
         async with open_websocket_url(self.url, ssl_context=ctx, extra_headers=headers,
-                                      connect_timeout=CONNECT_TIMEOUT, disconnect_timeout=2) as ws:
+                                      connect_timeout=CONNECT_TIMEOUT, disconnect_timeout=2,
+                                      max_message_size=crewwire.MAX_FRAME) as ws:
             await ws.send_message(crewwire.encode({
                 "type": "hello", "label": self.cfg.label, "collie": __version__,
                 "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},
@@ -146,20 +229,42 @@ class Link:
                     log.info("[crew] unknown frame type %r from the lead ignored", kind)
 
     async def _publish(self, send) -> None:
-        """A snapshot, then only what changed, each agent at most every MIN_GAP seconds."""
-        sent: dict[str, str] = {}
-        views = [agent_view(self.bridge, name) for name in self.bridge.readers]
-        await send({"type": "snapshot", "agents": views})
-        sent = {v["name"]: json.dumps(v, sort_keys=True) for v in views}
-        while True:
-            await self.bridge.wait_changed()
-            await trio.sleep(MIN_GAP)
-            for name in self.bridge.readers:
-                view = agent_view(self.bridge, name)
-                key = json.dumps(view, sort_keys=True)
-                if sent.get(name) != key:
-                    await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
-                    sent[name] = key
+        """A snapshot, then only what changed (see Coalescer)."""
+        changed = trio.Event()
+        dirty = False
+
+        async def watch() -> None:  # level-triggered: a change while a frame is sent is never missed
+            nonlocal dirty
+            while True:
+                await self.bridge.wait_changed()
+                dirty = True
+                changed.set()
+
+        coalescer = Coalescer(MIN_GAP)
+        async with trio.open_nursery() as n:
+            n.start_soon(watch)
+            views = [agent_view(self.bridge, name) for name in self.bridge.readers]
+            for frame in snapshot_frames(views):
+                await send(frame)
+            now = trio.current_time()
+            for v in views:
+                coalescer.mark(v["name"], json.dumps(v, sort_keys=True), now)
+            due: float | None = None
+            while True:
+                if not dirty:
+                    with trio.move_on_after(math.inf if due is None else due):
+                        await changed.wait()
+                dirty, changed = False, trio.Event()
+                due = None
+                for name in list(self.bridge.readers):
+                    view = agent_view(self.bridge, name)
+                    key = json.dumps(view, sort_keys=True)
+                    wait = coalescer.decide(name, key, trio.current_time())
+                    if wait == 0:
+                        await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
+                        coalescer.mark(name, key, trio.current_time())
+                    elif wait is not None:
+                        due = wait if due is None else min(due, wait)
 
     async def _beat(self, send, ws) -> None:
         while True:
@@ -194,6 +299,7 @@ class Link:
                 else:
                     items = await self.bridge.read_items_through(agent, conv)
                     result = {"items": chat_items([i for i in items if i["seq"] > since], tapped), "open": False}
+                result = fit_items(result)
             elif what == "closed":
                 got = await self.bridge.read_closed(agent, args.get("cursor"))
                 result = {"closed": got.conversations, "next": got.next, "footer": got.footer, "reason": got.reason}
@@ -203,4 +309,8 @@ class Link:
                 ok = False
         except Exception as exc:  # a failed read is an answer, not a dead link
             ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
-        await send({"type": "read_result", "id": msg.get("id"), "ok": ok, "result": result})
+        frame = {"type": "read_result", "id": msg.get("id"), "ok": ok, "result": result}
+        if len(crewwire.encode(frame)) > crewwire.MAX_FRAME - FRAME_ROOM:  # the lead would close the link
+            frame = {"type": "read_result", "id": msg.get("id"), "ok": False,
+                     "result": {"error": "the answer is larger than the crew link carries"}}
+        await send(frame)

@@ -4,6 +4,7 @@ and the inbox, driven through quart-trio's test client — so a test takes the d
 
 from __future__ import annotations
 
+import json
 import uuid
 from contextlib import asynccontextmanager
 
@@ -12,6 +13,7 @@ import trio
 
 from bridge.journal import Journal
 from bridge.writer import Writer
+from crew import crewwire
 from crew.config import AgentConfig
 from crew.paths import Paths
 from lead.api import create_api, install_inbox_routes
@@ -27,6 +29,14 @@ class InlineJournal(Journal):
     """The journal's SQL run inline (no worker thread), so virtual times stay exact."""
 
     async def run(self, fn, *args):
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+
+class InlineInbox(Inbox):
+    """The inbox's SQL run inline too (it commits in a worker thread, which virtual time cannot wait for)."""
+
+    async def _db(self, fn, *args):
         await trio.lowlevel.checkpoint()
         return fn(*args)
 
@@ -63,7 +73,7 @@ async def api_lab(tmp, agents: list[AgentConfig], *, ready: tuple[str, ...] | No
         paths = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state")
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         hub = Hub(paths, b, w)
-        inbox = Inbox(paths.state_dir / "inbox.sqlite", hub, w)
+        inbox = InlineInbox(paths.state_dir / "inbox.sqlite", hub, w)
         app = create_app(lambda a: (create_api(a, b, w, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
         async with trio.open_nursery() as n:
             await n.start(w.recover)
@@ -84,13 +94,15 @@ class FakeLink:
         self.calls: list[tuple[float, dict]] = []
         self.closed = trio.Event()
 
-    async def call(self, msg: dict, timeout: float) -> dict | None:
+    async def call(self, msg: dict, timeout: float):
+        """The answer frame as `Conn.call` returns it: parsed by the crew wire, or None on timeout."""
         if msg["type"] == "read":  # reads (recent sends, items) answer at once, empty
-            return {"type": "read_result", "id": msg["id"], "ok": True, "result": {"lines": [], "items": []}}
+            return frame({"type": "read_result", "id": msg["id"], "ok": True,
+                          "result": {"lines": [], "items": [], "open": True}})
         self.calls.append((trio.current_time(), msg))
         with trio.move_on_after(timeout):
             await trio.sleep(self.delay)
-            return {"type": "receipt", "id": msg["id"], "receipt": self.answer(msg)}
+            return frame({"type": "receipt", "id": msg["id"], "receipt": self.answer(msg)})
         return None
 
     async def send(self, msg: dict) -> None:
@@ -101,6 +113,9 @@ def add_member(hub: Hub, label: str, link: FakeLink, views: list[dict]) -> Membe
     """A member online through `link`, its agents' raw hello and state as its bridge read them."""
     member = hub.members[label] = Member(label)
     member.conn = link
-    for view in views:
-        hub._apply_view(member, view)
+    hub._install_views(member, views, trio.current_time())
     return member
+
+
+def frame(msg: dict):
+    return crewwire.parse_member_frame(json.dumps(msg))[1]

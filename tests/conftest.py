@@ -98,3 +98,13 @@ def bridge(paths):
         b.stop()
         if b.proc.stdout:
             b.proc.stdout.close()
+
+
+@pytest.fixture
+async def loopwatch():
+    """Fails the test when one task step blocked the event loop longer than 20 ms (issue 16.2)."""
+    from tests.loopwatch import LoopWatch
+
+    with LoopWatch() as watch:
+        yield watch
+    assert not watch.slow, watch.report()

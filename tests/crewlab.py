@@ -204,3 +204,28 @@ class CutProxy:
         self.open = False
         self.cut()
         self.server.close()
+
+
+def fake_view(name: str, conversations: int = 1, instance: str = "sim-1", turn: int = 3) -> dict:
+    """An agent's view as a member sends it (crew.md §2), for members simulated by a test or a benchmark."""
+    hello = {"wire": {"min": 1, "max": 1}, "runtime": "sim", "instance": instance,
+             "caps": ["asks", "send", "steer", "abort", "history", "watch", "rename"], "limits": {"text_max": 2000}}
+    convs = [{"id": f"c{i:02d}", "title": f"Conversation {i}", "subtitle": None, "workspace": {"id": "w", "title": "Work"},
+              "tab": {"id": "t", "title": None}, "harness": "sim", "state": "idle", "turn": turn,
+              "activity": "2026-11-30T01:00:00Z", "progress": None, "asks": [], "actions": [], "items_rev": 10}
+             for i in range(conversations)]
+    state = {"rev": 10, "instance": instance, "subtitle": None, "conversations": convs, "starters": []}
+    status = {"name": name, "transport": "socket", "address": "/run/sim.sock", "local": True, "status": "ready"}
+    return {"name": name, "status": status, "hello": hello, "state": state}
+
+
+def hello_frame(label: str, boot: str = "sim-boot") -> str:
+    return json.dumps({"type": "hello", "label": label, "collie": "0.1.0", "crew_wire": {"min": 1, "max": 1},
+                       "ops": [], "boot": boot})
+
+
+def invite(crew: Crew, label: str) -> str:
+    """A member token for `label`, as `collie crew invite` makes it (for a member simulated in the test)."""
+    out = crew.lead.collie("crew", "invite", "--label", label)
+    assert out.returncode == 0, out.stderr
+    return (crew.lead.paths.state_dir / "invites" / f"{label}.token").read_text().strip()

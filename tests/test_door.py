@@ -160,8 +160,9 @@ def test_parse_body_accepts_what_routes_take():
 
 async def test_a_defect_is_a_json_500_and_the_members_link_keeps_its_own_refusal(lead):
     """The catch-all is for defects only: an exception in a route is a JSON 500 with one log line; the members'
-    websocket link (not /api) still refuses a bad member token with its own 401 (crew.md §1)."""
-    from quart.testing.connections import WebsocketResponseError
+    websocket link (not /api) still refuses a bad member token with its own close (crew.md §2: reason
+    `unauthorized`, code 1008; tests/test_crew_link.py checks the reason over a real socket)."""
+    from quart.testing.connections import WebsocketDisconnectError
 
     app, owner = lead
 
@@ -171,10 +172,10 @@ async def test_a_defect_is_a_json_500_and_the_members_link_keeps_its_own_refusal
 
     status, body, _ = await call(app, "GET", "/api/boom", {"authorization": f"Bearer {owner}"})
     assert (status, body["error"]) == (500, "internal")
-    statuses = []
+    codes = []
     try:
         async with app.test_client().websocket("/crew/v1", headers={"authorization": "Bearer nope"}) as ws:
             await ws.receive()
-    except* WebsocketResponseError as refused:
-        statuses = [e.response.status_code for e in refused.exceptions]
-    assert statuses == [401]
+    except* WebsocketDisconnectError as refused:
+        codes = [e.args[0] for e in refused.exceptions]
+    assert codes == [1008]

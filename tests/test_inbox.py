@@ -1,19 +1,24 @@
-"""The inbox's decisions, with explicit wall-clock times (features I2–I7, crew.md §4)."""
+"""The inbox's decisions, with explicit wall-clock times (features I2–I9, B2–B4, crew.md §4; issues 8, 9).
+
+`InboxCore` is pure: these run in microseconds and need no trio."""
 
 from __future__ import annotations
 
 import pytest
 
-from lead.inbox import TTL_DEFAULT, InboxCore, Item
+from bridge.writes import WriteRequest
+from lead.inbox import KEEP_FINISHED, TTL_DEFAULT, InboxCore, Item, Waiting, entry_fingerprint, item_id
 
 DAY = 24 * 3600.0
 
 
-def item(iid, state="approved", created=0.0, approved=None, kind="send", conv="c", position=None, seq=0, ref=None):
+def item(iid, state="approved", created=0.0, approved=None, kind="send", conv="c", position=None, seq=0, ref=None,
+         sender=None, receipt=None, request=None, fingerprint=None, updated=0.0):
     return Item(id=iid, machine="laptop", agent="desk", kind=kind, conversation=conv, starter=None, text="t",
-                sender=None, state=state, created_at=created,
+                sender=sender, state=state, created_at=created,
                 approved_at=approved if approved is not None else (created if state != "pending" else None),
-                position=position, runtime_ref=ref, seq=seq)
+                position=position, runtime_ref=ref, seq=seq, receipt=receipt, request=request,
+                fingerprint=fingerprint, updated_at=updated)
 
 
 def test_runs_in_approval_order_not_arrival_order():
@@ -80,12 +85,110 @@ def test_done_when_the_turn_it_started_ends(turn, state, done):
 
 
 def test_state_texts():
-    """I7: what the sender sees, word for word."""
+    """I7: what the sender sees, word for word, including why an approved item waits."""
     core = InboxCore()
-    assert core.state_text(item("x", state="pending"), online=True, offline_since=None, owner="Ana") == \
-        "waiting for approval from Ana"
-    assert core.state_text(item("x"), online=False, offline_since="22:00", owner="Ana") == \
+    assert core.state_text(item("x", state="pending"), owner="Ana") == "waiting for approval from Ana"
+    assert core.state_text(item("x"), owner="Ana", waiting=Waiting(online=False, offline_since="22:00")) == \
         "queued, machine offline since 22:00"
-    assert core.state_text(item("x"), online=True, offline_since=None, owner="Ana") == "queued"
+    assert core.state_text(item("x"), owner="Ana") == "queued"
+    assert core.state_text(item("x"), owner="Ana", waiting=Waiting(ask_open=True)) == "queued, waiting: an ask is open"
+    assert core.state_text(item("x"), owner="Ana", waiting=Waiting(ahead=3)) == "queued, waiting: 3 ahead"
+    assert core.state_text(item("x"), owner="Ana", waiting=Waiting(agent_status="unreachable")) == \
+        "queued, waiting: the agent is unreachable"
     for state in ("running", "done", "expired", "cancelled"):
-        assert core.state_text(item("x", state=state), online=True, offline_since=None, owner="Ana") == state
+        assert core.state_text(item("x", state=state), owner="Ana") == state
+    failed = item("x", state="failed")
+    failed.reason = "closed"
+    assert core.state_text(failed, owner="Ana") == "failed: closed"
+
+
+def send(rid="r1", text="hello", turn=5, conv="c"):
+    return WriteRequest(request_id=rid, op="send", agent="desk", conversation=conv, text=text, turn=turn)
+
+
+def test_a_reused_request_id_with_another_body_is_a_conflict():
+    """B2, issue 8.1: the same id and body is a repeat; another text, turn or target is `conflict`."""
+    core = InboxCore()
+    fp = entry_fingerprint("laptop", send())
+    first = item("r1", fingerprint=fp)
+    assert core.repeat(first, entry_fingerprint("laptop", send())) == "approved"
+    assert core.repeat(first, entry_fingerprint("laptop", send(text="other"))) == "conflict"
+    assert core.repeat(first, entry_fingerprint("laptop", send(turn=6))) == "conflict"
+    assert core.repeat(first, entry_fingerprint("other-machine", send())) == "conflict"
+    expired = item("r1", state="expired", fingerprint=fp)
+    assert core.repeat(expired, fp) == "expired"  # I7: reported as expired, not as queued
+
+
+def test_request_ids_are_scoped_per_sender():
+    """Issue 9.4: a sender's id never names the owner's item, nor another sender's."""
+    assert item_id(None, "abc") == "abc"  # the phone's own id: what the agent sees and the phone retries with
+    assert item_id("slack", "abc") not in ("abc", item_id("ci", "abc"))
+    assert item_id("slack", "abc") == item_id("slack", "abc")
+
+
+@pytest.mark.parametrize(("quoted", "current", "passed"), [(0, 5, True), (4, 5, True), (5, 5, False), (6, 5, False),
+                                                           (None, 5, False), (3, None, False)])
+def test_a_send_quoting_a_passed_turn_is_refused_at_entry(quoted, current, passed):
+    """B4, issue 8.2, crew.md §3: judged when it enters against the turn the lead sees; a quoted turn
+    ahead of the lead's view is the view lagging, not a passed turn."""
+    assert InboxCore.passed_turn(quoted, current) is passed
+
+
+SENT = {"outcome": "sent", "turn": 8, "request_id": "r"}
+
+
+def test_settle_after_a_dispatch():
+    """crew.md §4, B3: what the inbox does with each receipt of a dispatched item."""
+    core = InboxCore()
+    waiting = item("r", state="running", request={"turn": 7})
+    assert core.settle(waiting, SENT) == {"state": "running", "runtime_ref": {"conversation": "c", "turn": 8},
+                                          "receipt": SENT}
+    agent_queued = {"outcome": "queued", "turn": 7}
+    assert core.settle(waiting, agent_queued)["runtime_ref"] == {"conversation": "c", "turn": 8}
+    unknown = core.settle(waiting, {"outcome": "unknown"})
+    assert unknown["state"] == "running" and unknown["runtime_ref"] is None and "request" not in unknown  # resumed as recorded
+    held = core.settle(waiting, {"outcome": "refused", "reason": "ask_open"})
+    assert held["state"] == "approved" and held["request"] is None  # nothing reached the agent: quotes anew later
+    assert core.settle(waiting, {"outcome": "refused", "reason": "closed"})["state"] == "failed"
+    replayed = core.settle(waiting, {"outcome": "refused", "reason": "turn_moved", "replay": True})
+    assert (replayed["state"], replayed["reason"]) == ("failed", "turn_moved")
+
+
+def test_a_refusal_shown_to_the_sender_is_final():
+    """Issue 8.4: a request the phone was told is refused never runs later."""
+    core = InboxCore()
+    passing = item("r", state="running", request={"turn": 7})
+    got = core.settle(passing, {"outcome": "refused", "reason": "turn_moved"}, passed_through=True)
+    assert got["state"] == "failed"
+
+
+def test_a_conflict_after_a_held_refusal_keeps_the_true_refusal():
+    """The agent's side recorded the earlier refusal: the item fails with it, not with `conflict`."""
+    core = InboxCore()
+    earlier = {"outcome": "refused", "reason": "turn_moved", "request_id": "r"}
+    retried = item("r", state="running", receipt=earlier)
+    got = core.settle(retried, {"outcome": "refused", "reason": "conflict"})
+    assert got["state"] == "failed" and got["reason"] == "turn_moved" and got["receipt"]["reason"] == "turn_moved"
+
+
+def test_finished_items_are_kept_a_day():
+    """I7, I9, issue 8.9: done, expired, cancelled and failed items stay readable for 24 h."""
+    assert KEEP_FINISHED >= DAY
+    items = [item("d", state="done", updated=1000.0), item("q", state="approved", updated=0.0)]
+    assert InboxCore.forgotten(items, 1000.0 + DAY - 1) == []
+    assert [i.id for i in InboxCore.forgotten(items, 1000.0 + DAY)] == ["d"]
+    listing = InboxCore().listing(items + [item("e", state="expired", updated=2000.0)])
+    assert [i.id for i in listing] == ["q", "e", "d"]  # waiting first, then finished, newest first
+
+
+def test_a_change_after_approval_needs_a_new_approval():
+    """Issue 9.3: a `required` sender's message to an item the owner approved sends it back to pending;
+    the owner's and standing senders' items stay approved; a running item takes no change."""
+    core = InboxCore()
+    approved_later = item("x", sender="slack", created=10.0, approved=50.0)
+    got = core.message(approved_later, "and delete prod")
+    assert got["state"] == "pending" and got["approved_at"] is None and got["text"] == "t\n\nand delete prod"
+    assert "state" not in core.message(item("y", sender="ci", created=10.0), "more")  # standing: approved on arrival
+    assert "state" not in core.message(item("z", created=10.0), "more")  # the owner's own
+    assert core.message(item("p", state="pending", sender="slack"), "more")["text"] == "t\n\nmore"
+    assert core.message(item("r", state="running"), "late") is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -48,12 +49,21 @@ def test_member_asks_offline_and_back_and_inbox_receipts_arrive_live(crew):
                                                     for x in e[2]["sections"]), timeout=40)
         s.wait(lambda e: e[0] == "pane" and e[2]["pane"] and e[2]["pane"]["online"] is False
                and e[2]["pane"]["controls"]["stop"] is False and e[2]["pane"]["controls"]["send"] is True, timeout=40)
+        turn = snap["pane"]["turn"]
+        rid = str(uuid.uuid4())
+        got = c.post("/api/send", json={"request_id": rid, "machine": "workshop", "agent": "lab",
+                                        "conversation": "deploy", "text": "while you slept", "turn": turn}).json()
+        assert got["outcome"] == "queued", got
+        queued = s.wait(lambda e: e[0] == "inbox" and e[2]["item"]["request_id"] == rid)[2]["item"]
+        assert queued["state"] == "approved" and queued["state_text"].startswith("queued, machine offline since")
         after = len(s.events)
         m.serve()
 
         def workshop_online(e):
             return e[0] == "sections" and [x for x in e[2]["sections"] if x["machine"] == "workshop"][0]["online"]
         s.wait(workshop_online, timeout=40, start=after)
+        s.wait(lambda e: e[0] == "inbox" and e[2]["item"]["request_id"] == rid
+               and e[2]["item"]["state"] in ("running", "done"), timeout=40, start=after)
         s.close()
         wait_for(lambda: control.call(crew.lead.paths.control_socket, "live")["viewers"] == {},
                  what="viewing released")

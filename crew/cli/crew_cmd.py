@@ -2,7 +2,8 @@
 
 join/leave write or remove crew.json (0600) and restart nothing unless `--restart`. invite makes a
 fresh member token (32 random bytes), stores only its hash on the lead, and writes the token to a
-0600 file whose path it prints — the token itself is never printed.
+0600 file whose path it prints — the token itself is never printed. The running lead deletes that
+file as soon as the member first connects, so only the hash stays (crew.md §1).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def invite(args, paths) -> int:
     atomic_write(token_file, (token + "\n").encode(), mode=0o600)
     url = _lead_address(paths)
     print(f"invited {label}. Its member token is in {token_file} (0600); it is not printed.")
-    print("Copy that file to the member machine (e.g. with scp), then run there:")
+    print("Copy that file to the member machine (e.g. with scp); the lead deletes it once the member joined.")
+    print("Then run there:")
     print(f"  export COLLIE_CREW_TOKEN=\"$(cat {label}.token)\"")
     print(f"  collie crew join {url} --token-env COLLIE_CREW_TOKEN --label {label} --restart")
     if url.startswith("ws://"):

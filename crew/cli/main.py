@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from crew import __version__
-from crew.cli import crew_cmd, doctor, durable, logs_cmd, pair_cmd, restart, serve, service, status, tokens_cmd
+from crew.cli import acp_cmd, crew_cmd, demo, doctor, durable, logs_cmd, pair_cmd, restart, serve, service, status, tokens_cmd
 from crew.errors import CollieError
 from crew.logs import printable
 from crew.paths import Paths
@@ -17,8 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"collie {__version__}")
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
-    for module in (serve, restart, logs_cmd, doctor, status, durable, crew_cmd, tokens_cmd, pair_cmd, service):
+    for module in (demo, serve, restart, logs_cmd, doctor, status, durable, crew_cmd, tokens_cmd, pair_cmd, service):
         module.register(sub)
+    acp_cmd.register(sub)
     return p
 
 

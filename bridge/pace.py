@@ -1,0 +1,47 @@
+"""When the next read of one agent may start: a plain class, fed `now` (no I/O, no trio).
+
+The rule (features W5; issue 16.1) — coalesce on the leading edge:
+- A change after a quiet spell is read at once: a read may start as soon as the previous one
+  *started* at least `gap` ago. Only a burst of changes (an agent streaming a reply) is paced, one
+  read per `gap`, so it is read a few times a second rather than once per word.
+- A poke reads at once, burst or not: a write just went through (`poke`), or someone waits for a
+  turn to end (`poke(eager=True)`, what `Bridge.read_soon` does). Pokes made before that read starts
+  coalesce into it; a poke made while a read is in flight asks for one more read right after it,
+  because the read in flight may predate what the poker knows.
+- Without `watch` (plain polling) the next read comes a `cadence` after the last one started (10 s,
+  2 s while viewed) — except while someone waits for a change (`eager`): then every `gap` until a
+  read sees one.
+"""
+
+from __future__ import annotations
+
+MIN_GAP = 0.2
+
+
+class ReadPace:
+    def __init__(self, gap: float = MIN_GAP) -> None:
+        self.gap = gap
+        self.last_start: float | None = None
+        self.poked = False
+        self.eager = False
+
+    def poke(self, *, eager: bool = False) -> None:
+        self.poked = True
+        self.eager = self.eager or eager
+
+    def started(self, now: float) -> None:
+        """A read starts now: every poke made so far is covered by it."""
+        self.last_start = now
+        self.poked = False
+
+    def finished(self, changed: bool) -> None:
+        if changed:
+            self.eager = False  # the change someone waited for has been read
+
+    def delay(self, now: float, *, long_poll: bool, cadence: float) -> float:
+        """Seconds to wait before the next read (0: at once); a poke in the meantime cuts it short."""
+        if self.poked:
+            return 0.0
+        since = now - self.last_start if self.last_start is not None else float("inf")
+        every = self.gap if (long_poll or self.eager) else cadence
+        return max(0.0, every - since)

@@ -1,0 +1,472 @@
+"""Serve an ACP agent (a child process speaking JSON-RPC on stdio) as a durable agent (issue 14, docs/acp.md).
+
+The adapter is the agent's ACP *client* and the durable wire's agent, through the SDK:
+- it starts the agent, sends `initialize` (protocol version 1, our file capabilities, terminals only
+  with `allow_terminal`) and names itself in hello after the agent (`agentInfo` name/version);
+- each ACP session is one conversation; the starter `New session` runs `session/new` in `cwd`; the
+  list conv id → session id lives in `sessions.json` (0600) so that after a restart every open
+  conversation is reloaded with `session/load` where the agent supports it (its replay is not shown
+  again: the SDK's own state file kept the items); where it cannot, the next send opens a new session
+  and says so in the chat;
+- a send is one `session/prompt` (the SDK queues sends while a turn runs); a stop sends
+  `session/cancel`, answers every open permission request of that session `cancelled`, and waits a
+  bounded time for the prompt's answer;
+- a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
+  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note.
+Every message from the agent is validated with the `agent-client-protocol` package's models before
+use; what fails validation is answered `invalid params` (requests) or logged (notifications).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import trio
+from acp import schema
+from acp.meta import PROTOCOL_VERSION
+
+from crew import __version__
+from crew.acp import files, framing
+from crew.acp.framing import escape
+from crew.acp.rpc import Closed, Endpoint, RpcError
+from crew.acp.view import SessionView, permission_ask
+from crew.errors import CollieError
+from crew.fsutil import atomic_write, ensure_private_dir
+
+INIT_TIMEOUT = 30.0
+CANCEL_GRACE = 10.0
+BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
+STOP_GRACE = 3.0
+NEW_SESSION = {"id": "new-session", "label": "New session"}
+CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
+SESSIONS_MAX = 1000
+STDERR_LINE = 500
+CRASHED = "The agent process exited during the turn; it is restarted."
+
+
+def _dump(model: pydantic.BaseModel) -> dict:
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Backoff:
+    """How long to wait before restarting an agent that exited: 1 s, then doubling to 30 s; back to
+    1 s when the run that just ended lasted a minute or more (plain: times are passed in)."""
+
+    def __init__(self, first: float = BACKOFF_FIRST, most: float = BACKOFF_MAX, healthy: float = HEALTHY_AFTER) -> None:
+        self.first, self.most, self.healthy = first, most, healthy
+        self.next = first
+
+    def after_exit(self, started: float, ended: float) -> float:
+        if ended - started >= self.healthy:
+            self.next = self.first
+        delay = self.next
+        self.next = min(self.next * 2, self.most)
+        return delay
+
+
+class _Turn:
+    """One `session/prompt` in flight."""
+
+    def __init__(self, conv_id: str, session_id: str) -> None:
+        self.conv_id, self.session_id = conv_id, session_id
+        self.done = trio.Event()
+        self.stop_reason: str | None = None
+        self.error: str | None = None
+        self.cancel_sent = trio.Event()
+
+
+class Sessions:
+    """conv id → {"session_id", "cwd"}, kept in a small JSON file (0600, replaced atomically)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.by_conv: dict[str, dict] = {}
+        self._by_session: dict[str, str] = {}
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return
+        except ValueError:
+            raise CollieError(f"{path} is not JSON; move it away to start afresh") from None
+        for conv_id, entry in (data.get("sessions") or {}).items():
+            if isinstance(entry, dict) and isinstance(entry.get("session_id"), str):
+                self.by_conv[conv_id] = {"session_id": entry["session_id"], "cwd": entry.get("cwd")}
+                self._by_session[entry["session_id"]] = conv_id
+
+    def set(self, conv_id: str, session_id: str, cwd: str) -> None:
+        old = self.by_conv.pop(conv_id, None)
+        if old is not None:
+            self._by_session.pop(old["session_id"], None)
+        self.by_conv[conv_id] = {"session_id": session_id, "cwd": cwd}
+        self._by_session[session_id] = conv_id
+        while len(self.by_conv) > SESSIONS_MAX:
+            dropped = self.by_conv.pop(next(iter(self.by_conv)))
+            self._by_session.pop(dropped["session_id"], None)
+        self.save()
+
+    def save(self) -> None:
+        atomic_write(self.path, json.dumps({"version": 1, "sessions": self.by_conv}, indent=1).encode())
+
+    def conv_of(self, session_id: str) -> str | None:
+        return self._by_session.get(session_id)
+
+
+class Adapter:
+    def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
+                 log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+        self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
+        self.allow_terminal = allow_terminal
+        self.state_dir = state_dir
+        ensure_private_dir(state_dir)
+        self.sessions = Sessions(state_dir / "sessions.json")
+        self.max_line = max_line
+        self._log = log or (lambda line: print(f"[acp] {name}: {line}", file=sys.stderr, flush=True))
+        self.collie = None
+        self.endpoint: Endpoint | None = None
+        self.agent_info: dict | None = None
+        self.can_load = False
+        self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
+        self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
+        self.views: dict[str, SessionView] = {}  # conv id -> view
+        self.turns: dict[str, _Turn] = {}  # session id -> the prompt in flight
+        self.up = trio.Event()  # set while the agent answers
+        self.restarts = 0
+        self.terminals = None
+
+    # --- the SDK's callbacks -----------------------------------------------------------------
+    def view(self, conv_id: str) -> SessionView:
+        v = self.views.get(conv_id)
+        if v is None:
+            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id))
+        return v
+
+    async def _agent(self) -> Endpoint:
+        with trio.move_on_after(INIT_TIMEOUT):
+            await self.up.wait()
+        if self.endpoint is None or not self.up.is_set():
+            raise RuntimeError("the ACP agent is not running (it restarts; try again shortly)")
+        return self.endpoint
+
+    async def new_session(self, conv_id: str) -> str:
+        ep = await self._agent()
+        got = schema.NewSessionResponse.model_validate(
+            await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []}))
+        self.sessions.set(conv_id, got.session_id, self.cwd)
+        self.live_sessions.add(got.session_id)
+        return got.session_id
+
+    async def on_starter(self, pane, starter_id: str) -> None:
+        session_id = await self.new_session(pane.id)
+        pane.set_subtitle(f"session {session_id[:40]}")
+
+    async def on_send(self, pane, text: str) -> None:
+        entry = self.sessions.by_conv.get(pane.id)
+        await self._agent()
+        if entry is None or entry["session_id"] not in self.live_sessions:
+            if entry is not None:
+                pane.notice("The agent could not reload this session; this message starts a new one.")
+            await self.new_session(pane.id)
+            entry = self.sessions.by_conv[pane.id]
+        await self.prompt(pane, entry["session_id"], text)
+
+    async def prompt(self, pane, session_id: str, text: str) -> None:
+        ep = await self._agent()
+        turn = _Turn(pane.id, session_id)
+        self.turns[session_id] = turn
+        view = self.view(pane.id)
+        try:
+            self._nursery.start_soon(self._run_prompt, ep, turn, text)
+            try:
+                await turn.done.wait()
+            except trio.Cancelled:
+                with trio.move_on_after(CANCEL_GRACE, shield=True):
+                    await self._cancel(ep, turn)
+                raise
+        finally:
+            view.finish()
+            if self.turns.get(session_id) is turn:
+                del self.turns[session_id]
+        if turn.error is not None:
+            pane.notice(turn.error)
+        elif turn.stop_reason not in (None, "end_turn"):
+            pane.notice(f"The turn ended: {turn.stop_reason.replace('_', ' ')}.")
+
+    async def _run_prompt(self, ep: Endpoint, turn: _Turn, text: str) -> None:
+        try:
+            raw = await ep.request("session/prompt", {"sessionId": turn.session_id,
+                                                      "prompt": [{"type": "text", "text": text}]})
+            turn.stop_reason = schema.PromptResponse.model_validate(raw).stop_reason
+        except RpcError as exc:
+            turn.error = f"The agent answered the prompt with an error: {escape(exc.message)}"
+        except Closed:
+            turn.error = CRASHED
+        except pydantic.ValidationError:
+            turn.error = "The agent's answer to session/prompt does not fit the ACP schema."
+        finally:
+            turn.done.set()
+
+    async def _cancel(self, ep: Endpoint, turn: _Turn) -> None:
+        """Stop: `session/cancel`, then (the open permission requests answer `cancelled` as their asks
+        end `stopped`) wait for the prompt's answer, which ACP says is `cancelled`."""
+        try:
+            await ep.notify("session/cancel", {"sessionId": turn.session_id})
+        except (Closed, RpcError):
+            pass
+        turn.cancel_sent.set()
+        await turn.done.wait()
+        if turn.stop_reason is not None and turn.stop_reason != "cancelled":
+            self._log(f"the agent ended a cancelled turn with {escape(turn.stop_reason, 40)}, not cancelled")
+
+    # --- requests and notifications from the agent --------------------------------------------------
+    async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
+        try:
+            if method == "session/update":
+                self._on_update(schema.SessionNotification.model_validate(params))
+                return None
+            if method == "session/request_permission":
+                return await self._on_permission(schema.RequestPermissionRequest.model_validate(params))
+            if method == "fs/read_text_file":
+                req = schema.ReadTextFileRequest.model_validate(params)
+                self._known_session(req.session_id)
+                try:
+                    return {"content": files.read_text(self.cwd, req.path, req.line, req.limit)}
+                except files.Refused as exc:
+                    self._log(f"refused fs/read_text_file: {escape(str(exc))}")
+                    raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
+            if method == "fs/write_text_file":
+                req = schema.WriteTextFileRequest.model_validate(params)
+                self._known_session(req.session_id)
+                try:
+                    files.write_text(self.cwd, req.path, req.content)
+                except files.Refused as exc:
+                    self._log(f"refused fs/write_text_file: {escape(str(exc))}")
+                    raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
+                return {}
+            if method.startswith("terminal/"):
+                if self.terminals is None:
+                    raise RpcError(framing.METHOD_NOT_FOUND, "terminals are not offered (collie acp run --allow-terminal)")
+                return await self.terminals.handle(method, params)
+        except pydantic.ValidationError as exc:
+            self._log(f"{escape(method, 60)} from the agent does not fit the ACP schema ({exc.error_count()} errors)")
+            raise RpcError(framing.INVALID_PARAMS, "the params do not fit the ACP schema") from None
+        if is_notification:
+            return None
+        raise RpcError(framing.METHOD_NOT_FOUND, f"the client does not offer {method[:60]}")
+
+    def _known_session(self, session_id: str) -> str:
+        conv_id = self.sessions.conv_of(session_id)
+        if conv_id is None or session_id not in self.live_sessions:
+            raise RpcError(framing.INVALID_PARAMS, "unknown session")
+        return conv_id
+
+    def _on_update(self, note: schema.SessionNotification) -> None:
+        if note.session_id in self.loading:
+            return  # a replay of what the SDK's state file already holds
+        conv_id = self.sessions.conv_of(note.session_id)
+        if conv_id is None or conv_id not in self.collie._core.conversations:
+            return
+        self.view(conv_id).apply(note.update)
+
+    async def _on_permission(self, req: schema.RequestPermissionRequest) -> dict:
+        conv_id = self._known_session(req.session_id)
+        turn = self.turns.get(req.session_id)
+        if turn is None or turn.cancel_sent.is_set():  # no turn to ask in: nobody can answer it
+            return {"outcome": {"outcome": "cancelled"}}
+        view = self.view(conv_id)
+        call_id = req.tool_call.tool_call_id
+        handle = view.tools.get(call_id)
+        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{handle.seq}" if handle else None)
+        if not back:
+            return {"outcome": {"outcome": "cancelled"}}
+        answer = await view.pane.ask(**spec)
+        if answer.outcome == "accepted" and answer.option_ids and answer.option_ids[0] in back:
+            chosen = answer.option_ids[0]
+            role = next(o["role"] for o in spec["options"] if o["id"] == chosen)
+            if role == "deny":
+                view.tool_denied(call_id)
+            return {"outcome": {"outcome": "selected", "optionId": back[chosen]}}
+        if answer.outcome == "stopped":
+            with trio.move_on_after(CANCEL_GRACE):
+                await turn.cancel_sent.wait()  # ACP: cancel first, then the open requests answer cancelled
+        return {"outcome": {"outcome": "cancelled"}}
+
+    # --- the agent process ----------------------------------------------------------------------
+    async def _initialize(self, ep: Endpoint) -> None:
+        caps = {"fs": {"readTextFile": True, "writeTextFile": True}, "terminal": self.allow_terminal}
+        with trio.fail_after(INIT_TIMEOUT):
+            raw = await ep.request("initialize", {"protocolVersion": PROTOCOL_VERSION, "clientCapabilities": caps,
+                                                  "clientInfo": {"name": "collie-acp", "version": __version__}})
+        got = schema.InitializeResponse.model_validate(raw)
+        if got.protocol_version != PROTOCOL_VERSION:
+            raise RpcError(framing.INVALID_REQUEST, f"the agent speaks ACP {got.protocol_version}, "
+                                                    f"this adapter speaks {PROTOCOL_VERSION}")
+        self.can_load = bool(got.agent_capabilities and got.agent_capabilities.load_session)
+        info = got.agent_info
+        self.agent_info = {"name": info.name, "version": info.version} if info else None
+        if info is not None:
+            self.collie.runtime = f"{info.name[:40]} {info.version[:20]}".strip()
+
+    async def _reload_sessions(self, ep: Endpoint) -> None:
+        self.live_sessions.clear()
+        if not self.can_load:
+            return
+        for conv_id, entry in list(self.sessions.by_conv.items()):
+            if conv_id not in self.collie._core.conversations:
+                continue
+            sid = entry["session_id"]
+            keep_replay = not self.collie._core.conversations[conv_id].items
+            if not keep_replay:
+                self.loading.add(sid)
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                      "mcpServers": []})
+                self.live_sessions.add(sid)
+                if keep_replay:
+                    self.view(conv_id).finish()  # the replayed reply is complete
+            except (RpcError, trio.TooSlowError) as exc:
+                self._log(f"session/load of {escape(sid, 40)} failed: {escape(getattr(exc, 'message', 'timeout'))}")
+            finally:
+                self.loading.discard(sid)
+
+    async def _first_conversation(self) -> None:
+        """A fresh adapter opens one conversation so that there is somewhere to type at once."""
+        if self.collie._core.conversations or self.sessions.by_conv:
+            return
+        conv_id = "session-1"
+        pane = self.collie.conversation(conv_id, title="Session 1")
+        session_id = await self.new_session(conv_id)
+        pane.set_subtitle(f"session {session_id[:40]}")
+
+    async def _start(self, ep: Endpoint) -> bool:
+        """initialize, reload the sessions, open the first conversation; False (logged) if the agent fails."""
+        try:
+            await self._initialize(ep)
+            self.endpoint = ep
+            await self._reload_sessions(ep)
+            self.up.set()
+            await self._first_conversation()
+        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            self._log(f"the agent did not start: {escape(getattr(exc, 'message', None) or type(exc).__name__)}")
+            return False
+        self.collie.set_subtitle(self.collie.runtime)
+        return True
+
+    async def run_agent_once(self, *, task_status=trio.TASK_STATUS_IGNORED) -> int | None:
+        """Start the agent, initialize it, serve it until it exits; returns its exit status (None: it
+        could not be started). `started` once the first initialize ended, however it ended."""
+        self.collie.set_subtitle("Starting")
+        reported = False
+
+        def report() -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                task_status.started()
+
+        try:
+            proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                                    stderr=subprocess.PIPE, cwd=self.cwd)
+        except OSError as exc:
+            self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
+            report()
+            return None
+        self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
+        ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
+        try:
+            async with trio.open_nursery() as nursery:
+                async def serve_then_stop(task_status=trio.TASK_STATUS_IGNORED):
+                    await ep.serve(task_status=task_status)  # the agent closed its stdout
+                    nursery.cancel_scope.cancel()
+
+                async def exit_then_stop():
+                    await proc.wait()
+                    nursery.cancel_scope.cancel()
+
+                await nursery.start(serve_then_stop)
+                nursery.start_soon(exit_then_stop)
+                nursery.start_soon(self._relay_stderr, proc.stderr)
+                ok = await self._start(ep)
+                report()
+                if not ok:
+                    nursery.cancel_scope.cancel()
+        finally:
+            report()  # the agent died while starting: the adapter serves anyway and restarts it
+            with trio.CancelScope(shield=True):
+                self.up = trio.Event()
+                self.endpoint = None
+                self.live_sessions.clear()
+                for turn in list(self.turns.values()):
+                    if not turn.done.is_set():
+                        turn.error = CRASHED
+                        turn.done.set()
+                await _stop_process(proc)
+        self._log(f"the agent exited with status {proc.returncode}")
+        return proc.returncode
+
+    async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
+        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
+        buf = bytearray()
+        async with stream:
+            while data := await stream.receive_some(65536):
+                buf += data
+                while (nl := buf.find(b"\n")) >= 0:
+                    line, buf = bytes(buf[:nl]), buf[nl + 1:]
+                    if line.strip():
+                        self._log(f"agent: {escape(line.rstrip(), STDERR_LINE)}")
+                if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
+                    self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
+                    buf.clear()
+        if buf.strip():
+            self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
+
+    async def supervise(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the agent running: restart it after every exit, waiting as `Backoff` says."""
+        backoff = Backoff()
+        while True:
+            started = trio.current_time()
+            await self.run_agent_once(task_status=task_status)
+            task_status = trio.TASK_STATUS_IGNORED
+            delay = backoff.after_exit(started, trio.current_time())
+            self.restarts += 1
+            self.collie.set_subtitle(f"Starting: the agent exited; restart in {delay:g} s")
+            await trio.sleep(delay)
+
+    async def serve(self, collie, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Run the agent under `collie` (an open SDK `Collie`); `started` once the first initialize ended."""
+        self.collie = collie
+        collie.set_starters([NEW_SESSION])
+        if self.allow_terminal:
+            from crew.acp.terminals import Terminals
+
+            self.terminals = Terminals(self.cwd)
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if self.terminals is not None:
+                await nursery.start(self.terminals.serve)
+            await nursery.start(self.supervise)
+            task_status.started()
+
+
+async def _stop_process(proc: trio.Process) -> None:
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            try:
+                await stream.aclose()
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass
+    if proc.returncode is None:
+        proc.terminate()
+        with trio.move_on_after(STOP_GRACE):
+            await proc.wait()
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()

@@ -1,0 +1,193 @@
+"""JSON-RPC 2.0 over a byte stream pair, on trio (the ACP client's end of an agent's stdio).
+
+`Endpoint.serve()` reads until the peer closes; each incoming request runs in its own task and is
+answered exactly once (an error object when the handler raises); notifications run in the order they
+came, one at a time, in the reading task (their handler must not block); a response resolves the `request()`
+that waits for it. What the peer sends wrong is logged (escaped, one line each) and survived: noise on
+stdout, malformed JSON-RPC, a line beyond the cap, a response to nothing. When the stream ends, every
+waiting `request()` raises `Closed`. Writes are serialised by one lock; one message is at most
+`max_line` bytes either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from crew.acp import framing
+from crew.acp.framing import Malformed, Message, Noise, TooLong, escape
+
+Handler = Callable[[str, Any, bool], Awaitable[Any]]
+READ_CHUNK = 65536
+
+
+class RpcError(Exception):
+    """An error answer (ours to send, or the peer's to us)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.data = code, message, data
+
+
+class Closed(Exception):
+    """The peer went away before answering."""
+
+
+@attrs.define
+class Stats:
+    received: int = 0
+    sent: int = 0
+    noise: int = 0
+    malformed: int = 0
+    too_long: int = 0
+    stray_responses: int = 0
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class Endpoint:
+    def __init__(self, send_stream: trio.abc.SendStream, receive_stream: trio.abc.ReceiveStream, handler: Handler,
+                 *, log: Callable[[str], None], max_line: int = framing.MAX_LINE) -> None:
+        self._send, self._receive, self._handler, self._log = send_stream, receive_stream, handler, log
+        self.max_line = max_line
+        self._lock = trio.Lock()
+        self._next_id = 0
+        self._pending: dict[int, _Pending] = {}
+        self.closed = False
+        self.stats = Stats()
+
+    # --- sending -----------------------------------------------------------------------------
+    async def _write(self, body: dict) -> None:
+        data = framing.encode(body)
+        if len(data) > self.max_line:
+            raise RpcError(framing.INTERNAL_ERROR, f"message of {len(data)} bytes is over the {self.max_line} cap")
+        if self.closed:
+            raise Closed("the agent's stdin is closed")
+        async with self._lock:
+            try:
+                await self._send.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                raise Closed("the agent's stdin is closed") from exc
+        self.stats.sent += 1
+
+    async def request(self, method: str, params: Any) -> Any:
+        """Send a request and wait for its answer; raises RpcError (the peer's error) or Closed."""
+        req_id = self._next_id
+        self._next_id += 1
+        pending = self._pending[req_id] = _Pending()
+        try:
+            await self._write(framing.request(req_id, method, params))
+            await pending.event.wait()
+        finally:
+            self._pending.pop(req_id, None)
+        if pending.error is not None:
+            raise pending.error
+        return pending.result
+
+    async def notify(self, method: str, params: Any) -> None:
+        await self._write(framing.notification(method, params))
+
+    # --- receiving ---------------------------------------------------------------------------
+    async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        decoder = framing.Decoder(self.max_line)
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    try:
+                        data = await self._receive.receive_some(READ_CHUNK)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        data = b""
+                    events = decoder.feed(data) if data else decoder.finish()
+                    for event in events:
+                        note = self._on_event(event, nursery)
+                        if note is not None:  # notifications in order: chunks must not overtake each other
+                            await self._run_notification(note)
+                    if not data:
+                        break
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        self.closed = True
+        for pending in list(self._pending.values()):
+            pending.error = Closed("the agent closed its stdout before answering")
+            pending.event.set()
+
+    def _on_event(self, event: framing.Event, nursery: trio.Nursery) -> dict | None:
+        """Route one event; returns a notification for the caller to run in order."""
+        if isinstance(event, Noise):
+            self.stats.noise += 1
+            self._log(f"ignored a line on the agent's stdout that is not JSON-RPC: {escape(event.text)}")
+            return
+        if isinstance(event, TooLong):
+            self.stats.too_long += 1
+            self._log(f"dropped a message of {event.size} bytes from the agent (the cap is {self.max_line})")
+            return
+        if isinstance(event, Malformed):
+            self.stats.malformed += 1
+            self._log(f"malformed JSON-RPC from the agent: {event.reason}")
+            if event.id is not None:
+                nursery.start_soon(self._answer_error, event.id, framing.INVALID_REQUEST, event.reason)
+            return
+        assert isinstance(event, Message)
+        self.stats.received += 1
+        body = event.body
+        kind = framing.classify(body)
+        if kind == "response":
+            pending = self._pending.get(body["id"]) if isinstance(body["id"], int) else None
+            if pending is None or pending.event.is_set():
+                self.stats.stray_responses += 1
+                self._log(f"a response to no request of ours (id {escape(str(body['id']), 40)}) was ignored")
+                return
+            if "error" in body:
+                err = body["error"]
+                code = err.get("code") if isinstance(err.get("code"), int) else framing.INTERNAL_ERROR
+                msg = err.get("message") if isinstance(err.get("message"), str) else "error"
+                pending.error = RpcError(code, msg, err.get("data"))
+            else:
+                pending.result = body["result"]
+            pending.event.set()
+        elif kind == "request":
+            nursery.start_soon(self._run_request, body)
+        else:
+            return body
+        return None
+
+    async def _answer_error(self, req_id: Any, code: int, message: str) -> None:
+        try:
+            await self._write(framing.error(req_id, code, message))
+        except (Closed, RpcError):
+            pass
+
+    async def _run_request(self, body: dict) -> None:
+        try:
+            value = await self._handler(body["method"], body.get("params"), False)
+            answer = framing.result(body["id"], value)
+        except RpcError as exc:
+            answer = framing.error(body["id"], exc.code, exc.message, exc.data)
+        except Exception as exc:  # our bug answers the agent and is logged; it does not end the adapter
+            self._log(f"handling {escape(body['method'], 60)} failed: {type(exc).__name__}: {escape(str(exc))}")
+            answer = framing.error(body["id"], framing.INTERNAL_ERROR, "the client failed to handle this request")
+        try:
+            await self._write(answer)
+        except RpcError as exc:
+            await self._answer_error(body["id"], framing.INTERNAL_ERROR, exc.message)
+        except Closed:
+            pass
+
+    async def _run_notification(self, body: dict) -> None:
+        try:
+            await self._handler(body["method"], body.get("params"), True)
+        except RpcError as exc:
+            self._log(f"notification {escape(body['method'], 60)} refused: {escape(exc.message)}")
+        except Exception as exc:
+            self._log(f"handling {escape(body['method'], 60)} failed: {type(exc).__name__}: {escape(str(exc))}")

@@ -1,0 +1,210 @@
+"""`collie demo` (issue 10.1): the whole product on one machine, in one command, until Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from crew.demo import SleepCycle, Summary, clip
+from crew.paths import Paths
+from tests.crewlab import REPO, wait_for
+
+
+def test_sleep_cycle_alternates_at_exact_times():
+    """The sleeping member is awake `awake` s, then asleep `asleep` s; a late step never shortens a phase."""
+    c = SleepCycle.starting(100.0, awake=15.0, asleep=10.0)
+    assert [c.step(t) for t in (100.0, 114.999)] == [None, None]
+    assert c.step(115.0) == "sleep" and c.state == "asleep"
+    assert c.step(124.999) is None
+    assert c.step(125.0) == "wake" and c.until == 140.0
+    assert c.step(170.0) == "sleep" and c.until == 180.0  # late: the nap still lasts 10 s from now
+
+
+def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
+    """D1, D5, I7: machines in the demo's order (asleep wins over the lead's view); agent text is one clean line."""
+    dashboard = {"sections": [
+        {"machine": "local", "online": True, "agents": [{"name": "desk", "line2": "deployer, local", "status": "ready",
+                                                          "open": 1, "waiting": 1}]},
+        {"machine": "laptop", "online": False, "agents": [{"name": "scribe", "line2": "streamer, local, laptop",
+                                                            "status": "unreachable", "status_label": "Unreachable"}]}]}
+    asks = [{"machine": "local", "agent": "desk", "conversation": "deploy", "kind": "permission",
+             "title": "Deploy\x1b[31m to staging?\n" + "x" * 100}]
+    inbox = [{"machine": "laptop", "agent": "scribe", "id": "r1", "state": "approved",
+              "state_text": "queued, machine offline since 22:00"},
+             {"machine": "laptop", "agent": "scribe", "id": "r0", "state": "done", "state_text": "done"}]
+    s = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep={"laptop"})
+    assert [(m.machine, m.role, m.state) for m in s.machines] == [
+        ("local", "lead", "online"), ("workshop", "member", "starting"), ("laptop", "member", "asleep")]
+    assert [(a.machine, a.name, a.status) for a in s.agents] == [("local", "desk", "ready"),
+                                                                  ("laptop", "scribe", "Unreachable")]
+    assert "\x1b" not in s.asks[0].title and "\n" not in s.asks[0].title and len(s.asks[0].title) == 60
+    assert s.plain_line() == ("[demo] summary: local online, workshop starting, laptop asleep; 2 agents, 1 ready; "
+                              "1 open asks; inbox: 1 waiting, 0 running")
+    assert [i.item for i in s.inbox] == ["r1"]  # a finished item is no longer work to watch
+    assert clip(None) == "" and clip("a\tb") == "a b"
+
+
+def descendants(pid: int) -> set[int]:
+    parent_of = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                raw = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            parent_of[int(d)] = int(raw[raw.rindex(")") + 2:].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent_of.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2] != "Z"
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
+    """10.1 done-when, on real processes: ready line; three machine sections with agents (D5); an open ask on
+    a member (Q4); an inbox item queued while its member slept ran after it woke (I1, I5, I7); SIGINT ends
+    every process the demo started within 5 s; the user's own config and state folders stay untouched."""
+    home = Path(tempfile.mkdtemp(prefix="demo-home-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLIE_", "XDG_"))}
+    env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg-config"), XDG_STATE_HOME=str(home / "xdg-state"),
+               PYTHONPATH=str(REPO))
+    real = Paths.from_env(env)
+    before = tree(home)
+    proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "demo", "--awake", "2", "--asleep", "5"],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=subprocess.DEVNULL)
+    lines: queue.Queue[str] = queue.Queue()
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
+    reader.start()
+
+    def expect(pattern: str, timeout: float = 60.0) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.2)
+            except queue.Empty:
+                assert proc.poll() is None, f"the demo exited {proc.returncode}: {seen[-10:]}"
+                continue
+            seen.append(line)
+            if m := re.search(pattern, line):
+                return m
+        raise AssertionError(f"no line matching {pattern!r}; saw {seen[-10:]}")
+
+    try:
+        address = expect(r"^\[demo\] ready: phone API on (http://127\.0\.0\.1:\d+) ").group(1)
+        token_file = Path(expect(r"\$\(cat (\S+)\)").group(1))
+        base = token_file.parents[2]
+        token = token_file.read_text().strip()
+        with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=10) as c:
+            sections = c.get("/api/dashboard").json()["sections"]
+            assert [s["machine"] for s in sections] == ["local", "laptop", "workshop"]
+            assert all(s["agents"] for s in sections)
+            forms = next(a for s in sections if s["machine"] == "workshop" for a in s["agents"] if a["name"] == "forms")
+            assert forms["waiting"] == 4
+            waiting = [r for r in c.get("/api/agents/workshop/forms/conversations").json()["open"] if r["waiting"]]
+            kinds = {c.get(f"/api/agents/workshop/forms/conversations/{r['id']}").json()["ask"]["kind"] for r in waiting}
+            assert kinds == {"choice", "text", "form"}
+
+            rid = expect(r"^\[demo\] send (\S+) laptop/scribe: queued \(queued, machine offline since ").group(1)
+            inbox = c.get("/api/agents/laptop/scribe/inbox").json()["items"]
+            item = next(i for i in inbox if rid in (i.get("id"), i.get("request_id")))
+            assert item["state"] == "approved" and item["state_text"].startswith("queued, machine offline since ")
+            laptop = next(s for s in c.get("/api/dashboard").json()["sections"] if s["machine"] == "laptop")
+            assert laptop["online"] is False  # it waits because its member sleeps, not because it is slow
+            expect(r"^\[demo\] wake laptop: awake")
+
+            def ran():
+                got = c.get("/api/agents/laptop/scribe/conversations/chat/items")
+                return got.status_code == 200 and rid in [i.get("request_id") for i in got.json()["items"]
+                                                          if i["kind"] == "user"]
+            wait_for(ran, timeout=30, what="the queued item ran after the laptop woke")
+            expect(rf"^\[demo\] ran {rid} laptop/scribe: done")
+        started = descendants(proc.pid)
+        assert len([p for p in started if alive(p)]) >= 8  # 5 agents, 3 bridges
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+        wait_for(lambda: not any(alive(p) for p in started), timeout=5.0 - (time.monotonic() - t0),
+                 what="every process the demo started ended")
+        assert time.monotonic() - t0 < 5.0
+        assert proc.returncode == 0
+        expect(r"^\[demo\] stopped \d+ processes and removed ", timeout=5)
+        assert not base.exists()
+        assert token not in "".join(seen)  # the credential is named by its file, never printed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(timeout=5)
+        proc.stdout.close()
+    assert tree(home) == before == []
+    assert not real.config_dir.exists() and not real.state_dir.exists()
+
+
+def test_live_screen_fits_one_screen():
+    """10.1: the live summary (machines, agents, open asks, inbox, last receipts) fits 45 lines of 100 columns."""
+    from rich.console import Console
+
+    from crew.cli.demo import render
+    from crew.demo import Event
+
+    dashboard = {"sections": [{"machine": m, "online": True, "agents": [
+        {"name": f"a{i}", "line2": "deployer, local", "status": "ready", "open": 4, "waiting": 4} for i in range(2)]}
+        for m in ("local", "workshop", "laptop")]}
+    asks = [{"machine": "workshop", "agent": "forms", "conversation": f"c{i}", "kind": "form", "title": "Release"}
+            for i in range(12)]
+    inbox = [{"machine": "laptop", "agent": "scribe", "id": f"r{i}", "state": "approved",
+              "state_text": "queued, machine offline since 11:42"} for i in range(9)]
+    events = [Event("11:42:00", "send", "laptop/scribe", "queued", "queued, machine offline since 11:42", "5d0e9c2a-1")
+              for _ in range(6)]
+    summary = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep=set())
+    console = Console(width=100, record=True, file=open(os.devnull, "w"))
+    console.print(render("head line", summary, events))
+    console.file.close()
+    text = console.export_text()
+    assert len(text.splitlines()) <= 45
+    for title in ("Machines", "Agents", "Open asks (12)", "… and 4 more", "Inbox", "… and 5 more", "Last receipts",
+                  "send 5d0e9c2a"):
+        assert title in text
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp_path):
+    """Ctrl-C ends every process the demo started: one that ignores SIGTERM gets SIGKILL after STOP_GRACE."""
+    from crew.cli import demo
+
+    monkeypatch.setattr(demo, "STOP_GRACE", 0.3)
+    procs = demo.Processes()
+    stubborn = procs.start("stubborn", [sys.executable, "-c", "import signal, sys, time\n"
+                                        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\n"
+                                        "time.sleep(60)"], dict(os.environ), tmp_path / "log")
+    polite = procs.start("polite", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ),
+                         tmp_path / "log2")
+    wait_for(lambda: "up" in (tmp_path / "log").read_text(), what="the stubborn child ignores SIGTERM")
+    assert procs.stop_all() == 2
+    assert stubborn.returncode == -signal.SIGKILL and polite.returncode == -signal.SIGTERM
+    assert procs.procs == []

@@ -1,0 +1,161 @@
+"""When the bridge reads an agent (features W5; issue 16.1): a change is read at once, only bursts are paced.
+
+The live tests run a real SDK agent and a real bridge on trio's autojump_clock: every time asserted is
+exact virtual time, no real sleep.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from bridge.journal import Journal
+from bridge.pace import MIN_GAP, ReadPace
+from bridge.writer import Writer
+from bridge.writes import WriteRequest
+from crew.config import AgentConfig
+from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir
+
+NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
+TURN = 0.02  # the agent's own time per turn
+
+
+class InlineJournal(Journal):
+    async def run(self, fn, *args):
+        await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
+        return fn(*args)
+
+
+@pytest.fixture
+def tmp():
+    d = short_dir()
+    yield d
+    cleanup(d)
+
+
+# --- the rule, as a plain class -------------------------------------------------------------------
+def test_isolated_change_is_read_at_once_a_burst_is_paced():
+    """W5: a read may start at once when the last one started `MIN_GAP` ago; inside a burst it waits."""
+    pace = ReadPace()
+    assert pace.delay(100.0, long_poll=True, cadence=10) == 0.0  # never read: at once
+    pace.started(100.0)
+    assert pace.delay(100.05, long_poll=True, cadence=10) == pytest.approx(MIN_GAP - 0.05)
+    assert pace.delay(130.0, long_poll=True, cadence=10) == 0.0  # a long-poll held 30 s: the next at once
+    assert pace.delay(100.05, long_poll=False, cadence=10) == pytest.approx(10 - 0.05)
+
+
+def test_a_poke_reads_at_once_and_pokes_coalesce_into_one_read():
+    """16.1: a poke cuts the gap; every poke made before a read starts is covered by that read."""
+    pace = ReadPace()
+    pace.started(0.0)
+    pace.poke()
+    pace.poke(eager=True)
+    assert pace.delay(0.01, long_poll=True, cadence=10) == 0.0
+    pace.started(0.01)
+    assert pace.delay(0.02, long_poll=True, cadence=10) == pytest.approx(MIN_GAP - 0.01)
+
+
+def test_a_waiter_without_watch_reads_every_gap_until_a_change():
+    """16.1: `eager` (someone waits for a turn) polls every MIN_GAP, back to the cadence after a change."""
+    pace = ReadPace()
+    pace.poke(eager=True)
+    pace.started(0.0)
+    pace.finished(changed=False)
+    assert pace.delay(0.0, long_poll=False, cadence=10) == pytest.approx(MIN_GAP)
+    pace.started(0.2)
+    pace.finished(changed=True)
+    assert pace.delay(0.2, long_poll=False, cadence=10) == pytest.approx(10)
+
+
+# --- live: a real agent and bridge ----------------------------------------------------------------
+async def quick_turn(pane, text):
+    await trio.sleep(TURN)
+    pane.reply(f"done: {text}")
+
+
+@asynccontextmanager
+async def setup(tmp, caps=ALL_CAPS):
+    sock = tmp / "a.sock"
+    async with agent(sock, caps=caps, on_send=quick_turn) as collie:
+        pane = collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+            w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
+            async with trio.open_nursery() as n:
+                await n.start(w.recover)
+                while b.status("desk").status != "ready":
+                    await b.wait_changed()
+                await trio.sleep(1)
+                yield collie, pane, b, w
+                n.cancel_scope.cancel()
+
+
+async def wait_turn_ended(b, turn: int) -> None:
+    """What the inbox does while an item runs: ask for a read, wait for the bridge's view to move."""
+    while True:
+        conv = b.readers["desk"].conversations["c"]
+        if conv.turn >= turn and conv.state == "idle":
+            return
+        b.read_soon("desk")
+        await b.wait_changed()
+
+
+async def test_queued_sends_run_at_the_agents_pace(tmp, autojump_clock):
+    """16.1, I2: ten sends one after another, each waiting for the previous turn to end, to an agent
+    whose turns take 20 ms: each turn's end is seen by the bridge exactly 20 ms after its send (before:
+    0.2 s, the read gap), so ten take 0.2 s, not 2 s."""
+    async with setup(tmp) as (collie, pane, b, w):
+        took = []
+        for i in range(10):
+            t0 = trio.current_time()
+            turn = b.readers["desk"].conversations["c"].turn
+            rec = await w.write(WriteRequest(request_id=str(uuid.uuid4()), op="send", agent="desk",
+                                             conversation="c", text=f"n{i}", turn=turn))
+            assert rec.outcome == "sent"
+            await wait_turn_ended(b, rec.turn)
+            took.append(round(trio.current_time() - t0, 6))
+        assert took == [TURN] * 10
+        assert pane.turn == 10
+
+
+async def test_a_burst_of_changes_is_read_at_most_every_gap(tmp, autojump_clock):
+    """W5: with nobody waiting, an agent changing every 10 ms for 1 s is read at once at the first
+    change (leading edge), then at most once per 0.2 s — not once per change."""
+    async with setup(tmp) as (collie, pane, b, w):
+        start = trio.current_time()
+        reply = pane.reply("", final=False)
+        seen_first = None
+        async with trio.open_nursery() as n:
+            async def watch_first():
+                nonlocal seen_first
+                while not b.readers["desk"].logs.get("c") or not any(
+                        i.get("final") is False for i in b.readers["desk"].logs["c"].items.values()):
+                    await b.wait_changed()
+                seen_first = trio.current_time()
+            n.start_soon(watch_first)
+            for k in range(100):
+                reply.append(f"w{k} ")
+                await trio.sleep(0.01)
+        reply.finish()
+        assert seen_first == pytest.approx(start, abs=1e-6)
+        reads = [t for t in collie.recorder.times("/v1/state") if start <= t < start + 1.0]
+        assert all(b - a >= MIN_GAP - 1e-6 for a, b in zip(reads, reads[1:]))
+        assert len(reads) <= 1 + 1.0 / MIN_GAP
+
+
+async def test_a_waiter_without_watch_sees_the_turn_end_within_a_gap(tmp, autojump_clock):
+    """16.1, W5: without `watch`, someone waiting for a turn (read_soon) gets reads every 0.2 s until it
+    ends, instead of the 10 s cadence; then the cadence is back."""
+    async with setup(tmp, caps=NO_WATCH) as (collie, pane, b, w):
+        t0 = trio.current_time()
+        rec = await w.write(WriteRequest(request_id=str(uuid.uuid4()), op="send", agent="desk",
+                                         conversation="c", text="hi", turn=0))
+        assert rec.outcome == "sent"
+        await wait_turn_ended(b, rec.turn)
+        assert trio.current_time() - t0 == pytest.approx(MIN_GAP)
+        before = len(collie.recorder.times("/v1/state"))
+        await trio.sleep(9.5)
+        assert len(collie.recorder.times("/v1/state")) == before  # back to the 10 s cadence
