@@ -62,6 +62,10 @@ def test_member_asks_offline_and_back_and_inbox_receipts_arrive_live(crew):
         def workshop_online(e):
             return e[0] == "sections" and [x for x in e[2]["sections"] if x["machine"] == "workshop"][0]["online"]
         s.wait(workshop_online, timeout=40, start=after)
+        # the queued send waits while the agent's ask is open (crew.md §4); answering it lets it run
+        ask = wait_for(lambda: c.get("/api/agents/workshop/lab/conversations/deploy").json().get("ask"))
+        c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "machine": "workshop", "agent": "lab",
+                                              "digest": ask["digest"], "answer": {"option_ids": ["no"]}})
         s.wait(lambda e: e[0] == "inbox" and e[2]["item"]["request_id"] == rid
                and e[2]["item"]["state"] in ("running", "done"), timeout=40, start=after)
         s.close()
