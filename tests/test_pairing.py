@@ -166,7 +166,10 @@ class Stream:
     def __init__(self, client: httpx.Client, path: str = "/api/events", headers: dict | None = None) -> None:
         self.events: list[tuple[str, str | None, dict]] = []  # (kind, id, data)
         self.cond = threading.Condition()
-        self.ctx = client.stream("GET", path, headers=headers or {})
+        # a client of its own: an httpx client is not shared between the reading thread and the test's
+        self.own = httpx.Client(base_url=client.base_url, headers=client.headers, timeout=None,
+                                verify=getattr(client, "verify_context", True))
+        self.ctx = self.own.stream("GET", path, headers=headers or {})
         self.resp = self.ctx.__enter__()
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
@@ -204,12 +207,14 @@ class Stream:
 
     def close(self) -> None:
         self.ctx.__exit__(None, None, None)
+        self.own.close()
 
 
 def owner_client(lead) -> httpx.Client:
     token = (lead["paths"].state_dir / "api-token").read_text().strip()
-    return httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=15,
-                        headers={"authorization": f"Bearer {token}"})
+    c = httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=15, headers={"authorization": f"Bearer {token}"})
+    c.verify_context = lead["ctx"]  # for the live channel's own client (Stream)
+    return c
 
 
 def test_live_channel_carries_rows_panes_items_and_drops_viewing_when_it_dies(lead):
@@ -263,6 +268,7 @@ def test_resume_after_a_drop_loses_nothing(lead):
         token = (lead["paths"].state_dir / "api-token").read_text().strip()
         with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=lead["ctx"], timeout=15,
                           headers={"authorization": f"Bearer {token}"}) as c:
+            c.verify_context = lead["ctx"]
             fresh = Stream(c, headers={"Last-Event-ID": last_id})
             fresh.wait(lambda e: e[0] == "snapshot")
             fresh.close()

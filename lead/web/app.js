@@ -527,17 +527,24 @@ async function renderInbox() {
   const got = await api(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox`);
   const act = (id, op, body = {}) => write(`/api/inbox/${enc(id)}/${op}`, body).then(renderInbox);
   const items = got.items || [];
-  const nodes = items.map((it, i) => h("div", { class: "inbox-item", "data-item": it.id },
-    h("div", { class: "l1", text: it.text || (it.starter ? `starter ${it.starter}` : "") }),
-    h("div", { class: "l2 note", text: `${it.state_text || it.state}${it.sender ? " · from " + it.sender : ""}` }),
-    h("div", { class: "btns" },
-      it.state === "pending" ? h("button", { class: "primary", onclick: () => act(it.id, "approve"), text: "Approve" }) : null,
-      ["pending", "approved"].includes(it.state) && i > 0 ? h("button", { "aria-label": "Move up", onclick: () => act(it.id, "move", { index: i - 1 }), text: "↑" }) : null,
-      ["pending", "approved"].includes(it.state) && i < items.length - 1 ? h("button", { "aria-label": "Move down", onclick: () => act(it.id, "move", { index: i + 1 }), text: "↓" }) : null,
-      ["pending", "approved"].includes(it.state) ? h("button", { onclick: () => act(it.id, "cancel"), text: "Cancel" }) : null)));
-  show(h("h1", { text: S.inbox }), items.length ? null : h("p", { class: "muted", text: "Nothing waits here." }), ...nodes,
-    items.some((it) => ["pending", "approved"].includes(it.state))
-      ? h("button", { onclick: () => write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}).then(renderInbox), text: "Clear the inbox" }) : null);
+  const waiting = (it) => ["pending", "approved"].includes(it.state);
+  const queue = items.filter(waiting);  // moves are positions in the waiting queue (I3)
+  const row = (it) => {
+    const i = queue.indexOf(it);
+    return h("div", { class: "inbox-item", "data-item": it.id },
+      h("div", { class: "l1", text: it.text || (it.starter ? `starter ${it.starter}` : "") }),
+      h("div", { class: "l2 note", text: `${it.state_text || it.state}${it.sender ? " · from " + it.sender : ""}` }),
+      waiting(it) ? h("div", { class: "btns" },
+        it.state === "pending" ? h("button", { class: "primary", onclick: () => act(it.id, "approve"), text: "Approve" }) : null,
+        i > 0 ? h("button", { "aria-label": "Move up", onclick: () => act(it.id, "move", { index: i - 1 }), text: "↑" }) : null,
+        i < queue.length - 1 ? h("button", { "aria-label": "Move down", onclick: () => act(it.id, "move", { index: i + 1 }), text: "↓" }) : null,
+        h("button", { onclick: () => act(it.id, "cancel"), text: "Cancel" })) : null);
+  };
+  const rest = items.filter((it) => !waiting(it));
+  show(h("h1", { text: S.inbox }), items.length ? null : h("p", { class: "muted", text: "Nothing waits here." }),
+    ...queue.map(row),
+    queue.length ? h("button", { onclick: () => write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}).then(renderInbox), text: "Clear the inbox" }) : null,
+    rest.length ? h("h2", { text: "Running and finished" }) : null, ...rest.map(row));
 }
 
 // ---- push (P) ------------------------------------------------------------------------------------------
