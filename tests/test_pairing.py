@@ -250,11 +250,15 @@ def test_resume_after_a_drop_loses_nothing(lead):
         s.wait(lambda e: e[0] == "snapshot")
         last_id = s.events[-1][1]
         s.close()
-        pane = c.get("/api/agents/local/deployer/conversations/deploy").json()
+        # a fresh connection per request here: a kept-alive TLS connection reused right after a live
+        # channel closed has failed under heavy load (an open defect, issue 11 note), not what this tests
+        close = {"connection": "close"}
+        pane = c.get("/api/agents/local/deployer/conversations/deploy", headers=close).json()
         ask = pane["ask"]
         c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "agent": "deployer",
-                                               "digest": ask["digest"], "answer": {"option_ids": ["no"]}})
-        wait_for(lambda: c.get("/api/dashboard").json()["sections"][0]["agents"][0]["waiting"] is None)
+                                               "digest": ask["digest"], "answer": {"option_ids": ["no"]}},
+               headers=close)
+        wait_for(lambda: c.get("/api/dashboard", headers=close).json()["sections"][0]["agents"][0]["waiting"] is None)
         again = Stream(c, headers={"Last-Event-ID": last_id})
         again.wait(lambda e: e[0] == "row" and e[2]["agent"] == "deployer" and e[2]["row"]["waiting"] is None)
         assert not any(e[0] == "snapshot" for e in again.events)
