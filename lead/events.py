@@ -51,6 +51,7 @@ HEARTBEAT = 15.0
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
+VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
 
 
 @attrs.frozen
@@ -170,6 +171,7 @@ class Feed:
         self.heads: list[dict] = []
         self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
         self.item_marks: dict[tuple, dict] = {}  # ("conv", m, a, c) -> {seq: item} last sent
+        self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
         self.everything = True
         self._wake = trio.Event()
@@ -204,6 +206,8 @@ class Feed:
 
     def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
         ev = self.log.append(kind, data, scope)
+        if scope is not None:
+            self.published[scope] = self.published.get(scope, 0) + 1
         for ch in list(self.channels.values()):
             ch.offer(ev)
         self.events_sent += 1
@@ -328,8 +332,15 @@ class Feed:
         if ch.view and ch.view[2]:
             machine, agent, conv = ch.view
             key = ("conv", machine, agent, conv)
-            pane = await self.pane_of(machine, agent, conv)
-            items = await self.items_of(machine, agent, conv)
+            # Reading the pane and the items may wait (the journal, a member). If a change of this
+            # conversation was published meanwhile, the channel has it queued already and what was read
+            # may be older: read again, or the older full set sent after it would hide the change for good.
+            for _ in range(VIEW_READS):
+                before = self.published.get(key, 0)
+                pane = await self.pane_of(machine, agent, conv)
+                items = await self.items_of(machine, agent, conv)
+                if self.published.get(key, 0) == before:
+                    break
             out.append(self.log.append("pane", {"machine": machine, "agent": agent, "conversation": conv,
                                                 "pane": pane}, key))
             if items is not None:
@@ -421,6 +432,7 @@ class Feed:
             if key not in viewed:
                 self.panes.pop(key, None)
                 self.item_marks.pop(key, None)
+                self.published.pop(key, None)
 
     def _rows_of(self, machine: str, agent: str | None) -> dict:
         if machine == LOCAL:

@@ -167,3 +167,57 @@ async def test_a_viewing_lease_lapses_when_not_renewed(autojump_clock):
     assert on[1:] == ("local", "desk", True) and on[0] == t0
     assert off[1:] == ("local", "desk", False) and 90 <= off[0] - t0 <= 100
     assert on2[1:] == ("m1", "lab", True) and off2[1:] == ("m1", "lab", False) and off2[0] == on2[0]
+
+
+async def test_a_change_while_a_view_is_read_is_not_hidden_by_the_older_read(autojump_clock):
+    """W4, R3: opening a conversation reads its pane and items (which may wait on the journal or a
+    member). A change published meanwhile reaches the channel first; the view's full set that follows
+    must not be the older read, or the phone shows the ask open until the next change (in CI: an ask
+    that expired while the chat opened never got its `Timed out before an answer:` line)."""
+    import trio
+
+    from lead.events import Feed
+
+    class RacyFeed(Feed):
+        state = {"pane": {"asks": ["a1"]}, "items": [{"seq": 1, "kind": "ask", "ask_id": "a1", "end": None}]}
+        first = True
+
+        async def pane_of(self, machine, agent, conv):
+            return dict(self.state["pane"])
+
+        async def items_of(self, machine, agent, conv):
+            items = [dict(i) for i in self.state["items"]]
+            if self.first:  # the first read is answered late, with what stood before the change
+                self.first = False
+                await trio.sleep(1)
+            return items
+
+    feed = RacyFeed(FakeBridge())
+    ch = feed.open(None)
+    async with trio.open_nursery() as n:
+        await n.start(feed.run)
+        await feed.set_view(ch, ("m1", "lab", "c1"))
+
+        async def expire():
+            await trio.sleep(0.5)
+            RacyFeed.state = {"pane": {"asks": []}, "items": [{"seq": 1, "kind": "ask", "ask_id": "a1",
+                                                               "end": "expired"}]}
+            feed.touch("m1", "lab")
+
+        n.start_soon(expire)
+        for ev in await feed.view_events(ch):
+            ch.offer(ev)
+        await trio.sleep(1)
+        n.cancel_scope.cancel()
+    pane, items = None, {}
+    while True:  # what the phone ends with after applying every event in order
+        try:
+            ev = ch.receive.receive_nowait()
+        except trio.WouldBlock:
+            break
+        if ev.kind == "pane":
+            pane = ev.data["pane"]
+        elif ev.kind == "items":
+            items = ({} if ev.data["full"] else items) | {i["seq"]: i for i in ev.data["items"]}
+    assert pane == {"asks": []}
+    assert items[1]["end"] == "expired"

@@ -468,3 +468,24 @@ def test_an_ask_that_changed_under_you_comes_back_as_it_is_now(page):
     page.get_by_text("This ask changed. Read it again and tap an answer.").wait_for()
     page.unroute("**/api/ask/**")
     assert page.locator(".card button:has-text('Red')").is_enabled()
+
+
+def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
+    """W4, C1: opening a chat reads its items over HTTP while the live channel sends them too, then
+    every change after them. When the HTTP answer comes back last it may be older than what the channel
+    sent; the app keeps the channel's. (Before: the older read replaced them, and a change that came in
+    between — in CI an ask that expired — stayed unseen until the next one.)"""
+    held = []
+    page.route("**/api/agents/local/forms/conversations/choice/items", lambda route: held.append(route))
+    page.goto(f"{page.base}/#/c/local/forms/choice")
+    page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
+    for _ in range(200):  # route handlers run while Playwright waits, not during a plain sleep
+        if held:
+            break
+        page.wait_for_timeout(50)
+    held[0].fulfill(status=200, content_type="application/json",
+                    body=json_dumps({"items": [{"seq": 1, "kind": "user", "text": "an older read"}]}))
+    page.wait_for_selector("main:not([aria-busy])")
+    assert page.get_by_text("an older read").count() == 0
+    assert page.locator(".card[data-ask]").first.is_visible()
+    page.unroute("**/api/agents/local/forms/conversations/choice/items")

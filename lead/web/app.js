@@ -7,6 +7,7 @@ const CSRF = { "X-Collie-CSRF": "1" };
 const app = {
   dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
   es: null, channel: null, view: null, pane: null, items: new Map(), route: null,
+  fromChannel: { pane: false, items: false },
   cards: new Map(),   // ask id -> {ask, requestId, pending, outcome, text, armed, retry, body}
   expired: new Map(), // ask id -> ask: asks that expired while shown (Q3: the buttons stay)
   mine: new Map(),    // request id -> {text, state, at} : my own lines (C3)
@@ -77,7 +78,9 @@ function connect() {
   es.addEventListener("snapshot", (e) => {
     const d = JSON.parse(e.data);
     app.dash = d.dashboard;
-    if (d.pane !== undefined && sameView(d.view)) { app.pane = d.pane; setItems(d.items || [], true); }
+    if (d.pane !== undefined && sameView(d.view)) {
+      app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
+    }
     refreshNeeds(); rerender();
   });
   es.addEventListener("row", (e) => {
@@ -105,12 +108,13 @@ function connect() {
     if (!sameView(d)) return;
     if (app.pane && d.pane && d.pane.turn !== app.pane.turn) app.movedOn = false;
     keepExpired(app.pane, d.pane);
-    app.pane = d.pane; rerender();
+    app.pane = d.pane; app.fromChannel.pane = true; rerender();
   });
   es.addEventListener("items", (e) => {
     const d = JSON.parse(e.data);
     if (!sameView(d)) return;
-    setItems(d.items, d.full); rerender();
+    setItems(d.items, d.full); if (d.full) app.fromChannel.items = true;
+    rerender();
   });
   es.addEventListener("inbox", () => { if (isRoute("inbox")) renderInbox(); });
   es.addEventListener("unauthorized", () => { es.close(); app.es = null; showUnpaired(); });
@@ -153,7 +157,13 @@ async function navigate() {
     : (r.agent ? { machine: r.machine, agent: r.agent, conversation: null } : null);
   const changed = JSON.stringify(view) !== JSON.stringify(app.view);
   app.view = view;
-  if (changed) { app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map(); pushView(); }
+  if (changed) {
+    app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map();
+    app.fromChannel = { pane: false, items: false };
+    pushView();
+  }
+  const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
+  main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
   try {
     if (r.name === "dash") { await loadDashboard(); }
     if (r.name === "agent") { app.convs = null; app.closed = []; app.closedNext = null; app.closedFooter = null;
@@ -163,7 +173,7 @@ async function navigate() {
     if (r.name === "new") return renderStarters();
     if (r.name === "inbox") return renderInbox();
     rerender();
-  } catch (e) { if (e instanceof Unpaired) showUnpaired(); }
+  } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
 }
 function rerender() {
   const r = app.route || { name: "dash" };
@@ -289,8 +299,11 @@ async function loadChat() {
   const r = app.route;
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const [pane, items] = await Promise.all([api(base), api(`${base}/items`)]);
-  if (pane && pane.error) { app.pane = null; } else app.pane = pane;
-  setItems((items && items.items) || [], true);
+  // The live channel sends this view's pane and items too, then every change after them. Once it has,
+  // what these requests read may be older than what it sent: keep the channel's (else a change that came
+  // between would be lost until the next one).
+  if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
+  if (!app.fromChannel.items) setItems((items && items.items) || [], true);
 }
 function itemNode(it) {
   const growing = it.final === false;
