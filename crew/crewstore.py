@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import sqlite3
 import time
 from pathlib import Path
 
-from crew.fsutil import touch_private
+from crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS members (label TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE,
@@ -29,12 +28,7 @@ def token_hash(token: str) -> str:
 
 class CrewStore:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        touch_private(path)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(path)
         self.db.executescript(SCHEMA)
 
     def close(self) -> None:

@@ -7,6 +7,7 @@ fsync the folder, so a crash leaves either the old file or the new one, never ha
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 
@@ -53,3 +54,19 @@ def touch_private(path: Path) -> None:
         os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def open_db(path: Path, *, synchronous: str = "FULL") -> sqlite3.Connection:
+    """Open one of our SQLite files: its folder made 0700 if missing, the file 0600 (SQLite gives its
+    -wal and -shm files the same mode), WAL, `synchronous` as given (FULL: a commit is on disk when it
+    returns), a 5 s busy timeout, autocommit (callers open their own transactions). Usable from a
+    worker thread."""
+    if synchronous not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    touch_private(path)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute(f"PRAGMA synchronous={synchronous}")
+    db.execute("PRAGMA busy_timeout=5000")
+    return db

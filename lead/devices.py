@@ -19,13 +19,12 @@ import hashlib
 import hmac
 import re
 import secrets
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
-from crew.fsutil import touch_private
+from crew.fsutil import open_db
 
 CODE_TTL = 10 * 60.0
 CODE_BYTES = 24
@@ -82,12 +81,7 @@ def clean_name(name: object, fallback: str) -> str:
 
 class Devices:
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        touch_private(path)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(path)
         self.db.executescript(SCHEMA)
         self.codes: dict[str, tuple[float, float | None]] = {
             h: (exp, used) for h, exp, used in self.db.execute("SELECT hash, expires_at, used_at FROM codes")}

@@ -28,7 +28,6 @@ import hashlib
 import ipaddress
 import json
 import os
-import sqlite3
 import time
 from collections import deque
 from pathlib import Path
@@ -38,7 +37,7 @@ import attrs
 import trio
 
 from crew import logs
-from crew.fsutil import ensure_private_dir, touch_private
+from crew.fsutil import ensure_private_dir, open_db
 
 log = logs.get("push")
 
@@ -214,10 +213,7 @@ class PushStore:
     def __init__(self, folder: Path) -> None:
         ensure_private_dir(folder)
         path = folder / "push.sqlite"
-        touch_private(path)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
+        self.db = open_db(path)
         self.db.executescript(SCHEMA)
         self.subs = {r[0]: Subscription(*r) for r in self.db.execute("SELECT endpoint, p256dh, auth, device FROM subs")}
         row = self.db.execute("SELECT state FROM limiter WHERE id=1").fetchone()
