@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
@@ -32,18 +31,15 @@ from pathlib import Path
 
 import httpx
 import trio
-from trio_websocket import open_websocket_url
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crew_scale import fake_view  # noqa: E402
 from measure import cpu_seconds, pct, rss_mib  # noqa: E402
 
-from crew.crewstore import CrewStore  # noqa: E402
 from crew.sdk import open_collie  # noqa: E402
-from tests.crewlab import Crew, wait_for  # noqa: E402
+from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
 
 
 def ms(x: float) -> str:
@@ -204,58 +200,18 @@ async def _hold(cm, *, task_status=trio.TASK_STATUS_IGNORED):
 
 
 def part2(args, crew: Crew) -> dict:
-    ws_url = crew.address.replace("http://", "ws://") + "/crew/v1"
-    store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
-    sims = []
-    for i in range(args.members - 1):
-        tok = secrets.token_hex(32)
-        store.invite(f"sim{i:02d}", tok)
-        sims.append((f"sim{i:02d}", tok))
-    store.close()
+    sims = invite_sims(crew, args.members - 1)
     lead_pid = crew.lead.bridge.pid
     results: dict = {"fan": []}
     sent_at: dict[str, float] = {}
 
-    async def sim_member(label, tok, ready, changes):
-        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {tok}".encode())]) as ws:
-            await ws.send_message(json.dumps({"type": "hello", "label": label, "collie": "0.1.0",
-                                              "crew_wire": {"min": 1, "max": 1}, "ops": [], "boot": "x"}))
-            await ws.get_message()
-            views = [fake_view(f"agent{a}", args.conversations, secrets.token_hex(4)) for a in range(args.agents)]
-            await ws.send_message(json.dumps({"type": "snapshot", "agents": views}))
-            ready()
-            async with trio.open_nursery() as n:
-                async def beats():
-                    while True:
-                        await trio.sleep(10)
-                        await ws.send_message(json.dumps({"type": "beat"}))
-                n.start_soon(beats)
-                async for key in changes:
-                    view = views[0]
-                    conv = view["state"]["conversations"][0]
-                    view["state"]["rev"] += 1
-                    conv["asks"] = [] if conv["asks"] else [{"id": key, "kind": "permission", "title": key,
-                                                             "options": [{"id": "y", "label": "Yes", "role": "allow"}]}]
-                    conv["state"] = "waiting" if conv["asks"] else "idle"
-                    sent_at[key] = time.perf_counter()
-                    await ws.send_message(json.dumps({"type": "agent", "name": view["name"],
-                                                      "view": {k: v for k, v in view.items() if k != "name"}}))
-
     async def run():
         token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
-        left = [len(sims)]
-        all_ready = trio.Event()
-
-        def ready():
-            left[0] -= 1
-            if left[0] == 0:
-                all_ready.set()
-
         chans = [trio.open_memory_channel(100) for _ in sims]
         async with trio.open_nursery() as n:
-            for (label, tok), (_s, r) in zip(sims, chans):
-                n.start_soon(sim_member, label, tok, ready, r)
-            await all_ready.wait()
+            await start_sims(n, crew, sims, agents=args.agents, conversations=args.conversations,
+                             changes=[r for _s, r in chans],
+                             on_change=lambda key: sent_at.__setitem__(key, time.perf_counter()))
             await trio.sleep(3)
             opened = [0]
             phones_up = trio.Event()
@@ -308,6 +264,40 @@ def part2(args, crew: Crew) -> dict:
 
     trio.run(run)
     return results
+
+
+def latency(lat: list[float], floor: list[float]) -> dict:
+    """p50/p99 of `lat` beside the floor's, and the ratios to the floor's p50."""
+    f50 = pct(floor, 50)
+    return {"n": len(lat), "p50": pct(lat, 50), "p99": pct(lat, 99), "floor": {"p50": f50, "p99": pct(floor, 99)},
+            "ratio_p50": pct(lat, 50) / f50, "ratio_p99": pct(lat, 99) / f50}
+
+
+def run(quick: bool = False, asks: int | None = None, push_agents: int | None = None, fanout: bool = False) -> dict:
+    """The figures as a dict, times in s (python -m bench): ask on a member's agent -> `pane` event on a
+    live channel (part 1; 200 asks, 30 with `quick`), -> push request (part 3; 10 agents, none with
+    `quick`), and with `fanout` part 2 at its command-line defaults."""
+    args = argparse.Namespace(asks=asks or (30 if quick else 200), members=50, agents=10, conversations=20,
+                              phones=100, seconds=20, rate=10,
+                              push_agents=push_agents if push_agents is not None else (0 if quick else 10))
+    crew = Crew(Path(tempfile.mkdtemp(prefix="cl", dir="/tmp")))
+    out: dict = {}
+    try:
+        crew.start_lead()
+        crew.add_member("workshop")
+        r1 = part1(args, crew, crew.members["workshop"].run / "bench.sock")
+        out["ask_to_channel"] = latency(r1["lat"], r1["floor"])
+        if args.push_agents:
+            r3 = part3(args, crew, crew.members["workshop"].run)
+            out["ask_to_push"] = latency(r3["lat"], r3["floor"])
+        if fanout:
+            r2 = part2(args, crew)
+            out["fanout"] = {**latency(r2["fan"], r2["floor"]), **{k: r2[k] for k in (
+                "idle_cpu", "idle_rss", "busy_cpu", "busy_rss", "changes")}}
+    finally:
+        crew.stop()
+    out["load"] = os.getloadavg()
+    return out
 
 
 def main() -> None:

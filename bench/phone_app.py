@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import secrets
 import sys
 import tempfile
 import threading
@@ -26,19 +25,16 @@ from pathlib import Path
 
 import httpx
 import trio
-from trio_websocket import open_websocket_url
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crew_scale import fake_view  # noqa: E402
 from measure import pct  # noqa: E402
 
-from crew.crewstore import CrewStore  # noqa: E402
 from crew.sdk import open_collie  # noqa: E402
 from tests.browser import launch  # noqa: E402
-from tests.crewlab import Crew, wait_for  # noqa: E402
+from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
 
 OBSERVE = """() => { window.__cards = {}; new MutationObserver(() => {
   for (const c of document.querySelectorAll('.card[data-ask]')) {
@@ -121,37 +117,17 @@ def main() -> None:
                 lat.append(shown - raised[title])
                 page.wait_for_selector(".card[data-ask]", state="detached", timeout=10000)
             # part 2: a big dashboard
-            store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
-            sims = [(f"sim{i:02d}", secrets.token_hex(32)) for i in range(max(0, args.machines - 2))]
-            for label, tok in sims:
-                store.invite(label, tok)
-            store.close()
-            ws_url = crew.address.replace("http://", "ws://") + "/crew/v1"
+            sims = invite_sims(crew, max(0, args.machines - 2))
             sims_up = threading.Event()
 
             def sim_thread():
-                async def one(label, tok, ready):
-                    async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {tok}".encode())]) as ws:
-                        await ws.send_message(json.dumps({"type": "hello", "label": label, "collie": "0.1.0",
-                                                          "crew_wire": {"min": 1, "max": 1}, "ops": [], "boot": "x"}))
-                        await ws.get_message()
-                        views = [fake_view(f"agent{a}", args.conversations, secrets.token_hex(4)) for a in range(args.agents)]
-                        await ws.send_message(json.dumps({"type": "snapshot", "agents": views}))
-                        ready()
-                        while not stop.is_set():
-                            await trio.sleep(5)
-                            await ws.send_message(json.dumps({"type": "beat"}))
-
                 async def run():
-                    left = [len(sims)]
-
-                    def ready():
-                        left[0] -= 1
-                        if left[0] == 0:
-                            sims_up.set()
                     async with trio.open_nursery() as n:
-                        for label, tok in sims:
-                            n.start_soon(one, label, tok, ready)
+                        await start_sims(n, crew, sims, agents=args.agents, conversations=args.conversations, beat=5)
+                        sims_up.set()
+                        while not stop.is_set():
+                            await trio.sleep(0.2)
+                        n.cancel_scope.cancel()
                 trio.run(run)
             if sims:
                 threading.Thread(target=sim_thread, daemon=True).start()

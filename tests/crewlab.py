@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -229,3 +230,89 @@ def invite(crew: Crew, label: str) -> str:
     out = crew.lead.collie("crew", "invite", "--label", label)
     assert out.returncode == 0, out.stderr
     return (crew.lead.paths.state_dir / "invites" / f"{label}.token").read_text().strip()
+
+
+# --- simulated members (tests and bench/: crew_scale, live_channel, phone_app) ------------------------
+def invite_sims(crew: Crew, n: int, prefix: str = "sim") -> list[tuple[str, str]]:
+    """`n` member tokens written straight into the lead's crew store (faster than `collie crew invite`
+    for a hundred members): [(label, token)]."""
+    import secrets
+
+    from crew.crewstore import CrewStore
+
+    store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
+    try:
+        sims = [(f"{prefix}{i:02d}", secrets.token_hex(32)) for i in range(n)]
+        for label, token in sims:
+            store.invite(label, token)
+    finally:
+        store.close()
+    return sims
+
+
+def toggle_ask(view: dict, key: str) -> dict:
+    """Raise an ask titled `key` in the first conversation of `view`, or close the open one: the next
+    `agent` frame of a simulated member (its state's rev moves on)."""
+    view["state"]["rev"] += 1
+    conv = view["state"]["conversations"][0]
+    conv["asks"] = [] if conv["asks"] else [{"id": key, "kind": "permission", "title": key,
+                                             "options": [{"id": "y", "label": "Yes", "role": "allow"}]}]
+    conv["state"] = "waiting" if conv["asks"] else "idle"
+    return view
+
+
+async def sim_member(url: str, label: str, token: str, *, agents: int = 10, conversations: int = 20,
+                     ready=None, changes=None, on_change=None, beat: float = 10.0) -> None:
+    """One member simulated on a real WebSocket link (crew.md §2): hello, a snapshot of `agents` fake
+    views of `conversations` open conversations each, then a beat every `beat` s, until cancelled.
+    `ready()` is called once the snapshot is sent. With `changes` (a trio receive channel of keys), each
+    key toggles an ask on the first agent (`toggle_ask`) and sends its `agent` frame; `on_change(key)` is
+    called just before the frame leaves."""
+    import secrets
+
+    import trio
+    from trio_websocket import open_websocket_url
+
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    async with open_websocket_url(url, extra_headers=headers) as ws:
+        await ws.send_message(hello_frame(label, boot="x"))
+        await ws.get_message()
+        views = [fake_view(f"agent{a}", conversations, secrets.token_hex(4)) for a in range(agents)]
+        await ws.send_message(json.dumps({"type": "snapshot", "agents": views}))
+        if ready is not None:
+            ready()
+        async with trio.open_nursery() as n:
+            async def beats():
+                while True:
+                    await trio.sleep(beat)
+                    await ws.send_message(json.dumps({"type": "beat"}))
+            n.start_soon(beats)
+            if changes is not None:
+                async for key in changes:
+                    view = toggle_ask(views[0], key)
+                    if on_change is not None:
+                        on_change(key)
+                    await ws.send_message(json.dumps({"type": "agent", "name": view["name"],
+                                                      "view": {k: v for k, v in view.items() if k != "name"}}))
+
+
+async def start_sims(nursery, crew: Crew, sims: list[tuple[str, str]], *, changes: list | None = None,
+                     **kw) -> None:
+    """Start `sim_member` for each (label, token) of `sims` in `nursery` (with `changes[i]` for the
+    i-th when given) and return once every one has sent its snapshot."""
+    import trio
+
+    url = crew.address.replace("http://", "ws://").replace("https://", "wss://") + "/crew/v1"
+    left = [len(sims)]
+    all_ready = trio.Event()
+
+    def ready() -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            all_ready.set()
+
+    for i, (label, token) in enumerate(sims):
+        nursery.start_soon(partial(sim_member, url, label, token, ready=ready,
+                                   changes=changes[i] if changes else None, **kw))
+    if sims:
+        await all_ready.wait()
