@@ -11,7 +11,6 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from bridge.journal import Journal
 from bridge.writer import Writer
 from crew import crewwire
 from crew.config import AgentConfig
@@ -20,17 +19,9 @@ from lead.api import create_api, install_inbox_routes
 from lead.http import create_app
 from lead.hub import Hub, Member
 from lead.inbox import Inbox
-from tests.live import bridge_for
+from tests.live import InlineJournal, bridge_for
 
 TOKEN = "t" * 64
-
-
-class InlineJournal(Journal):
-    """The journal's SQL run inline (no worker thread), so virtual times stay exact."""
-
-    async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
 
 
 class InlineInbox(Inbox):

@@ -19,6 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
+def tmp():
+    """A private folder with a short path (for sockets), removed after the test."""
+    from tests.live import cleanup, short_dir
+
+    d = short_dir()
+    yield d
+    cleanup(d)
+
+
+@pytest.fixture
 def paths(tmp_path, monkeypatch) -> Paths:
     cfg, state = tmp_path / "config", tmp_path / "state"
     monkeypatch.setenv("COLLIE_CONFIG_DIR", str(cfg))

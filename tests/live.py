@@ -11,6 +11,8 @@ from pathlib import Path
 import trio
 
 from bridge.bridge import Bridge
+from bridge.journal import Journal
+from bridge.writer import Writer
 from crew.config import AgentConfig, BridgeConfig
 from crew.paths import Paths
 from crew.sdk import open_collie
@@ -65,3 +67,31 @@ async def bridge_for(agents: list[AgentConfig], state: Path, *, use_cache: bool 
 
 def cleanup(d: Path) -> None:
     shutil.rmtree(d, ignore_errors=True)
+
+
+class InlineJournal(Journal):
+    """The journal's SQL run inline (no worker thread), so virtual times stay exact."""
+
+    async def run(self, fn, *args):
+        await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
+        return fn(*args)
+
+
+@asynccontextmanager
+async def writer_lab(tmp: Path, *, settle: float = 0.0, **kw):
+    """A real SDK agent `desk` with one conversation `c`, a bridge reading it and a writer with an inline
+    journal, recovered and ready: yields (collie, pane, bridge, writer). `kw` goes to the agent
+    (caps, on_send, ...); `settle` is virtual time to wait once the agent is ready."""
+    sock = tmp / "a.sock"
+    async with agent(sock, **kw) as collie:
+        pane = collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+            w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
+            async with trio.open_nursery() as n:
+                await n.start(w.recover)
+                while b.status("desk").status != "ready":
+                    await b.wait_changed()
+                await trio.sleep(settle)
+                yield collie, pane, b, w
+                n.cancel_scope.cancel()

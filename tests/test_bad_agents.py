@@ -18,7 +18,7 @@ from bridge.client import STATE_CAP
 from crew.config import AgentConfig
 from crew.sdk import agent as sdk_agent
 from crew.sdk.server import Response, handle_connection
-from tests.live import bridge_for, cleanup, short_dir
+from tests.live import bridge_for
 
 HELLO = {"wire": {"min": 1, "max": 1}, "runtime": "evil", "instance": "e1", "caps": ["asks"]}
 GOOD = {"rev": 1, "instance": "e1", "conversations": [{"id": "c", "title": "Good", "turn": 0, "items_rev": 0,
@@ -43,13 +43,6 @@ class Evil:
 
 class RawBody(Response):
     pass
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 @pytest.fixture

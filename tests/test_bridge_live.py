@@ -12,16 +12,9 @@ from bridge import poller as poller_mod
 from bridge.bridge import FOOTER_NO_ANSWER, FOOTER_NO_LIST
 from bridge.reader import LEFT_OUT
 from crew.config import AgentConfig
-from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir
+from tests.live import ALL_CAPS, agent, bridge_for
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 def gaps(times):

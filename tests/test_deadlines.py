@@ -16,16 +16,8 @@ from bridge.writer import WRITE_TIMEOUT
 from crew.config import AgentConfig
 from fixtures.drip import Drip, unix_listener
 from tests.apilab import api_lab, rid
-from tests.live import cleanup, short_dir
 
 READ_DEADLINE = 10.0  # bridge.bridge.READ_TIMEOUT
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 async def test_a_dripping_agent_is_cut_off_at_the_deadline_and_the_pool_survives(tmp, autojump_clock):

@@ -14,7 +14,6 @@ import uuid
 from contextlib import asynccontextmanager
 
 import attrs
-import pytest
 import trio
 
 from bridge.journal import Journal
@@ -25,8 +24,8 @@ from lead.api import create_api, install_inbox_routes
 from lead.http import create_app
 from lead.hub import Hub
 from lead.inbox import Inbox, item_id
-from tests.apilab import InlineInbox, InlineJournal
-from tests.live import agent, bridge_for, cleanup, short_dir
+from tests.apilab import InlineInbox
+from tests.live import InlineJournal, agent, bridge_for
 
 TOKEN = "t" * 64
 OWNER = {"authorization": f"Bearer {TOKEN}"}
@@ -34,13 +33,6 @@ OWNER = {"authorization": f"Bearer {TOKEN}"}
 
 def rid() -> str:
     return str(uuid.uuid4())
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 class Turns:

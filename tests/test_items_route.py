@@ -7,31 +7,16 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
-import pytest
 import trio
 
-from bridge.journal import Journal
 from bridge.writer import Writer
 from crew.config import AgentConfig
 from lead.api import create_api
 from lead.http import create_app
-from tests.live import agent, bridge_for, cleanup, short_dir
+from tests.live import InlineJournal, agent, bridge_for
 
 TOKEN = "t" * 64
 ROUTE = "/api/agents/local/desk/conversations/c/items"
-
-
-class InlineJournal(Journal):
-    async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 @asynccontextmanager

@@ -7,33 +7,16 @@ exact virtual time, no real sleep.
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
-from bridge.journal import Journal
 from bridge.pace import MIN_GAP, ReadPace
-from bridge.writer import Writer
 from bridge.writes import WriteRequest
-from crew.config import AgentConfig
-from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir
+from tests.live import ALL_CAPS, agent, writer_lab
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
 TURN = 0.02  # the agent's own time per turn
-
-
-class InlineJournal(Journal):
-    async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
-        return fn(*args)
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 # --- the rule, as a plain class -------------------------------------------------------------------
@@ -76,21 +59,8 @@ async def quick_turn(pane, text):
     pane.reply(f"done: {text}")
 
 
-@asynccontextmanager
-async def setup(tmp, caps=ALL_CAPS):
-    sock = tmp / "a.sock"
-    async with agent(sock, caps=caps, on_send=quick_turn) as collie:
-        pane = collie.conversation("c", title="Chat")
-        collie.ready()
-        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
-            w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
-            async with trio.open_nursery() as n:
-                await n.start(w.recover)
-                while b.status("desk").status != "ready":
-                    await b.wait_changed()
-                await trio.sleep(1)
-                yield collie, pane, b, w
-                n.cancel_scope.cancel()
+def setup(tmp, caps=ALL_CAPS):
+    return writer_lab(tmp, caps=caps, on_send=quick_turn, settle=1)
 
 
 async def wait_turn_ended(b, turn: int) -> None:

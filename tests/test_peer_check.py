@@ -14,7 +14,7 @@ import trio
 from bridge import client as client_mod
 from bridge.client import AgentClient, AgentUnreachable
 from crew.config import AgentConfig
-from tests.live import agent, cleanup, short_dir
+from tests.live import agent
 
 NOBODY = 65534
 
@@ -52,13 +52,6 @@ LISTENER = textwrap.dedent("""
         c.close()
         print("got", len(data), flush=True)
 """) % {"uid": NOBODY}
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not hasattr(__import__("socket"), "SO_PEERCRED"),

@@ -5,23 +5,14 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-import pytest
-
 from bridge.client import path_id
 from bridge.writes import AgentFacts, Call, WriteRequest, plan
 from crew.config import AgentConfig
 from tests.apilab import api_lab, rid
-from tests.live import agent, cleanup, short_dir
+from tests.live import agent
 
 BAD = ["\x00", "a\x00b", "\x1b[31mred", "tab\there", "é", "x" * 129, "x" * 5000, ".", ".."]
 ODD = "a b%c?d#e&f=g'h\"i:j;k"  # legal: every byte printable ASCII, no '/'
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 def routes(bad: str) -> list[tuple[str, str, dict | None]]:

@@ -13,16 +13,9 @@ import trio
 from crew.config import AgentConfig
 from crew.receipts import MOVED_ON
 from tests.apilab import FakeLink, add_member, api_lab, rid
-from tests.live import agent, cleanup, short_dir
+from tests.live import agent
 
 SLOW = 5.0  # how long the agent takes to answer a send it already applied
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
 
 
 def posts(collie, suffix: str) -> list[float]:

@@ -6,34 +6,17 @@ The journal runs inline here (same SQL, no worker thread) so autojump_clock's ti
 from __future__ import annotations
 
 import uuid
-from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
 from bridge import writer as writer_mod
-from bridge.journal import Journal
 from bridge.locks import STOP_WAIT
 from bridge.panes import chat_items
-from bridge.writer import Writer
 from bridge.writes import WriteRequest
-from crew.config import AgentConfig
 from crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
 from crew.sdk.server import Response
-from tests.live import agent, bridge_for, cleanup, short_dir
-
-
-class InlineJournal(Journal):
-    async def run(self, fn, *args):
-        await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
-        return fn(*args)
-
-
-@pytest.fixture
-def tmp():
-    d = short_dir()
-    yield d
-    cleanup(d)
+from tests.live import agent, writer_lab
 
 
 def rid() -> str:
@@ -42,22 +25,6 @@ def rid() -> str:
 
 async def forever(pane, text):
     await trio.sleep_forever()
-
-
-@asynccontextmanager
-async def setup(tmp, *, on_send=None, **kw):
-    sock = tmp / "a.sock"
-    async with agent(sock, on_send=on_send, **kw) as collie:
-        pane = collie.conversation("c", title="Chat")
-        collie.ready()
-        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
-            w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
-            async with trio.open_nursery() as n:
-                await n.start(w.recover)
-                while b.status("desk").status != "ready":
-                    await b.wait_changed()
-                yield collie, pane, b, w
-                n.cancel_scope.cancel()
 
 
 def writes_seen(collie, suffix):
@@ -70,7 +37,7 @@ def send(text, turn, request_id=None):
 
 async def test_send_is_sent_once_and_a_repeat_returns_the_stored_receipt(tmp, autojump_clock):
     """B2, B3: receipt `sent` with the new turn; a repeat is the stored receipt and reaches nothing."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         req = send("hello", 0)
         first = await w.write(req)
         assert (first.outcome, first.turn) == ("sent", 1)
@@ -85,7 +52,7 @@ async def test_send_is_sent_once_and_a_repeat_returns_the_stored_receipt(tmp, au
 
 async def test_the_line_is_replaced_once_the_agent_echoes_it(tmp, autojump_clock):
     """C3: the line shows with a clock until the agent's own copy arrives (effective, B3)."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         req = send("hello", 0)
         await w.write(req)
         await trio.sleep(0.5)  # the bridge reads the agent's new items (poked after the write)
@@ -96,7 +63,7 @@ async def test_the_line_is_replaced_once_the_agent_echoes_it(tmp, autojump_clock
 async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autojump_clock, monkeypatch):
     """B7: while a send hangs, steer and answers are refused busy at once; Stop waits 10 s then goes through."""
     monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
-    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
+    async with writer_lab(tmp, on_send=forever) as (collie, pane, b, w):
         assert (await w.write(send("go", 0))).outcome == "sent"  # a turn now runs
         inner = collie.handle
 
@@ -126,7 +93,7 @@ async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autoj
 
 async def test_unknown_then_retry_applies_once(tmp, autojump_clock, monkeypatch):
     """O: `Not certain the answer arrived` → Retry sends the same request id; the agent applies it once."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         inner = collie.handle
         lost = {"n": 1}
 
@@ -149,7 +116,7 @@ async def test_unknown_then_retry_applies_once(tmp, autojump_clock, monkeypatch)
 
 async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
     """Nothing lost: a request left `unknown` is resolved in the background under its own id."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         inner = collie.handle
         state = {"drop": True}
 
@@ -171,7 +138,7 @@ async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
 async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
     """B5, O, R3: accepted once; a second answer is `answered` without reaching the agent; an ask the
     agent decided with no tap leaves one chat line."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         result = {}
         async with trio.open_nursery() as n:
             async def ask():
@@ -206,7 +173,7 @@ async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
 
 async def test_a_retry_that_finds_the_ask_decided(tmp, autojump_clock):
     """O: a retry of an unknown answer that finds the ask decided keeps its own row; answered → may be applied."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         inner = collie.handle
 
         async def lose(req):
@@ -232,7 +199,7 @@ async def test_a_retry_that_finds_the_ask_decided(tmp, autojump_clock):
 async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
     """B7: concurrent send/steer/answer/stop on one session: no two reach the agent at once; stop lands
     within its limit."""
-    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
+    async with writer_lab(tmp, on_send=forever) as (collie, pane, b, w):
         inner = collie.handle
         windows = []
 
@@ -275,7 +242,7 @@ async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
 async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_clock):
     """Two concurrent writes with one request id (a double tap, or the inbox and the phone at once):
     the agent sees one request; both callers get the same outcome; nothing raises."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         req = send("twice", 0)
         got = []
         async with trio.open_nursery() as n:
@@ -288,14 +255,13 @@ async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_cl
         assert w.inflight == {}
 
 
-
 async def test_a_member_keeps_its_own_lock_under_the_leads(tmp, autojump_clock, monkeypatch):
     """crew.md §3 (issue 8.3): on a member (`caller_locked`: the lead holds the session's lock), a
     write the lead gave up waiting for may still be in flight here — a card answer for that
     conversation is then refused `busy` at once and reaches nothing; a Stop, which already waited at
     the lead, reaches the agent at once instead of waiting a second time."""
     monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         inner = collie.handle
 
         async def slow(req):
@@ -355,7 +321,7 @@ async def test_agent_error_answers_to_a_send_get_their_own_receipts(tmp, autojum
     the stored receipt; `conflict` (the id is the agent's with another body: an earlier form of this
     request may have run) is a final `May already be applied. Check the chat.`; `internal` (not
     known what it did) stays open and a Retry resends it under its id."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         inner = refuse_writes(collie, code)
         req = send("hello", 0)
         first = await w.write(req)
@@ -382,7 +348,7 @@ async def test_agent_error_answers_to_a_card_answer_use_the_o_table(tmp, autojum
     """O (issue 8.5): an answer the agent refuses with an error code gets the O table's row where one
     fits (no such open ask: `Not accepted. The ask may come back in a moment.`), keeps
     `channel: program` and its digest, and is never `unreachable`."""
-    async with setup(tmp) as (collie, pane, b, w):
+    async with writer_lab(tmp) as (collie, pane, b, w):
         async with trio.open_nursery() as n:
             n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
             while not b.status("desk").waiting_count:
