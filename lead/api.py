@@ -219,9 +219,9 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     @app.get("/api/dashboard")
     async def dashboard():
         """D1, D5: the lead's own agents (no machine named), then one section per member."""
-        from lead.events import dashboard_sections
+        from lead.events import dashboard_json
 
-        return jsonify({"sections": dashboard_sections(bridge, hub)})
+        return app.response_class(dashboard_json(bridge, hub), mimetype="application/json")
 
     @app.get("/api/agents/<machine>/<agent>/conversations")
     async def conversations(machine: str, agent: str):

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -105,20 +106,66 @@ def diff_rows(before: dict, after: dict) -> tuple[list, list]:
     return changed, removed
 
 
+# A member's agent row, kept per reader with its JSON text: the hub builds a fresh reader for every view a
+# member sends and only ever changes one in place to mark it offline (status, reason, detail: part of the
+# key). With 1,000 members' agents of 100 conversations each, building every row and its JSON afresh cost
+# ~100 ms a dashboard (bench/crew_scale.py).
+_member_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _member_entry(reader, label: str) -> list:
+    key = (label, reader.status, reader.reason, reader.detail)
+    got = _member_rows.get(reader)
+    if got is None or got[0] != key:
+        got = _member_rows[reader] = [key, agent_row(reader, member=label) | {"machine": label}, None]
+    return got
+
+
+def member_row(reader, label: str) -> dict:
+    return _member_entry(reader, label)[1]
+
+
+def _dumps(doc) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
 def dashboard_sections(bridge, hub) -> list[dict]:
     """D1, D5: the lead's own agents (no machine named), then one section per member."""
     sections = []
     rows = [agent_row(r) | {"machine": LOCAL} for r in bridge.readers.values()]
     if rows:
-        sections.append({"machine": LOCAL, "label": None, "title": "Durable agents", "agents": rows,
-                         "waiting": any(r["waiting"] for r in rows), "online": True})
+        sections.append(section_head(LOCAL, None, rows) | {"agents": rows})
     for label, member in sorted((hub.members if hub is not None else {}).items()):
-        mrows = [agent_row(r, member=label) | {"machine": label} for r in member.readers.values()]
+        mrows = [member_row(r, label) for r in member.readers.values()]
         if mrows:
-            sections.append({"machine": label, "label": label, "title": "Durable agents", "agents": mrows,
-                             "waiting": any(r["waiting"] for r in mrows), "online": member.online,
-                             "offline_since": member.offline_since})
+            sections.append(section_head(label, member, mrows) | {"agents": mrows})
     return sections
+
+
+def dashboard_json(bridge, hub) -> str:
+    """`{"sections": dashboard_sections(...)}` as JSON text, each member's row encoded once and reused."""
+    parts = []
+    rows = [agent_row(r) | {"machine": LOCAL} for r in bridge.readers.values()]
+    if rows:
+        parts.append(_dumps(section_head(LOCAL, None, rows) | {"agents": rows}))
+    for label, member in sorted((hub.members if hub is not None else {}).items()):
+        entries = [_member_entry(r, label) for r in member.readers.values()]
+        if entries:
+            for e in entries:
+                if e[2] is None:
+                    e[2] = _dumps(e[1])
+            head = _dumps(section_head(label, member, [e[1] for e in entries]))
+            parts.append(head[:-1] + ',"agents":[' + ",".join(e[2] for e in entries) + "]}")
+    return '{"sections":[' + ",".join(parts) + "]}"
+
+
+def section_head(machine: str, member, rows) -> dict:
+    """A section without its rows; `member` is None for the lead's own agents."""
+    if member is None:
+        return {"machine": LOCAL, "label": None, "title": "Durable agents",
+                "waiting": any(r["waiting"] for r in rows), "online": True}
+    return {"machine": machine, "label": machine, "title": "Durable agents",
+            "waiting": any(r["waiting"] for r in rows), "online": member.online, "offline_since": member.offline_since}
 
 
 def section_heads(sections: list[dict]) -> list[dict]:
@@ -443,7 +490,7 @@ class Feed:
         if member is None:
             return {}
         readers = member.readers if agent is None else {k: v for k, v in member.readers.items() if k == agent}
-        return {(machine, n): agent_row(r, member=machine) | {"machine": machine} for n, r in readers.items()}
+        return {(machine, n): member_row(r, machine) for n, r in readers.items()}
 
     def statistics(self) -> dict:
         return {"channels": len(self.channels), "events": self.events_sent, "seq": self.log.seq}
