@@ -1,6 +1,6 @@
 """Durable wire: idle cost and change latency (issue 3).
 
-    .venv/bin/python bench/wire_idle.py [--pane-only] [--samples 200] [--conversations 100] [--repo PATH]
+    .venv/bin/python bench/wire_idle.py [--quick] [--pane-only] [--samples 200] [--conversations 100] [--repo PATH]
 
 1. Requests per agent per day, idle and viewed, polling vs `watch` — one virtual hour on trio's
    MockClock (the cadence is what is measured; virtual time makes it exact) × 24.
@@ -264,46 +264,77 @@ def parse_cost(conversations: int, repo: Path, reps: int = 300) -> float:
     return float(out.stdout)
 
 
+FULL = {"hours": 1.0, "poll_samples": 200, "samples": 200, "conversations": 100, "parse": (1, 100, 1000)}
+QUICK = {"hours": 300 / 3600, "poll_samples": 30, "samples": 30, "conversations": 100, "parse": (100,)}
+MODES = (("polling, idle", NO_WATCH, False), ("polling, viewed", NO_WATCH, True),
+         ("watch, idle", ALL_CAPS, False), ("watch, viewed", ALL_CAPS, True))
+PAUSES = (("isolated", (0.3, 0.6)), ("back-to-back", (0.0, 0.02)))
+
+
+def run(quick: bool = False, repo: Path = REPO, pane_only: bool = False, samples: int | None = None,
+        conversations: int | None = None) -> dict:
+    """Every figure of this benchmark as a dict (times in s); `quick` is the small size (python -m bench).
+    idle: per mode, state requests per agent per day, bytes per idle poll, 304 answers (virtual time);
+    polling_latency: ask -> bridge view, no `watch` (virtual time); parse_us: CPU per state answer by open
+    conversations; pane: per pause kind, ask -> pane route p50/p99 with the interleaved floor."""
+    o = {**(QUICK if quick else FULL), **({"samples": samples} if samples else {}),
+         **({"conversations": conversations} if conversations else {})}
+    out: dict = {"sizes": dict(o)}
+    repo = Path(repo).resolve()
+    if not pane_only:
+        seconds = o["hours"] * 3600
+        out["idle"] = {}
+        for label, caps, viewed in MODES:
+            per_day, per_poll, n304 = trio.run(idle_cost, caps, viewed, seconds,
+                                               clock=trio.testing.MockClock(autojump_threshold=0))
+            out["idle"][label] = {"requests_per_day": per_day, "bytes_per_poll": per_poll, "not_modified": n304}
+        poll = trio.run(latency, NO_WATCH, o["poll_samples"], (0, 10), trio.current_time, 7,
+                        clock=trio.testing.MockClock(autojump_threshold=0))
+        out["polling_latency"] = {"n": len(poll), "p50": pct(poll, 50), "p99": pct(poll, 99)}
+    out["parse_us"] = {str(n): parse_cost(n, repo) * 1e6 for n in o["parse"]}
+    floor = Floor()
+    out["pane"] = {}
+    try:
+        for label, pause in PAUSES[:1] if quick else PAUSES:
+            watch, fl = trio.run(pane_latency, o["samples"], pause, o["conversations"], 3, floor, repo)
+            f50 = pct(fl, 50)
+            out["pane"][label] = {"n": len(watch), "p50": pct(watch, 50), "p99": pct(watch, 99),
+                                  "floor": {"n": len(fl), "p50": f50, "p99": pct(fl, 99)},
+                                  "ratio_p50": pct(watch, 50) / f50, "ratio_p99": pct(watch, 99) / f50}
+    finally:
+        floor.close()
+    out["load"] = os.getloadavg()
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pane-only", action="store_true", help="only the change latency at the pane route")
-    p.add_argument("--samples", type=int, default=200)
+    p.add_argument("--quick", action="store_true", help="the small size (python -m bench --quick)")
+    p.add_argument("--samples", type=int, default=None, help="asks timed at the pane route (200; 30 with --quick)")
     p.add_argument("--conversations", type=int, default=100)
     p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout (to measure before a change)")
     args = p.parse_args()
-    if not args.pane_only:
-        virtual()
+    r = run(args.quick, Path(args.repo), args.pane_only, args.samples, args.conversations)
+    if "idle" in r:
+        hours = r["sizes"]["hours"]
+        print(f"== idle cost per agent (virtual time: {hours * 60:g} min, x {24 / hours:g}) ==")
+        for label, x in r["idle"].items():
+            print(f"{label:18} {x['requests_per_day']:8.0f} state requests/day   {x['bytes_per_poll']:6.0f} bytes per "
+                  f"idle poll (request + 304 answer)   304s: {x['not_modified']}")
+        x = r["polling_latency"]
+        print("== change latency: agent raises an ask -> bridge view shows it ==")
+        print(f"polling (10 s, virtual time, n={x['n']}): p50 {x['p50']:.2f} s  p99 {x['p99']:.2f} s")
     print("== CPU to apply one state answer in which one conversation changed (the bridge's reader) ==")
-    for n in (1, 100, 1000):
-        print(f"{n:5} open conversations: {parse_cost(n, Path(args.repo).resolve()) * 1e6:8.0f} us")
+    for n, us in r["parse_us"].items():
+        print(f"{n:>5} open conversations: {us:8.0f} us")
     print("== change latency where the phone sees it: agent raises an ask -> the pane route shows it ==")
-    floor = Floor()
-    try:
-        for label, pause in (("isolated changes", (0.3, 0.6)), ("back-to-back (inside the 0.2 s read gap)", (0.0, 0.02))):
-            watch, fl = trio.run(pane_latency, args.samples, pause, args.conversations, 3, floor,
-                                 Path(args.repo).resolve())
-            f50 = pct(fl, 50)
-            print(f"watch, {args.conversations} open conversations, {label} (real time, n={len(watch)}): "
-                  f"p50 {ms(pct(watch, 50), f50)}  p99 {ms(pct(watch, 99), f50)}; "
-                  f"floor (n={len(fl)}, interleaved) p50 {ms(f50)} p99 {ms(pct(fl, 99))}")
-    finally:
-        floor.close()
+    for label, x in r["pane"].items():
+        f = x["floor"]
+        print(f"watch, {args.conversations} open conversations, {label} changes (real time, n={x['n']}): "
+              f"p50 {ms(x['p50'], f['p50'])}  p99 {ms(x['p99'], f['p50'])}; "
+              f"floor (n={f['n']}, interleaved) p50 {ms(f['p50'])} p99 {ms(f['p99'])}")
     print(loadavg())
-
-
-def virtual() -> None:
-    hour = 3600.0
-    print("== idle cost per agent (one virtual hour x 24) ==")
-    for label, caps, viewed in (("polling, idle", NO_WATCH, False), ("polling, viewed", NO_WATCH, True),
-                                ("watch, idle", ALL_CAPS, False), ("watch, viewed", ALL_CAPS, True)):
-        per_day, per_poll, n304 = trio.run(idle_cost, caps, viewed, hour,
-                                           clock=trio.testing.MockClock(autojump_threshold=0))
-        print(f"{label:18} {per_day:8.0f} state requests/day   {per_poll:6.0f} bytes per idle poll "
-              f"(request + 304 answer)   304s: {n304}")
-    print("== change latency: agent raises an ask -> bridge view shows it ==")
-    poll = trio.run(latency, NO_WATCH, 200, (0, 10), trio.current_time, 7,
-                    clock=trio.testing.MockClock(autojump_threshold=0))
-    print(f"polling (10 s, virtual time, n={len(poll)}): p50 {pct(poll, 50):.2f} s  p99 {pct(poll, 99):.2f} s")
 
 
 if __name__ == "__main__":
