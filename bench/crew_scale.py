@@ -79,12 +79,28 @@ async def dashboards(c: httpx.AsyncClient, n: int | None = None, until: float | 
     return out, size
 
 
-def run(quick: bool = False, **sizes) -> dict:
-    """Measure the lead at crew scale; `sizes` override QUICK or FULL. Returns the figures (times in s)."""
+def loopwatch_summary(path: Path, since: float, until: float) -> dict:
+    """The lead's event-loop steps over 20 ms and garbage collections over 5 ms between two wall times
+    (bench/loopwatch writes them)."""
+    lines = [x.split(" ", 3) for x in path.read_text().splitlines()] if path.exists() else []
+    lines = [x for x in lines if since <= float(x[0]) <= until]
+    steps = sorted(((float(w), float(c), n.strip().rsplit(".", 1)[-1]) for _, w, c, n in lines if w != "gc"), reverse=True)
+    gcs = sorted(((float(x[2]), x[3].strip()) for x in lines if x[1] == "gc"), reverse=True)
+    return {"steps_over_20ms": sum(1 for w, _c, _n in steps if w > 0.020), "longest_steps": steps[:5],
+            "gc_over_5ms": len(gcs), "longest_gc": gcs[:5]}
+
+
+def run(quick: bool = False, loopwatch: bool = False, **sizes) -> dict:
+    """Measure the lead at crew scale; `sizes` override QUICK or FULL. Returns the figures (times in s).
+    `loopwatch`: also record the lead's long event-loop steps and collections (bench/loopwatch)."""
     o = {**(QUICK if quick else FULL), **{k: v for k, v in sizes.items() if v is not None}}
     crew = Crew(Path(tempfile.mkdtemp(prefix="cb", dir="/tmp")))
     floor = Floor()
     r: dict = {"sizes": o}
+    watch = crew.base / "loopwatch.txt"
+    if loopwatch:
+        crew.lead.env["PYTHONPATH"] = f"{Path(__file__).resolve().parent / 'loopwatch'}:{crew.lead.env['PYTHONPATH']}"
+        crew.lead.env["COLLIE_BENCH_LOOPWATCH"] = str(watch)
     try:
         crew.start_lead()
         real = crew.add_member("real")
@@ -134,13 +150,15 @@ def run(quick: bool = False, **sizes) -> dict:
                         await trio.sleep(1 / o["rate"])
                     r["changes"] = k
 
-                c0, w0 = cpu_seconds(lead_pid), time.monotonic()
+                c0, w0, wall0 = cpu_seconds(lead_pid), time.monotonic(), time.time()
                 async with trio.open_nursery() as busy:
                     if senders:
                         busy.start_soon(changes)
                     r["dash_busy"], _ = await dashboards(c, until=time.monotonic() + o["seconds"])
                 r["busy_cpu"] = (cpu_seconds(lead_pid) - c0) / (time.monotonic() - w0)
                 r["busy_rss_mib"] = rss_mib(lead_pid)
+                if loopwatch:
+                    r["loopwatch_busy"] = loopwatch_summary(watch, wall0, time.time())
                 r["events"] = {k: v - events0.get(k, 0) for k, v in counts.items() if v - events0.get(k, 0)}
                 r["write_rt"], r["outcomes"] = await writes(c, o["writes"], o["conversations"])
                 r["peak_rss_mib"] = peak_rss_mib(lead_pid)
@@ -184,7 +202,7 @@ def summary(r: dict) -> dict:
     f50 = r["floor"]["p50"]
     out = {k: r[k] for k in ("sizes", "load_s", "sections", "agents", "conversations", "idle_cpu", "idle_rss_mib",
                              "busy_cpu", "busy_rss_mib", "peak_rss_mib", "dash_bytes", "changes", "events", "outcomes",
-                             "floor", "load") if k in r}
+                             "floor", "load", "loopwatch_busy") if k in r}
     for name in ("dash_idle", "dash_busy", "write_rt"):
         xs = r[name]
         out[name] = {"n": len(xs), "p50": pct(xs, 50), "p99": pct(xs, 99), "ratio_p50": pct(xs, 50) / f50,
@@ -207,6 +225,12 @@ def report(r: dict) -> str:
                        ("write_rt", f"write phone -> lead -> member -> agent, one at a time {r['outcomes']}")):
         x = r[name]
         lines.append(f"{what} (n={x['n']}): p50 {ms(x['p50'], f)}  p99 {ms(x['p99'], f)}")
+    if "loopwatch_busy" in r:
+        x = r["loopwatch_busy"]
+        lines.append(f"lead loop while busy: {x['steps_over_20ms']} steps over 20 ms, longest "
+                     + ", ".join(f"{w * 1000:.0f} ms (CPU {c * 1000:.0f} ms, {n})" for w, c, n in x["longest_steps"][:3])
+                     + f"; {x['gc_over_5ms']} collections over 5 ms, longest "
+                     + ", ".join(f"{t * 1000:.0f} ms ({g})" for t, g in x["longest_gc"][:3]))
     one, five, fifteen = r["load"]
     lines.append(f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)")
     return "\n".join(lines)
@@ -217,9 +241,10 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help=f"the small size: {QUICK}")
     for k, v in FULL.items():
         p.add_argument(f"--{k}", type=type(v), default=None, help=f"default {v} ({QUICK[k]} with --quick)")
+    p.add_argument("--loopwatch", action="store_true", help="record the lead's long loop steps and collections")
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args()
-    r = run(args.quick, **{k: getattr(args, k) for k in FULL})
+    r = run(args.quick, args.loopwatch, **{k: getattr(args, k) for k in FULL})
     print(report(r))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))
