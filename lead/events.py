@@ -452,7 +452,7 @@ class Feed:
         for key in removed:
             self.rows.pop(key, None)
             self._publish("row", {"machine": key[0], "agent": key[1], "row": None})
-        heads = section_heads(dashboard_sections(self.bridge, self.hub)) if (changed or removed or dirty or everything) else self.heads
+        heads = self._heads() if (changed or removed or dirty or everything) else self.heads
         if heads != self.heads:
             self.heads = heads
             self._publish("sections", {"sections": heads})
@@ -480,6 +480,17 @@ class Feed:
                 self.panes.pop(key, None)
                 self.item_marks.pop(key, None)
                 self.published.pop(key, None)
+
+    def _heads(self) -> list[dict]:
+        """The section heads, from the rows this feed keeps current (not every reader's row again)."""
+        by_machine: dict[str, list] = {}
+        for (machine, _agent), row in self.rows.items():
+            by_machine.setdefault(machine, []).append(row)
+        heads = [section_head(LOCAL, None, by_machine[LOCAL])] if by_machine.get(LOCAL) else []
+        for label, member in sorted((self.hub.members if self.hub is not None else {}).items()):
+            if by_machine.get(label):
+                heads.append(section_head(label, member, by_machine[label]))
+        return heads
 
     def _rows_of(self, machine: str, agent: str | None) -> dict:
         if machine == LOCAL:

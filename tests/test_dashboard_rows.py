@@ -58,3 +58,40 @@ def test_the_dashboard_text_says_what_the_sections_say_after_every_change():
     del lab.members["laptop"].readers["agent0"]  # gone from the member's snapshot
     text, sections = lab.both()
     assert text == sections and [r["name"] for r in text[1]["agents"]] == ["agent1", "agent2"]
+
+
+def test_the_live_channel_sends_the_sections_the_dashboard_shows():
+    """The feed derives section heads from the rows it keeps: after each change its last `sections`
+    event equals the heads of a dashboard built from scratch (D5: a section with an ask moves up)."""
+    import trio
+    import trio.testing
+
+    from lead.events import Feed, section_heads
+
+    lab = Lab()
+    lab.on_member_change = []
+    views = {m: fake_view("agent0", 3, m) for m in ("desk", "laptop")}
+    for m, v in views.items():
+        lab.view(m, v)
+    feed = Feed(lab, lab)
+    sent: list = []
+
+    async def main():
+        async with trio.open_nursery() as n:
+            await n.start(feed.run)
+            feed._publish = lambda kind, data, scope=None: sent.append((kind, data))
+            steps = [lambda: lab.view("laptop", toggle_ask(views["laptop"], "Deploy?")),
+                     lambda: Hub._mark_offline(None, lab.members["desk"]),
+                     lambda: lab.view("laptop", toggle_ask(views["laptop"], "Deploy?"))]
+            for step in steps:
+                step()
+                for label in lab.members:
+                    feed.touch(label, None)
+                await trio.sleep(0.1)
+                heads = [d["sections"] for k, d in sent if k == "sections"][-1]
+                assert heads == section_heads(dashboard_sections(lab, lab))
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    kinds = [k for k, _d in sent]
+    assert kinds == ["row", "sections"] * 3  # each step changes one agent's row and the heads
