@@ -1,0 +1,252 @@
+"""Every benchmark, one table, one JSON file (issue 15.1).
+
+    .venv/bin/python -m bench [--quick] [--json PATH] [--only NAME,...] [--timeout S]
+
+Runs each benchmark below in a process of its own, one after another (each calls the benchmark
+module's `run(quick=...)`, the same function its own command line uses), then prints one table —
+figure, value, floor, ratio, target, met? — and writes every figure and every benchmark's whole dict
+to JSON (`--json`, default bench/results.json, or bench/results-quick.json with `--quick`).
+
+    wire     bench/wire_idle.py     idle requests per agent per day and bytes per idle poll (polling vs
+                                    watch, virtual time); ask -> the phone's pane route (one agent, 100
+                                    open conversations)
+    live     bench/live_channel.py  ask raised on a member's agent -> `pane` event on the phone's live
+                                    channel (and -> push request, full run only)
+    writes   bench/crew_writes.py   writes phone -> lead -> member -> agent across many agents at once,
+                                    journals fsync'd: receipts per second, p50/p99
+    scale    bench/crew_scale.py    the lead with 100 members (99 simulated, 1 real) x 10 agents x 100
+                                    conversations: CPU, RSS, dashboard API size and time, write round trip
+
+Every latency stands beside its floor — a loopback HTTP round trip measured by the same benchmark in
+the same run (each benchmark's docstring says which) — and the ratio is latency / floor p50. A
+benchmark that fails is reported in the table and in the JSON (`error`) and the others still run; the
+exit status is 1 when any failed. `--quick` (CI) is small sizes, about 2 minutes; the full run about
+15-20 minutes on two cores. The load average before and after each benchmark is in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+BENCHES = {"wire": "wire_idle", "live": "live_channel", "writes": "crew_writes", "scale": "crew_scale"}
+MS = 1000.0
+
+
+def row(key: str, figure: str, value, unit: str = "", *, floor: float | None = None, target: str = "",
+        met: bool | None = None, scale: float = 1.0) -> dict:
+    """One line of the table. Latencies are given in seconds with `unit="ms"` and their floor (s)."""
+    if value is not None and unit == "ms":
+        scale = MS
+    shown = None if value is None else value * scale
+    return {"key": key, "figure": figure, "value": shown, "unit": unit,
+            "floor": None if floor is None else floor * MS, "ratio": None if floor in (None, 0) or value is None
+            else value / floor, "target": target, "met": met}
+
+
+def rows_wire(r: dict) -> list[dict]:
+    idle = r["idle"]
+    out = [row("wire.requests_per_day.polling_idle", "state requests / agent / day, polling, idle",
+               idle["polling, idle"]["requests_per_day"]),
+           row("wire.requests_per_day.polling_viewed", "state requests / agent / day, polling, viewed",
+               idle["polling, viewed"]["requests_per_day"]),
+           row("wire.requests_per_day.watch", "state requests / agent / day, watch (idle or viewed)",
+               idle["watch, idle"]["requests_per_day"]),
+           row("wire.bytes_per_idle_poll.polling", "bytes per idle poll, polling (request + 304)",
+               idle["polling, idle"]["bytes_per_poll"], "B"),
+           row("wire.bytes_per_idle_poll.watch", "bytes per idle poll, watch (request + 304)",
+               idle["watch, idle"]["bytes_per_poll"], "B")]
+    p = r["pane"]["isolated"]
+    f = p["floor"]["p50"]
+    out += [row("wire.ask_to_pane.p50", "ask -> pane route, p50 (1 agent, 100 conversations)", p["p50"], "ms", floor=f),
+            row("wire.ask_to_pane.p99", "ask -> pane route, p99", p["p99"], "ms", floor=f,
+                target="<= 10x floor", met=p["p99"] <= 10 * f)]
+    return out
+
+
+def rows_live(r: dict) -> list[dict]:
+    a = r["ask_to_channel"]
+    f = a["floor"]["p50"]
+    out = [row("live.ask_to_channel.p50", "ask on a member's agent -> live channel, p50", a["p50"], "ms", floor=f),
+           row("live.ask_to_channel.p99", "ask on a member's agent -> live channel, p99", a["p99"], "ms", floor=f,
+               target="<= 50 ms and <= 20x floor", met=a["p99"] <= 0.050 and a["p99"] <= 20 * f)]
+    if "ask_to_push" in r:
+        p = r["ask_to_push"]
+        out.append(row("live.ask_to_push.p99", "ask on a member's agent -> push request, p99", p["p99"], "ms",
+                       floor=p["floor"]["p50"]))
+    return out
+
+
+def rows_writes(r: dict) -> list[dict]:
+    f = r["floor_p50"]
+    what = f"{r['agents']} agents x {r['conversations']} conversations at once"
+    return [row("writes.receipts_per_s", f"writes phone -> lead -> member -> agent, receipts/s ({what})",
+                r["receipts_per_s"], "/s", target=">= 300/s", met=r["receipts_per_s"] >= 300),
+            row("writes.p50", "writes: phone -> receipt p50", r["receipt_p50"], "ms", floor=f),
+            row("writes.p99", "writes: phone -> receipt p99", r["receipt_p99"], "ms", floor=f, target="<= 50 ms",
+                met=r["receipt_p99"] is not None and r["receipt_p99"] <= 0.050),
+            row("writes.applied", "writes applied at the agents / acknowledged", r["applied"],
+                f"/ {r['acknowledged']}", target="all", met=r["applied"] == r["acknowledged"])]
+
+
+def rows_scale(r: dict) -> list[dict]:
+    f = r["floor"]["p50"]
+    o = r["sizes"]
+    crew = f"{o['members']} members x {o['agents']} agents x {o['conversations']} conversations"
+    gib = 1024.0
+    return [row("scale.conversations", f"lead: open conversations shown ({crew})", r["conversations"]),
+            row("scale.load_s", "lead: every agent shown after the first snapshot", r["load_s"], "s"),
+            row("scale.cpu_idle", "lead CPU idle (share of one core)", r["idle_cpu"] * 100, "%",
+                target="<= 100 %", met=r["idle_cpu"] <= 1.0),
+            row("scale.cpu_busy", f"lead CPU, {o['rate']:g} changes/s + dashboard back to back", r["busy_cpu"] * 100, "%",
+                target="<= 100 %", met=r["busy_cpu"] <= 1.0),
+            row("scale.rss_peak", "lead peak RSS (VmHWM)", r["peak_rss_mib"], "MiB", target="<= 1 GiB",
+                met=r["peak_rss_mib"] <= gib),
+            row("scale.dashboard_bytes", "GET /api/dashboard size", r["dash_bytes"] / 1024, "KiB"),
+            row("scale.dashboard.p50", "GET /api/dashboard p50, idle", r["dash_idle"]["p50"], "ms", floor=f),
+            row("scale.dashboard.p99", "GET /api/dashboard p99, idle", r["dash_idle"]["p99"], "ms", floor=f,
+                target="<= 50 ms", met=r["dash_idle"]["p99"] <= 0.050),
+            row("scale.dashboard_busy.p99", "GET /api/dashboard p99, while busy", r["dash_busy"]["p99"], "ms", floor=f,
+                target="<= 50 ms", met=r["dash_busy"]["p99"] <= 0.050),
+            row("scale.write.p50", "write phone -> lead -> member -> agent, one at a time, p50", r["write_rt"]["p50"],
+                "ms", floor=f),
+            row("scale.write.p99", "write phone -> lead -> member -> agent, one at a time, p99", r["write_rt"]["p99"],
+                "ms", floor=f)]
+
+
+ROWS = {"wire": rows_wire, "live": rows_live, "writes": rows_writes, "scale": rows_scale}
+# the keys every run (quick or full) has when nothing failed: tests/test_bench_runner.py checks them
+KEYS = {
+    "wire": ["wire.requests_per_day.polling_idle", "wire.requests_per_day.polling_viewed", "wire.requests_per_day.watch",
+             "wire.bytes_per_idle_poll.polling", "wire.bytes_per_idle_poll.watch", "wire.ask_to_pane.p50",
+             "wire.ask_to_pane.p99"],
+    "live": ["live.ask_to_channel.p50", "live.ask_to_channel.p99"],
+    "writes": ["writes.receipts_per_s", "writes.p50", "writes.p99", "writes.applied"],
+    "scale": ["scale.conversations", "scale.load_s", "scale.cpu_idle", "scale.cpu_busy", "scale.rss_peak",
+              "scale.dashboard_bytes", "scale.dashboard.p50", "scale.dashboard.p99", "scale.dashboard_busy.p99",
+              "scale.write.p50", "scale.write.p99"],
+}
+
+
+def one(name: str, quick: bool, out: Path) -> None:
+    """In the child: run one benchmark and write its dict."""
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(REPO))
+    module = __import__(BENCHES[name])
+    with open(os.devnull, "w") as quiet:  # the table is the output; a benchmark's own prints go nowhere
+        sys.stdout = quiet
+        try:
+            result = module.run(quick=quick)
+        finally:
+            sys.stdout = sys.__stdout__
+    out.write_text(json.dumps(result, default=str))
+
+
+def run_one(name: str, quick: bool, timeout: float) -> dict:
+    """Run one benchmark in a child process (its own session: a timeout ends it and all it started)."""
+    with tempfile.TemporaryDirectory(prefix="bench-") as d:
+        out = Path(d) / "out.json"
+        err = Path(d) / "stderr"
+        load0, t0 = os.getloadavg(), time.monotonic()
+        with open(err, "w") as e:
+            child = subprocess.Popen([sys.executable, "-m", "bench", "--one", name, "--out", str(out)]
+                                     + (["--quick"] if quick else []), cwd=REPO, stdout=subprocess.DEVNULL, stderr=e,
+                                     start_new_session=True)
+            try:
+                code = child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                code = f"timeout after {timeout:g} s"
+        took = time.monotonic() - t0
+        info = {"seconds": round(took, 1), "load_before": load0, "load_after": os.getloadavg()}
+        if code == 0 and out.exists():
+            return {"result": json.loads(out.read_text()), **info}
+        tail = err.read_text()[-2000:]
+        return {"error": f"exit {code}" if isinstance(code, int) else code, "stderr": tail, **info}
+
+
+def fmt(x, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        text = f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
+    else:
+        text = f"{x:,}"
+    return f"{text} {unit}".strip()
+
+
+def table(rows: list[dict]) -> str:
+    head = ("figure", "value", "floor", "ratio", "target", "met?")
+    lines = [[r["figure"], fmt(r["value"], r["unit"]), fmt(r["floor"], "ms") if r["floor"] is not None else "",
+              f"{r['ratio']:.1f}x" if r["ratio"] is not None else "", r["target"],
+              "" if r["met"] is None else ("yes" if r["met"] else "NO")] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    out = ["  ".join(str(x).ljust(w) for x, w in zip(head, widths))]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description="Every benchmark, one table, one JSON file.")
+    p.add_argument("--quick", action="store_true", help="small sizes, about 2 minutes (CI)")
+    p.add_argument("--json", help="where to write the figures (default bench/results.json; "
+                                  "bench/results-quick.json with --quick)")
+    p.add_argument("--only", help=f"a comma-separated subset of {', '.join(BENCHES)}")
+    p.add_argument("--timeout", type=float, default=None, help="seconds one benchmark may take (300; 1200 full)")
+    p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--out", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        one(args.one, args.quick, Path(args.out))
+        return 0
+    names = args.only.split(",") if args.only else list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:
+        p.error(f"no benchmark {', '.join(unknown)} (there are: {', '.join(BENCHES)})")
+    timeout = args.timeout or (300 if args.quick else 1200)
+    path = Path(args.json) if args.json else HERE / ("results-quick.json" if args.quick else "results.json")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    doc: dict = {"quick": args.quick, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                 "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}
+    t0 = time.monotonic()
+    for name in names:
+        print(f"{name} ({BENCHES[name]}.py) ...", end=" ", flush=True, file=sys.stderr)
+        got = run_one(name, args.quick, timeout)
+        doc["benchmarks"][name] = got
+        if "error" in got:
+            doc["errors"].append(f"{name}: {got['error']}")
+            print(f"FAILED ({got['error']}, {got['seconds']:g} s)", file=sys.stderr)
+            continue
+        try:
+            doc["figures"] += ROWS[name](got["result"])
+        except (KeyError, TypeError, ZeroDivisionError) as exc:  # a benchmark's dict without a figure we print
+            doc["errors"].append(f"{name}: figures: {type(exc).__name__}: {exc}")
+        print(f"{got['seconds']:g} s", file=sys.stderr)
+    doc["seconds"] = round(time.monotonic() - t0, 1)
+    doc["load_end"] = os.getloadavg()
+    path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    one_, five, fifteen = doc["load_end"]
+    print(f"python -m bench{' --quick' if args.quick else ''} at {doc['commit']}, {doc['started']}, "
+          f"{doc['seconds']:.0f} s; load average at the end {one_:.2f} {five:.2f} {fifteen:.2f} ({os.cpu_count()} cores)")
+    print(table(doc["figures"]))
+    for e in doc["errors"]:
+        print(f"FAILED {e}")
+    print(f"figures written to {path}")
+    return 1 if doc["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

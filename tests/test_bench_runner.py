@@ -1,0 +1,52 @@
+"""`python -m bench` (issue 15.1): one command runs every benchmark, prints one table and writes JSON.
+
+Invariants: `--quick` produces a JSON file holding every figure the table promises (bench/__main__.KEYS),
+each a number, with no benchmark failed; every latency has its floor and ratio beside it. A benchmark
+that fails is reported by name in the table, the JSON and the exit status, never dropped silently.
+Nothing here asserts a time: the figures are for people to read (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.__main__ import KEYS, main, row, table
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_latency_row_carries_its_floor_and_ratio():
+    r = row("x.p99", "something, p99", 0.030, "ms", floor=0.002, target="<= 50 ms", met=True)
+    assert r["value"] == pytest.approx(30.0) and r["floor"] == pytest.approx(2.0) and r["ratio"] == pytest.approx(15.0)
+    text = table([r, row("x.n", "a count", 8640)])
+    assert "30.0 ms" in text and "2.0 ms" in text and "15.0x" in text and "yes" in text and "8,640" in text
+
+
+def test_an_unknown_benchmark_is_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--only", "nope"])
+    assert exc.value.code == 2
+    assert "no benchmark nope" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_run_writes_every_figure(tmp_path):
+    out = tmp_path / "results.json"
+    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    doc = json.loads(out.read_text())
+    assert doc["errors"] == [], json.dumps(doc["benchmarks"], indent=1)[-4000:]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = {f["key"]: f for f in doc["figures"]}
+    for name, keys in KEYS.items():
+        assert "result" in doc["benchmarks"][name], name
+        for key in keys:
+            assert isinstance(figures[key]["value"], (int, float)), key
+            if figures[key]["unit"] == "ms":  # every latency beside its floor, measured in the same run
+                assert figures[key]["floor"] > 0 and figures[key]["ratio"] > 0, key
+            assert figures[key]["figure"] in proc.stdout, key
