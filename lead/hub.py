@@ -91,6 +91,7 @@ def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
         reader.status, reader.reason, reader.detail = st.status, st.reason, st.detail
     text = crewwire.encode(view.as_wire())
     reader.raw_hello = reader.raw_state = None  # kept as `text`: fewer live objects for the GC to walk
+    reader._parsed = {}  # nor the raw conversations kept to re-parse only changed ones: a new view gets a new reader
     return reader, text
 
 
