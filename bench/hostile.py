@@ -14,8 +14,6 @@ machine's at the end. `--repo PATH` runs the lead from another checkout (to meas
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,10 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import Floor, loadavg, ms, pct, rss_mib  # noqa: E402
+from measure import Floor, lead_folder, loadavg, ms, pct, rss_mib, start_lead  # noqa: E402
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
 
 
 async def observe(address: str, token: str, pid: int, seconds: float, conv: str) -> dict:
@@ -72,26 +68,13 @@ def main() -> None:
     args = p.parse_args()
     lead_repo = Path(args.repo).resolve()
     base = Path(tempfile.mkdtemp(prefix="ch", dir="/tmp"))
-    os.chmod(base, 0o700)
-    cfg, state, run_dir = base / "cfg", base / "state", base / "run"
-    cfg.mkdir(mode=0o700)
-    run_dir.mkdir(mode=0o700)
-    sock = run_dir / "flood.sock"
-    (cfg / "sources.json").write_text(json.dumps([{"name": "flood", "kind": "durable", "socket": str(sock)}]))
-    os.chmod(cfg / "sources.json", 0o600)
-    env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state)}
+    sock = base / "run" / "flood.sock"
+    _cfg, state, _run, env = lead_folder(base, {"flood": sock})
     floor = Floor()
     lead = agent = None
     try:
         f = trio.run(floor.measure)
-        lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(lead_repo)},
-                                cwd=lead_repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while True:
-            try:
-                pong = control.call(state / "bridge.sock", "ping", timeout=2)
-                break
-            except NotRunningError:
-                time.sleep(0.1)
+        lead, pong = start_lead(env, state, lead_repo)
         time.sleep(1)
         rss0 = rss_mib(lead.pid)
         agent = subprocess.Popen([sys.executable, "-m", "fixtures", "endless", "--socket", str(sock), "--conversations",

@@ -14,8 +14,6 @@ measured in the same run. `--repo PATH` runs the bridge from another checkout (t
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -29,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sqlite3  # noqa: E402
 
 import trio  # noqa: E402
-from measure import Floor, cpu_seconds, loadavg, rss_mib  # noqa: E402
+from measure import Floor, cpu_seconds, lead_folder, loadavg, rss_mib, start_lead  # noqa: E402
 
 from crew import control  # noqa: E402
 from crew.errors import NotRunningError  # noqa: E402
@@ -90,23 +88,14 @@ def main() -> None:
     args = p.parse_args()
     lead_repo = Path(args.repo).resolve()
     base = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
-    os.chmod(base, 0o700)
-    run = base / "run"
-    run.mkdir(mode=0o700)
-    cfg, state = base / "cfg", base / "state"
-    cfg.mkdir(mode=0o700)
-    (cfg / "sources.json").write_text(json.dumps(
-        [{"name": f"a{a:02d}", "kind": "durable", "socket": str(run / f"a{a:02d}.sock")} for a in range(args.agents)]))
-    os.chmod(cfg / "sources.json", 0o600)
-    env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
+    _cfg, state, run, env = lead_folder(base, {f"a{a:02d}": base / "run" / f"a{a:02d}.sock" for a in range(args.agents)})
     host = subprocess.Popen([sys.executable, "-c", HOST, str(run), str(args.agents), str(args.conversations),
                              "0" if args.no_watch else "1"], env=env, stdout=subprocess.PIPE, text=True)
     assert host.stdout.readline().strip() == "ready"
-    bridge = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(lead_repo)},
-                              cwd=lead_repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    bridge, _pong = start_lead(env, state, lead_repo)
     floor = Floor(f"unix:{base / 'floor.sock'}")
     try:
-        t0 = time.monotonic()
         while True:
             try:
                 agents = control.call(state / "bridge.sock", "agents", timeout=2)["agents"]

@@ -98,3 +98,44 @@ def ms(seconds: float, floor: float | None = None) -> str:
     """`12.3 ms (8.2x floor)`: a latency with its ratio to the floor beside it."""
     text = f"{seconds * 1000:.1f} ms"
     return f"{text} ({seconds / floor:.1f}x floor)" if floor else text
+
+
+# --- a lead in a private folder (the benchmarks that run `python -m lead` with their own agents) ------
+def lead_folder(base, sources) -> tuple:
+    """cfg/ with a sources.json naming each durable agent (`sources`: name -> socket path), state/ and
+    run/ (0700) inside `base` (made 0700); returns (cfg, state, run, env) — env for the lead and agents."""
+    import json
+
+    base = Path(base)
+    os.chmod(base, 0o700)
+    cfg, state, run = base / "cfg", base / "state", base / "run"
+    for d in (cfg, run):
+        d.mkdir(mode=0o700, exist_ok=True)
+    (cfg / "sources.json").write_text(json.dumps([{"name": n, "kind": "durable", "socket": str(s)}
+                                                  for n, s in sources.items()]))
+    os.chmod(cfg / "sources.json", 0o600)
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(repo)}
+    return cfg, state, run, env
+
+
+def start_lead(env: dict, state, repo=None, stderr=None):
+    """`python -m lead --port 0` from the checkout `repo` (this one by default); returns (process, pong)
+    once its control socket answers."""
+    import subprocess
+    import sys
+    import time
+
+    from crew import control
+    from crew.errors import NotRunningError
+
+    repo = Path(repo or Path(__file__).resolve().parent.parent).resolve()
+    lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
+                            cwd=repo, stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL)
+    while True:
+        try:
+            return lead, control.call(Path(state) / "bridge.sock", "ping", timeout=2)
+        except NotRunningError:
+            if lead.poll() is not None:
+                raise RuntimeError(f"the lead exited {lead.returncode}") from None
+            time.sleep(0.1)

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import subprocess
@@ -33,11 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import Floor, loadavg, ms, pct  # noqa: E402
+from measure import Floor, lead_folder, loadavg, ms, pct, start_lead  # noqa: E402
 
-from crew import control  # noqa: E402
 from crew.config import AgentConfig  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
 from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -181,23 +178,11 @@ async def pane_latency(samples: int, pause: tuple[float, float], conversations: 
     out: list[float] = []
     floors: list[float] = []
     try:
-        (d / "cfg").mkdir(mode=0o700)
-        (d / "cfg" / "sources.json").write_text(json.dumps([{"name": "desk", "kind": "durable",
-                                                              "socket": str(d / "a.sock")}]))
-        os.chmod(d / "cfg" / "sources.json", 0o600)
-        env = {**os.environ, "COLLIE_CONFIG_DIR": str(d / "cfg"), "COLLIE_STATE_DIR": str(d / "state")}
+        _cfg, state, _run, env = lead_folder(d, {"desk": d / "a.sock"})
         asker = subprocess.Popen([sys.executable, "-c", ASKER, str(d / "a.sock"), str(conversations)],
-                                 env={**env, "PYTHONPATH": str(REPO)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True)
+                                 env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert asker.stdout.readline().strip() == "ready"
-        lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
-                                cwd=repo, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while True:
-            try:
-                pong = control.call(d / "state" / "bridge.sock", "ping", timeout=2)
-                break
-            except NotRunningError:
-                time.sleep(0.1)
+        lead, pong = start_lead(env, state, repo)
         token = (d / "state" / "api-token").read_text().strip()
         route = f"/api/agents/local/desk/conversations/c{conversations // 2:03d}"
 

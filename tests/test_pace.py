@@ -13,7 +13,7 @@ import trio
 
 from bridge.pace import MIN_GAP, ReadPace
 from bridge.writes import WriteRequest
-from tests.live import ALL_CAPS, agent, writer_lab
+from tests.live import ALL_CAPS, writer_lab
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
 TURN = 0.02  # the agent's own time per turn

@@ -16,7 +16,7 @@ from bridge.panes import chat_items
 from bridge.writes import WriteRequest
 from crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
 from crew.sdk.server import Response
-from tests.live import agent, writer_lab
+from tests.live import writer_lab
 
 
 def rid() -> str:
