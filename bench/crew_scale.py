@@ -47,8 +47,8 @@ from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
 FINISHED = ("done", "expired", "cancelled", "failed")  # inbox items that no longer wait (lead/inbox.py)
 FULL = {"members": 100, "agents": 10, "conversations": 100, "seconds": 30.0, "rate": 10.0, "dashboards": 200,
         "writes": 200}
-QUICK = {"members": 10, "agents": 10, "conversations": 20, "seconds": 5.0, "rate": 10.0, "dashboards": 50,
-         "writes": 30}
+QUICK = {"members": 10, "agents": 10, "conversations": 20, "seconds": 4.0, "rate": 10.0, "dashboards": 40,
+         "writes": 20}
 
 
 def peak_rss_mib(pid: int) -> float:

@@ -275,9 +275,9 @@ def latency(lat: list[float], floor: list[float]) -> dict:
 
 def run(quick: bool = False, asks: int | None = None, push_agents: int | None = None, fanout: bool = False) -> dict:
     """The figures as a dict, times in s (python -m bench): ask on a member's agent -> `pane` event on a
-    live channel (part 1; 200 asks, 30 with `quick`), -> push request (part 3; 10 agents, none with
+    live channel (part 1; 200 asks, 20 with `quick`), -> push request (part 3; 10 agents, none with
     `quick`), and with `fanout` part 2 at its command-line defaults."""
-    args = argparse.Namespace(asks=asks or (30 if quick else 200), members=50, agents=10, conversations=20,
+    args = argparse.Namespace(asks=asks or (20 if quick else 200), members=50, agents=10, conversations=20,
                               phones=100, seconds=20, rate=10,
                               push_agents=push_agents if push_agents is not None else (0 if quick else 10))
     crew = Crew(Path(tempfile.mkdtemp(prefix="cl", dir="/tmp")))

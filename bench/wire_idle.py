@@ -250,7 +250,7 @@ def parse_cost(conversations: int, repo: Path, reps: int = 300) -> float:
 
 
 FULL = {"hours": 1.0, "poll_samples": 200, "samples": 200, "conversations": 100, "parse": (1, 100, 1000)}
-QUICK = {"hours": 300 / 3600, "poll_samples": 30, "samples": 30, "conversations": 100, "parse": (100,)}
+QUICK = {"hours": 300 / 3600, "poll_samples": 30, "samples": 20, "conversations": 100, "parse": (100,)}
 MODES = (("polling, idle", NO_WATCH, False), ("polling, viewed", NO_WATCH, True),
          ("watch, idle", ALL_CAPS, False), ("watch, viewed", ALL_CAPS, True))
 PAUSES = (("isolated", (0.3, 0.6)), ("back-to-back", (0.0, 0.02)))
