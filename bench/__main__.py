@@ -180,6 +180,8 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
 def fmt(x, unit: str = "") -> str:
     if x is None:
         return "-"
+    if isinstance(x, float) and x.is_integer() and unit != "ms":
+        x = int(x)
     if isinstance(x, float):
         text = f"{x:,.1f}" if abs(x) < 1000 else f"{x:,.0f}"
     else:
@@ -199,6 +201,29 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def pretty(text: str) -> str:
+    return text.replace("->", "→").replace("<=", "≤").replace(">=", "≥").replace(" x ", " × ")
+
+
+def markdown(doc: dict) -> str:
+    """The table of a run as Markdown (bench/README.md), with the run's commit and load average."""
+    one, five, fifteen = doc["load_end"]
+    lines = [f"`python -m bench{' --quick' if doc['quick'] else ''}` at {doc['commit']}, {doc['started']}, "
+             f"{doc['seconds']:.0f} s; load average at the end {one:.2f} {five:.2f} {fifteen:.2f} "
+             f"({doc['cores']} cores); per benchmark (1 min, before → after): "
+             + ", ".join(f"{name} {b['load_before'][0]:.1f} → {b['load_after'][0]:.1f}"
+                         for name, b in doc["benchmarks"].items()) + ".", "",
+             "| figure | value | floor | ratio | target | met? |", "|---|---|---|---|---|---|"]
+    for r in doc["figures"]:
+        floor = fmt(r["floor"], "ms") if r["floor"] is not None else ""
+        ratio = f"{r['ratio']:.1f}×" if r["ratio"] is not None else ""
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        lines.append(f"| {pretty(r['figure'])} | {fmt(r['value'], r['unit'])} | {floor} | {ratio} | {pretty(r['target'])} "
+                     f"| {met} |")
+    lines += [f"| FAILED: {e} | | | | | |" for e in doc["errors"]]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description="Every benchmark, one table, one JSON file.")
     p.add_argument("--quick", action="store_true", help="small sizes, about 2 minutes (CI)")
@@ -206,11 +231,15 @@ def main(argv: list[str] | None = None) -> int:
                                   "bench/results-quick.json with --quick)")
     p.add_argument("--only", help=f"a comma-separated subset of {', '.join(BENCHES)}")
     p.add_argument("--timeout", type=float, default=None, help="seconds one benchmark may take (300; 1200 full)")
+    p.add_argument("--markdown", metavar="JSON", help="print the table of an earlier run's JSON as Markdown")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         one(args.one, args.quick, Path(args.out))
+        return 0
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
     names = args.only.split(",") if args.only else list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
