@@ -27,6 +27,9 @@ async def forever(pane, text):
     await trio.sleep_forever()
 
 
+setup = writer_lab  # a real agent `desk`, a bridge and a writer with an inline journal
+
+
 def writes_seen(collie, suffix):
     return [c for c in collie.recorder.calls if c[1] == "POST" and c[2].endswith(suffix)]
 
@@ -37,7 +40,7 @@ def send(text, turn, request_id=None):
 
 async def test_send_is_sent_once_and_a_repeat_returns_the_stored_receipt(tmp, autojump_clock):
     """B2, B3: receipt `sent` with the new turn; a repeat is the stored receipt and reaches nothing."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         req = send("hello", 0)
         first = await w.write(req)
         assert (first.outcome, first.turn) == ("sent", 1)
@@ -52,7 +55,7 @@ async def test_send_is_sent_once_and_a_repeat_returns_the_stored_receipt(tmp, au
 
 async def test_the_line_is_replaced_once_the_agent_echoes_it(tmp, autojump_clock):
     """C3: the line shows with a clock until the agent's own copy arrives (effective, B3)."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         req = send("hello", 0)
         await w.write(req)
         await trio.sleep(0.5)  # the bridge reads the agent's new items (poked after the write)
@@ -63,7 +66,7 @@ async def test_the_line_is_replaced_once_the_agent_echoes_it(tmp, autojump_clock
 async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autojump_clock, monkeypatch):
     """B7: while a send hangs, steer and answers are refused busy at once; Stop waits 10 s then goes through."""
     monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
-    async with writer_lab(tmp, on_send=forever) as (collie, pane, b, w):
+    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
         assert (await w.write(send("go", 0))).outcome == "sent"  # a turn now runs
         inner = collie.handle
 
@@ -93,7 +96,7 @@ async def test_lock_busy_at_once_and_stop_goes_through_after_its_wait(tmp, autoj
 
 async def test_unknown_then_retry_applies_once(tmp, autojump_clock, monkeypatch):
     """O: `Not certain the answer arrived` → Retry sends the same request id; the agent applies it once."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         inner = collie.handle
         lost = {"n": 1}
 
@@ -116,7 +119,7 @@ async def test_unknown_then_retry_applies_once(tmp, autojump_clock, monkeypatch)
 
 async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
     """Nothing lost: a request left `unknown` is resolved in the background under its own id."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         inner = collie.handle
         state = {"drop": True}
 
@@ -138,7 +141,7 @@ async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
 async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
     """B5, O, R3: accepted once; a second answer is `answered` without reaching the agent; an ask the
     agent decided with no tap leaves one chat line."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         result = {}
         async with trio.open_nursery() as n:
             async def ask():
@@ -173,7 +176,7 @@ async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
 
 async def test_a_retry_that_finds_the_ask_decided(tmp, autojump_clock):
     """O: a retry of an unknown answer that finds the ask decided keeps its own row; answered → may be applied."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         inner = collie.handle
 
         async def lose(req):
@@ -199,7 +202,7 @@ async def test_a_retry_that_finds_the_ask_decided(tmp, autojump_clock):
 async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
     """B7: concurrent send/steer/answer/stop on one session: no two reach the agent at once; stop lands
     within its limit."""
-    async with writer_lab(tmp, on_send=forever) as (collie, pane, b, w):
+    async with setup(tmp, on_send=forever) as (collie, pane, b, w):
         inner = collie.handle
         windows = []
 
@@ -242,7 +245,7 @@ async def test_writes_to_one_session_never_interleave(tmp, autojump_clock):
 async def test_a_double_tap_sends_once_and_both_get_the_receipt(tmp, autojump_clock):
     """Two concurrent writes with one request id (a double tap, or the inbox and the phone at once):
     the agent sees one request; both callers get the same outcome; nothing raises."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         req = send("twice", 0)
         got = []
         async with trio.open_nursery() as n:
@@ -261,7 +264,7 @@ async def test_a_member_keeps_its_own_lock_under_the_leads(tmp, autojump_clock, 
     conversation is then refused `busy` at once and reaches nothing; a Stop, which already waited at
     the lead, reaches the agent at once instead of waiting a second time."""
     monkeypatch.setattr(writer_mod, "WRITE_TIMEOUT", 30.0)
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         inner = collie.handle
 
         async def slow(req):
@@ -321,7 +324,7 @@ async def test_agent_error_answers_to_a_send_get_their_own_receipts(tmp, autojum
     the stored receipt; `conflict` (the id is the agent's with another body: an earlier form of this
     request may have run) is a final `May already be applied. Check the chat.`; `internal` (not
     known what it did) stays open and a Retry resends it under its id."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         inner = refuse_writes(collie, code)
         req = send("hello", 0)
         first = await w.write(req)
@@ -348,7 +351,7 @@ async def test_agent_error_answers_to_a_card_answer_use_the_o_table(tmp, autojum
     """O (issue 8.5): an answer the agent refuses with an error code gets the O table's row where one
     fits (no such open ask: `Not accepted. The ask may come back in a moment.`), keeps
     `channel: program` and its digest, and is never `unreachable`."""
-    async with writer_lab(tmp) as (collie, pane, b, w):
+    async with setup(tmp) as (collie, pane, b, w):
         async with trio.open_nursery() as n:
             n.start_soon(lambda: pane.ask(kind="text", title="Name it"))
             while not b.status("desk").waiting_count:
