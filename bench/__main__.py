@@ -20,7 +20,7 @@ to JSON (`--json`, default bench/results.json, or bench/results-quick.json with 
 Every latency stands beside its floor — a loopback HTTP round trip measured by the same benchmark in
 the same run (each benchmark's docstring says which) — and the ratio is latency / floor p50. A
 benchmark that fails is reported in the table and in the JSON (`error`) and the others still run; the
-exit status is 1 when any failed. `--quick` (CI) is small sizes, about 2 minutes; the full run about
+exit status is 1 when any failed. One whose module is not in this checkout is listed as skipped. `--quick` (CI) is small sizes, about 2 minutes; the full run about
 15-20 minutes on two cores. The load average before and after each benchmark is in the JSON.
 """
 
@@ -139,6 +139,10 @@ KEYS = {
 }
 
 
+def present(name: str) -> bool:
+    return (HERE / f"{BENCHES[name]}.py").exists()
+
+
 def one(name: str, quick: bool, out: Path) -> None:
     """In the child: run one benchmark and write its dict."""
     sys.path.insert(0, str(HERE))
@@ -221,6 +225,7 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {pretty(r['figure'])} | {fmt(r['value'], r['unit'])} | {floor} | {ratio} | {pretty(r['target'])} "
                      f"| {met} |")
     lines += [f"| FAILED: {e} | | | | | |" for e in doc["errors"]]
+    lines += [f"| not run: {n} (bench/{BENCHES[n]}.py not in this checkout) | | | | | |" for n in doc.get("skipped", [])]
     return "\n".join(lines)
 
 
@@ -251,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict = {"quick": args.quick, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}
     t0 = time.monotonic()
+    doc["skipped"] = [n for n in names if not present(n)]
     for name in names:
+        if name in doc["skipped"]:
+            print(f"{name}: bench/{BENCHES[name]}.py is not in this checkout; skipped", file=sys.stderr)
+            continue
         print(f"{name} ({BENCHES[name]}.py) ...", end=" ", flush=True, file=sys.stderr)
         got = run_one(name, args.quick, timeout)
         doc["benchmarks"][name] = got
@@ -273,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     print(table(doc["figures"]))
     for e in doc["errors"]:
         print(f"FAILED {e}")
+    for name in doc["skipped"]:
+        print(f"SKIPPED {name}: bench/{BENCHES[name]}.py is not in this checkout")
     print(f"figures written to {path}")
     return 1 if doc["errors"] else 0
 
