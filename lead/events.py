@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -106,27 +105,25 @@ def diff_rows(before: dict, after: dict) -> tuple[list, list]:
     return changed, removed
 
 
-# A member's agent row, kept per reader with its JSON text: the hub builds a fresh reader for every view a
-# member sends and only ever changes one in place to mark it offline (status, reason, detail: part of the
-# key). With 1,000 members' agents of 100 conversations each, building every row and its JSON afresh cost
-# ~100 ms a dashboard (bench/crew_scale.py).
-_member_rows: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _member_entry(reader, label: str) -> list:
-    key = (label, reader.status, reader.reason, reader.detail)
-    got = _member_rows.get(reader)
-    if got is None or got[0] != key:
-        got = _member_rows[reader] = [key, agent_row(reader, member=label) | {"machine": label}, None]
+# A member's agent row, kept with its JSON text in `member.rows` (name -> [key, row, text, reader]): the hub
+# builds a fresh reader for every view a member sends and only ever changes one in place to mark it
+# offline (status, reason, detail: part of the key). With 1,000 members' agents of 100 conversations
+# each, building every row and its JSON afresh cost ~100 ms a dashboard (bench/crew_scale.py).
+def _member_entry(member, name: str, reader) -> list:
+    key = (reader.status, reader.reason, reader.detail)
+    got = member.rows.get(name)
+    if got is None or got[3] is not reader or got[0] != key:
+        if len(member.rows) > len(member.readers):  # agents gone from the member's snapshot
+            member.rows = {n: e for n, e in member.rows.items() if n in member.readers}
+        got = member.rows[name] = [key, agent_row(reader, member=member.label) | {"machine": member.label}, None, reader]
     return got
 
 
-def member_row(reader, label: str) -> dict:
-    return _member_entry(reader, label)[1]
+def member_row(member, name: str, reader) -> dict:
+    return _member_entry(member, name, reader)[1]
 
 
-def _dumps(doc) -> str:
-    return json.dumps(doc, separators=(",", ":"))
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one a call
 
 
 def dashboard_sections(bridge, hub) -> list[dict]:
@@ -136,7 +133,7 @@ def dashboard_sections(bridge, hub) -> list[dict]:
     if rows:
         sections.append(section_head(LOCAL, None, rows) | {"agents": rows})
     for label, member in sorted((hub.members if hub is not None else {}).items()):
-        mrows = [member_row(r, label) for r in member.readers.values()]
+        mrows = [member_row(member, n, r) for n, r in member.readers.items()]
         if mrows:
             sections.append(section_head(label, member, mrows) | {"agents": mrows})
     return sections
@@ -149,7 +146,7 @@ def dashboard_json(bridge, hub) -> str:
     if rows:
         parts.append(_dumps(section_head(LOCAL, None, rows) | {"agents": rows}))
     for label, member in sorted((hub.members if hub is not None else {}).items()):
-        entries = [_member_entry(r, label) for r in member.readers.values()]
+        entries = [_member_entry(member, n, r) for n, r in member.readers.items()]
         if entries:
             for e in entries:
                 if e[2] is None:
@@ -501,7 +498,7 @@ class Feed:
         if member is None:
             return {}
         readers = member.readers if agent is None else {k: v for k, v in member.readers.items() if k == agent}
-        return {(machine, n): member_row(r, machine) for n, r in readers.items()}
+        return {(machine, n): member_row(member, n, r) for n, r in readers.items()}
 
     def statistics(self) -> dict:
         return {"channels": len(self.channels), "events": self.events_sent, "seq": self.log.seq}

@@ -196,6 +196,7 @@ class Member:
     read_only: bool = False
     offline_since: float | None = None  # wall clock of the last frame, once offline
     last_seen: float | None = None  # wall clock
+    rows: dict = attrs.Factory(dict)  # the dashboard's row of each agent, kept by lead.events
 
     @property
     def online(self) -> bool:
