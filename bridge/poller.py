@@ -87,6 +87,8 @@ class AgentPoller:
         if seconds > 0 and not self.pace.poked:
             with trio.move_on_after(seconds):
                 await self._wake.wait()
+        else:
+            await trio.lowlevel.checkpoint()  # never a loop without one, whatever pokes the poller
         self._wake = trio.Event()
 
     def _starting(self) -> None:
@@ -134,6 +136,7 @@ class AgentPoller:
                 await self.client.aclose()
 
     async def _hello(self) -> None:
+        self._starting()  # a hello is a try too: it covers the pokes so far, so a failure waits its backoff
         body = {"collie": __version__, "wire": {"min": OURS.min, "max": OURS.max}, "host": self.host,
                 "name": self.agent.name}
         answer = await self.client.request("POST", "/hello", json_body=body, timeout=HELLO_TIMEOUT)
