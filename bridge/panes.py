@@ -16,6 +16,7 @@ from crew.views import READY, STATUS_LABEL
 UNTITLED = "Untitled conversation"
 EXPERIMENTAL = "Experimental"
 ASK_CARDS = 5  # Q8: the first five asks draw as cards, then "Show N more"
+ASKS_MORE = 95  # Q8: the rest the "Show N more" row opens, bounded (100 cards in all)
 
 
 def header_line2(conv: ConversationView, agent_subtitle: str | None) -> str | None:
@@ -60,6 +61,7 @@ def pane_state(reader: AgentReader, conv_id: str, *, recent_sends: list[dict] | 
         "needs_answer": f"Needs your answer · {reader.name}" if asks else None,
         "ask": asks[0] if asks else None,  # the oldest open ask
         "asks": asks[:ASK_CARDS], "more_asks": max(0, len(asks) - ASK_CARDS),
+        "asks_more": asks[ASK_CARDS:ASK_CARDS + ASKS_MORE],
         "actions": [attrs.asdict(a) for a in conv.actions],
         "controls": {k: v and (online or k in OFFLINE_CONTROLS) for k, v in (
             ("steer", "steer" in caps), ("stop", "abort" in caps), ("send", "send" in caps),

@@ -33,29 +33,37 @@ def shot(page, name: str) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=False)
 
 
-def ready(crew: Crew, machine: str, count: int) -> None:
+def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> None:
+    """Wait until `machine` lists `count` agents, all ready but those `others` names with their status."""
+    others = others or {}
     with crew.client() as c:
         def check():
             for s in c.get("/api/dashboard").json()["sections"]:
                 if s["machine"] == machine and len(s["agents"]) == count and all(
-                        a["status"] == "ready" for a in s["agents"]):
+                        a["status"] == others.get(a["name"], "ready") for a in s["agents"]):
                     return True
             return False
         wait_for(check, timeout=30, what=f"{machine} agents ready")
 
 
+AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
+          ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
+          ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"))
+
+
 @pytest.fixture(scope="module")
 def crew():
     c = Crew(Path(tempfile.mkdtemp(prefix="cp", dir="/tmp")))
-    for name, kind in (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"),
-                       ("lib", "starters")):
-        c.lead.agent(name, kind)
+    for name, kind, *extra in AGENTS:
+        c.lead.agent(name, kind, *extra)
+    # an entry whose agent is not running: Unreachable, with the reason (D1)
+    assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
     c.start_lead()
     m = c.add_member("workshop")
     m.agent("lab", "deployer")
     m.serve()
     wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", 5)
+    ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
     ready(c, "workshop", 1)
     yield c
     c.stop()
@@ -489,3 +497,183 @@ def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
     assert page.get_by_text("an older read").count() == 0
     assert page.locator(".card[data-ask]").first.is_visible()
     page.unroute("**/api/agents/local/forms/conversations/choice/items")
+
+
+def pump_until(page, fn, timeout: float = 20.0, what: str = "condition"):
+    """wait_for for conditions Playwright feeds: its sync API runs route and event handlers only while the
+    test calls into it, so wait in the page, not in time.sleep."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{what} not met in time")
+
+
+def pane_of(crew: Crew, machine: str, agent: str, conv: str) -> dict:
+    with crew.client() as c:
+        return c.get(f"/api/agents/{machine}/{agent}/conversations/{conv}").json()
+
+
+def open_ask(crew: Crew, machine: str, agent: str, conv: str) -> dict:
+    """The conversation's open ask; a deployer asks again after a send when none is open."""
+    pane = pane_of(crew, machine, agent, conv)
+    if pane["ask"] is None:
+        with crew.client() as c:
+            got = c.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": machine, "agent": agent,
+                                            "conversation": conv, "text": "again", "turn": pane["turn"]}).json()
+            assert got["outcome"] in ("sent", "queued"), got
+    return wait_for(lambda: pane_of(crew, machine, agent, conv)["ask"], what="an open ask")
+
+
+def hold_the_tap(page, card, button: str) -> list:
+    """Tap `button` on `card` and hold the answer in the browser, on its way to the lead."""
+    held: list = []
+    page.route("**/api/ask/**", lambda route: held.append(route))
+    card.locator(f"button:has-text('{button}')").click()
+    pump_until(page, lambda: held, what="the tap on its way")
+    return held
+
+
+def test_an_ask_the_agent_decided_first_locks_its_card_with_decided(page, crew):
+    """O, R2: the phone's tap is on its way when the agent decides the same ask itself (here its own
+    `Decide here` button, as someone at the agent would): the tap applies nothing, and the card locks and
+    says `Decided in the durable agent.`"""
+    ask = open_ask(crew, "local", "gate", "deploy")
+    chat(page, "local", "gate", "deploy")
+    card = page.locator(f".card[data-ask='{ask['id']}']")
+    card.wait_for()
+    held = hold_the_tap(page, card, "Ship it")
+    with crew.client() as c:
+        done = c.post("/api/agents/local/gate/conversations/deploy/actions/decide",
+                      json={"request_id": str(uuid.uuid4()), "turn": pane_of(crew, "local", "gate", "deploy")["turn"]})
+        assert done.json()["outcome"] == "done", done.text
+    pump_until(page, lambda: pane_of(crew, "local", "gate", "deploy")["ask"] is None, what="the agent decided")
+    held[0].continue_()
+    page.unroute("**/api/ask/**")
+    card.locator(".outcome").get_by_text("Decided in the durable agent.", exact=True).wait_for()
+    assert card.locator("button:has-text('Ship it')").is_disabled()
+    replies = [i["text"] for i in agent_items(crew, "local", "gate", "deploy") if i.get("kind") == "reply"]
+    assert replies.count("Deployed to staging (decided in the agent).") == 1
+    assert "Deployed to staging." not in replies  # the late tap did not deploy a second time
+
+
+def test_an_ask_answered_elsewhere_first_says_already_answered(page, crew):
+    """O: another answer (another phone, a script) reached the agent while this phone's tap was on its way:
+    the card says `Already answered. This card goes away on the next refresh.` — and it does."""
+    ask = open_ask(crew, "local", "gate", "deploy")
+    chat(page, "local", "gate", "deploy")
+    card = page.locator(f".card[data-ask='{ask['id']}']")
+    card.wait_for()
+    held = hold_the_tap(page, card, "Ship it")
+    with crew.client() as c:
+        got = c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "machine": "local", "agent": "gate",
+                                                    "digest": ask["digest"], "answer": {"option_ids": ["no"]}}).json()
+        assert got["outcome"] == "accepted", got
+    held[0].continue_()
+    page.unroute("**/api/ask/**")
+    card.locator(".outcome").get_by_text("Already answered. This card goes away on the next refresh.",
+                                         exact=True).wait_for()
+    page.reload()
+    page.wait_for_selector("main h1")
+    page.locator(".item.reply:has-text('Not deployed (accepted).')").last.wait_for()
+    assert page.locator(f".card[data-ask='{ask['id']}']").count() == 0
+
+
+def test_steer_and_stop_inside_a_running_turn(page, crew):
+    """C5, C7, C2: while a turn runs (the three-dot row shows), Steer puts my text into that very turn: my
+    line shows, the agent takes it on the way and no new turn starts; the turn then ends with its own reply.
+    Stop during the next turn ends it: the chat says `stopped` and that turn's reply never comes."""
+    chat(page, "local", "slow", "chat")
+    page.get_by_label("Message").fill("check the logs")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".working").wait_for()
+    turn = pane_of(crew, "local", "slow", "chat")["turn"]
+    page.get_by_label("Message").fill("also the tests")
+    page.get_by_role("button", name="Steer").click()
+    page.locator(".item.user:has-text('also the tests')").wait_for()
+    page.locator(".item.reply:has-text('Noted while working: also the tests')").wait_for()
+    assert page.get_by_label("Message").input_value() == ""
+    page.locator(".item.reply:has-text('Looking at it: check the logs done.')").wait_for(timeout=20000)
+    items = agent_items(crew, "local", "slow", "chat")
+    turn_of = {i.get("text"): i["turn"] for i in items}
+    assert turn_of["check the logs"] == turn_of["also the tests"] == turn_of["Noted while working: also the tests"] == turn
+    assert pane_of(crew, "local", "slow", "chat")["turn"] == turn  # the steer started no turn of its own
+    shot(page, "chat-steer")
+
+    page.get_by_label("Message").fill("rebuild everything")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".working").wait_for()
+    page.get_by_role("button", name="Stop").click()
+    page.locator(".item.notice", has_text=re.compile("^stopped$")).wait_for()
+    wait_for(lambda: pane_of(crew, "local", "slow", "chat")["state"] == "idle", what="the turn ended")
+    assert not any("rebuild everything done" in (i.get("text") or "") for i in agent_items(crew, "local", "slow", "chat"))
+
+
+def test_list_footers_and_the_version_mismatch_box(page, crew):
+    """L5, L6, W2, D1: each footer in the catalogue's words — an agent speaking another wire version shows
+    the warning box on its home, the same sentence as its footer, and `Version mismatch` on its dashboard
+    row; an agent that keeps no list, one that does not answer the read (10 s deadline), and a read that
+    failed on the way (the list already drawn stays); an agent without history shows no Closed group and
+    no note."""
+    mismatch = "Program speaks wire v2, this Collie speaks v1. Update Collie, or the durable agent's SDK."
+    goto(page, "#/")
+    page.locator("a.row[href='#/a/local/old']").click()  # D4: a row in any state opens its list
+    assert page.get_by_role("alert").inner_text() == mismatch
+    page.locator("p.footer").get_by_text(mismatch, exact=True).wait_for()
+    shot(page, "version-mismatch")
+
+    goto(page, "#/a/local/quiet")
+    page.locator("p.footer").get_by_text("This durable agent doesn't keep a list of its conversations.",
+                                         exact=True).wait_for()
+
+    goto(page, "#/a/local/drip")
+    page.locator("p.footer").get_by_text("The durable agent didn't answer. Try again in a moment.",
+                                         exact=True).wait_for(timeout=20000)
+
+    with page.expect_response(lambda r: "closed=1" in r.url and "/solo/" in r.url):
+        goto(page, "#/a/local/solo")
+    page.get_by_text("Only one").wait_for()
+    assert page.get_by_role("heading", name="Closed").count() == 0 and page.locator("p.footer").count() == 0
+
+    goto(page, "#/a/local/lib")
+    closed = page.locator("ul[aria-label='Closed'] li")
+    pump_until(page, lambda: closed.count() == 100, what="the first 100 closed")
+    later = re.compile(r"/conversations\?closed=1&cursor=")
+    page.route(later, lambda route: route.abort())
+    page.get_by_role("button", name="Load more").click()
+    page.locator("p.footer").get_by_text("Couldn't load the conversations. Try again.", exact=True).wait_for()
+    assert closed.count() == 100  # L6: a list already drawn stays drawn
+    page.unroute(later)
+    page.get_by_role("button", name="Load more").click()  # and it can try again
+    pump_until(page, lambda: closed.count() == 200, what="the next 100 on a second try")
+
+
+def test_dashboard_rows_in_every_state_and_only_what_needs_you(page, crew):
+    """D1, D3, D4: a row shows its counts when ready (waiting ones in the needs-you colour), `Version
+    mismatch` or `Unreachable` with the reason otherwise; `Show only panes that need you` lists only agents
+    waiting for you, and the choice stays after a reload."""
+    open_ask(crew, "local", "gate", "deploy")
+    open_ask(crew, "workshop", "lab", "deploy")
+    goto(page, "#/")
+    row = lambda name: page.locator(f"a.row[href='#/a/local/{name}']")  # noqa: E731
+    assert row("old").locator(".status").inner_text() == "Version mismatch"
+    assert row("ghost").locator(".status").inner_text() == "Unreachable"
+    assert row("ghost").locator(".l2").nth(1).inner_text().strip() != ""  # the reason under line 2
+    pump_until(page, lambda: row("forms").locator(".count-needs").all_inner_texts() == ["4"],
+               what="4 conversations waiting on forms")
+    colour = row("forms").locator(".count-needs").evaluate("e => getComputedStyle(e).color")
+    assert colour != row("forms").locator(".right > span").first.evaluate("e => getComputedStyle(e).color")
+    assert row("writer").locator(".count-needs").count() == 0  # hidden when zero
+    page.get_by_label("Show only panes that need you").check()
+    assert row("writer").count() == 0 and row("old").count() == 0 and row("ghost").count() == 0
+    assert row("forms").is_visible() and row("gate").is_visible()
+    assert page.locator("a.row[href='#/a/workshop/lab']").is_visible()
+    page.reload()
+    page.wait_for_selector("main section")
+    assert page.get_by_label("Show only panes that need you").is_checked() and row("writer").count() == 0
+    page.get_by_label("Show only panes that need you").uncheck()
+    row("writer").wait_for()
+    row("ghost").click()  # D4: a row in any state opens its list (viewing it once stalled the lead: poller fix)
+    page.wait_for_selector("main[data-route='#/a/local/ghost'] h1")

@@ -159,7 +159,7 @@ async function navigate() {
   app.view = view;
   if (changed) {
     app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map();
-    app.fromChannel = { pane: false, items: false };
+    app.fromChannel = { pane: false, items: false }; app.allAsks = false;
     pushView();
   }
   const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
@@ -229,10 +229,10 @@ function renderDashboard() {
     if (!rows.length) continue;
     const title = s.label ? `${S.durableAgents} · ${s.label}` : S.durableAgents;
     nodes.push(h("section", { class: s.waiting ? "section-needs" : "", "data-machine": s.machine },
-      h("h2", {}, title, s.online === false && s.offline_since ? h("span", { class: "note", text: ` · machine offline since ${s.offline_since}` }) : null),
+      h("h2", {}, title, s.online === false && s.offline_since ? h("span", { class: "note", text: ` · ${S.offlineSince(s.offline_since)}` }) : null),
       h("ul", { class: "rows" }, rows.map((a) => agentRow(s.machine, a)))));
   }
-  if (!app.dash.sections.length) nodes.push(h("p", { class: "muted", text: "No durable agents are attached yet: see `collie durable attach`." }));
+  if (!app.dash.sections.length) nodes.push(h("p", { class: "muted", text: S.noAgents }));
   show(...nodes);
 }
 
@@ -249,7 +249,7 @@ async function loadClosed() {
     const got = await api(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations?closed=1${q}`);
     if (got.reason === "no_history") { app.closedFooter = null; app.closedNext = null; }
     else { app.closed = app.closed.concat(got.closed || []); app.closedNext = got.next; app.closedFooter = got.footer; }
-  } catch (e) { if (e instanceof Unpaired) return showUnpaired(); app.closedFooter = "Couldn't load the conversations. Try again."; }
+  } catch (e) { if (e instanceof Unpaired) return showUnpaired(); app.closedFooter = S.listFailed; }
   if (isRoute("agent")) renderConversations();
 }
 function convRow(r, c, closed) {
@@ -270,7 +270,7 @@ function renderConversations() {
   nodes.push(h("div", { class: "menu" },
     h("a", { class: "btn", href: `#/new/${enc(r.machine)}/${enc(r.agent)}`, text: S.newConversation }),
     h("a", { class: "btn", href: `#/inbox/${enc(r.machine)}/${enc(r.agent)}`, text: S.inbox })));
-  nodes.push(h("ul", { class: "rows", "aria-label": "Open conversations" }, (d.open || []).map((c) => convRow(r, c, false))));
+  nodes.push(h("ul", { class: "rows", "aria-label": S.openConversations }, (d.open || []).map((c) => convRow(r, c, false))));
   if (app.closed.length) {
     nodes.push(h("h2", { text: S.closed }), h("ul", { class: "rows", "aria-label": S.closed }, app.closed.map((c) => convRow(r, c, true))));
   }
@@ -342,7 +342,7 @@ async function answer(ask, payload, { confirmed = false, retry = false } = {}) {
   renderChat();
   let rec;
   try { rec = await write(`/api/ask/${enc(ask.id)}`, body); }
-  catch (e) { rec = { outcome: "unknown", text: "Not certain the answer arrived. Retry sends it once more." }; }
+  catch (e) { rec = { outcome: "unknown", text: S.notCertain }; }
   const next = { ...app.cards.get(ask.id), pending: false, outcome: rec.outcome, text: rec.text,
     retry: rec.outcome === "unknown", armed: false };
   if (rec.outcome === "changed" && rec.current_ask && app.pane) {
@@ -418,15 +418,21 @@ function mineNode(m) {
     : m.state === "queued" ? "queued" : (m.state === "sent" ? S.sent : "🕓");
   return h("div", { class: "item mine", "data-request": m.request_id }, m.text, h("span", { class: "state", text: state }));
 }
+// C3: Send and Steer put my line up at once (a small clock). `Sending, not confirmed` keeps the text in the
+// editor with its request id: sending the same text again retries under that id, so the agent gets it once.
+let unconfirmed = null;  // {kind, text, requestId, conv}
 async function sendText(kind) {
   const r = app.route, p = app.pane;
   const box = document.getElementById("editor");
   const text = box.value;
   if (!text.trim() || !p) return;
-  const requestId = rid();
+  const again = unconfirmed && unconfirmed.kind === kind && unconfirmed.text === text && unconfirmed.conv === r.conversation;
+  const requestId = again ? unconfirmed.requestId : rid();
+  unconfirmed = null;
   const base = { request_id: requestId, machine: r.machine, agent: r.agent, conversation: r.conversation, text, turn: p.turn };
-  if (kind === "send") app.mine.set(requestId, { request_id: requestId, text, state: "clock", conv: r.conversation });
+  app.mine.set(requestId, { request_id: requestId, text, state: "clock", conv: r.conversation, at: Date.now() });
   box.value = "";
+  setEditorNote("");
   renderChat();
   let rec;
   try {
@@ -434,12 +440,18 @@ async function sendText(kind) {
       : await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/steer`, base);
   } catch (_) { rec = { outcome: "unknown" }; }
   const m = app.mine.get(requestId);
+  const editor = () => document.getElementById("editor");
   if (rec.outcome === "refused") {
     if (m) app.mine.delete(requestId);
-    box.value = text;  // C3: the text goes back into the editor
+    if (editor()) editor().value = text;  // C3: the text goes back into the editor
+    if (rec.reason === "turn_moved") app.movedOn = true;
     setEditorNote(`${S.notSent}: ${rec.text || rec.reason}`);
-  } else if (rec.outcome === "unknown") { if (m) m.state = "not_confirmed"; setEditorNote(S.notConfirmed); }
-  else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || "queued" : S.sent)); }
+  } else if (rec.outcome === "unknown") {
+    if (m) m.state = "not_confirmed";
+    unconfirmed = { kind, text, requestId, conv: r.conversation };
+    if (editor() && !editor().value) editor().value = text;
+    setEditorNote(S.notConfirmed);
+  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || "queued" : S.sent)); }
   renderChat();
 }
 let editorNote = "";
@@ -458,14 +470,14 @@ function renderChat() {
   if (!p && app.loading) return;  // the pane of this view is on its way
   if (!p) {
     where(r.agent);
-    return show(h("p", { class: "muted", text: "This conversation is not open." }),
-      h("a", { class: "btn", href: `#/a/${enc(r.machine)}/${enc(r.agent)}`, text: "Back" }));
+    return show(h("p", { class: "muted", text: S.notOpen }),
+      h("a", { class: "btn", href: `#/a/${enc(r.machine)}/${enc(r.agent)}`, text: S.back }));
   }
   const keep = document.getElementById("editor");
   const draft = keep ? keep.value : "";
   const focused = document.activeElement && document.activeElement.id === "editor";
   where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
-  const asks = p.asks || [];
+  const asks = (p.asks || []).concat(app.allAsks ? p.asks_more || [] : []);  // Q8: first 5, the rest on a tap
   const byItem = new Map();
   for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
   const placed = new Set();
@@ -488,11 +500,19 @@ function renderChat() {
     if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
   }
   for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
-  if (p.more_asks) list.push(h("div", { class: "note", text: S.showMore(p.more_asks) }));
+  if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", onclick: () => { app.allAsks = true; renderChat(); },
+    text: S.showMore(p.more_asks) }));
   // C3: my own lines until the agent's copy arrives (the lead's recent sends, then this page's own)
   const recent = new Map((p.recent_sends || []).map((m) => [m.request_id, m]));
   for (const [id, m] of app.mine) if (m.conv === r.conversation && !recent.has(id)) recent.set(id, m);
-  for (const [id, m] of recent) if (!echoed.has(id)) list.push(mineNode(m));
+  const byText = items.filter((i) => i.kind === "user" && !i.request_id);
+  for (const [id, m] of recent) {
+    if (echoed.has(id)) continue;
+    const same = m.at ? byText.findIndex((i) => i.text === m.text && Math.abs(new Date(i.at).getTime() - m.at) <= 30000) : -1;
+    if (same >= 0) { byText.splice(same, 1); continue; }  // C4: matched by identical text within 30 s
+    if (m.at && Date.now() - m.at > 10 * 60 * 1000) continue;      // C4: never echoed, gone after 10 minutes
+    list.push(mineNode(m));
+  }
   const last = items[items.length - 1];
   if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "aria-label": "working", text: "•••" }));
   const c = p.controls || {};
@@ -505,7 +525,7 @@ function renderChat() {
   editor.value = draft;
   const bar = h("div", { class: "bar" }, h("div", { class: "inner" },
     h("div", { class: "actions" },
-      c.steer ? h("button", { class: dim ? "dim" : "", onclick: () => sessionWrite("steer", { text: editor.value }), text: S.steer }) : null,
+      c.steer ? h("button", { class: dim ? "dim" : "", onclick: () => sendText("steer"), text: S.steer }) : null,
       c.stop ? h("button", { class: dim ? "dim" : "", onclick: () => sessionWrite("stop"), text: S.stop }) : null, actions),
     h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status", text: editorNote })));
@@ -544,20 +564,29 @@ async function renderInbox() {
   const queue = items.filter(waiting);  // moves are positions in the waiting queue (I3)
   const row = (it) => {
     const i = queue.indexOf(it);
+    // I7: the owner (like the sender) may add a message to a send that still waits
+    const addMessage = (e) => {
+      const box = h("input", { type: "text", "aria-label": S.messageToAdd });
+      const go = h("button", { class: "primary", text: S.add,
+        onclick: () => { if (box.value.trim()) act(it.id, "message", { text: box.value }); } });
+      e.currentTarget.replaceWith(box, go);
+      box.focus();
+    };
     return h("div", { class: "inbox-item", "data-item": it.id },
       h("div", { class: "l1", text: it.text || (it.starter ? `starter ${it.starter}` : "") }),
       h("div", { class: "l2 note", text: `${it.state_text || it.state}${it.sender ? " · from " + it.sender : ""}` }),
       waiting(it) ? h("div", { class: "btns" },
-        it.state === "pending" ? h("button", { class: "primary", onclick: () => act(it.id, "approve"), text: "Approve" }) : null,
-        i > 0 ? h("button", { "aria-label": "Move up", onclick: () => act(it.id, "move", { index: i - 1 }), text: "↑" }) : null,
-        i < queue.length - 1 ? h("button", { "aria-label": "Move down", onclick: () => act(it.id, "move", { index: i + 1 }), text: "↓" }) : null,
-        h("button", { onclick: () => act(it.id, "cancel"), text: "Cancel" })) : null);
+        it.state === "pending" ? h("button", { class: "primary", onclick: () => act(it.id, "approve"), text: S.approve }) : null,
+        i > 0 ? h("button", { "aria-label": S.moveUp, onclick: () => act(it.id, "move", { index: i - 1 }), text: "↑" }) : null,
+        i < queue.length - 1 ? h("button", { "aria-label": S.moveDown, onclick: () => act(it.id, "move", { index: i + 1 }), text: "↓" }) : null,
+        it.kind === "send" ? h("button", { onclick: addMessage, text: S.addMessage }) : null,
+        h("button", { onclick: () => act(it.id, "cancel"), text: S.cancel })) : null);
   };
   const rest = items.filter((it) => !waiting(it));
-  show(h("h1", { text: S.inbox }), items.length ? null : h("p", { class: "muted", text: "Nothing waits here." }),
+  show(h("h1", { text: S.inbox }), items.length ? null : h("p", { class: "muted", text: S.inboxEmpty }),
     ...queue.map(row),
-    queue.length ? h("button", { onclick: () => write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}).then(renderInbox), text: "Clear the inbox" }) : null,
-    rest.length ? h("h2", { text: "Running and finished" }) : null, ...rest.map(row));
+    queue.length ? h("button", { onclick: () => write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}).then(renderInbox), text: S.clearInbox }) : null,
+    rest.length ? h("h2", { text: S.inboxDone }) : null, ...rest.map(row));
 }
 
 // ---- push (P) ------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ export const S = {
   untitled: "Untitled conversation",                              // L2
   closed: "Closed",                                               // L1
   loadMore: "Load more",                                          // L5
+  listFailed: "Couldn't load the conversations. Try again.",      // L5 (the read failed on the way)
   reopen: "Reopen",                                               // L3
   needsAnswer: (agent) => `Needs your answer · ${agent}`,         // Q2
   expiresMin: (n) => `Expires in ${n} min`,                       // Q3
@@ -25,6 +26,8 @@ export const S = {
   cannotAnswer: "This ask cannot be answered from the phone.",   // Q7
   showMore: (n) => `Show ${n} more`,                              // Q8
   retry: "Retry",                                                 // O
+  notCertain: "Not certain the answer arrived. Retry sends it once more.",  // O (the reply never reached the phone)
+  openConversations: "Open conversations",
   sent: "Sent",                                                   // C3
   notConfirmed: "Sending, not confirmed",                         // C3
   notSent: "Not sent",                                            // C3
@@ -35,6 +38,12 @@ export const S = {
   newConversation: "New conversation",                            // N1
   noStarters: "This machine's durable agent offers no starters yet.",  // N3
   inbox: "Inbox",
+  approve: "Approve", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
+  addMessage: "Add a message", messageToAdd: "Message to add", add: "Add",           // I7
+  clearInbox: "Clear the inbox", inboxEmpty: "Nothing waits here.", inboxDone: "Running and finished",  // I9
+  offlineSince: (t) => `machine offline since ${t}`,              // I7
+  noAgents: "No durable agents are attached yet: see `collie durable attach`.",
+  notOpen: "This conversation is not open.", back: "Back",
   offline: "Offline: showing what was last loaded.",
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
