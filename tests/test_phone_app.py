@@ -48,7 +48,8 @@ def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> N
 
 AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
           ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
-          ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"))
+          ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"),
+          ("show", "showcase", "--history-limit", "20"))
 
 
 @pytest.fixture(scope="module")
@@ -677,3 +678,200 @@ def test_dashboard_rows_in_every_state_and_only_what_needs_you(page, crew):
     row("writer").wait_for()
     row("ghost").click()  # D4: a row in any state opens its list (viewing it once stalled the lead: poller fix)
     page.wait_for_selector("main[data-route='#/a/local/ghost'] h1")
+
+
+def test_every_item_kind_a_growing_reply_progress_and_the_left_out_line(page):
+    """C1, C2, C6, S3: every item kind draws — Markdown rendered by the lead with raw HTML as text and only
+    https links live, a code block with its language, link lines (https only), tools in each state; a reply
+    still growing has a cursor; header line 2 shows `Step 2 of 3: Save a note` / `42%: uploading` while the
+    conversation works; where the agent dropped the start, `Older messages were left out: …`."""
+    chat(page, "local", "show", "kinds")
+    page.locator(".item.user", has_text="Show me everything").wait_for()
+    assert page.locator(".item.thinking").inner_text() == "Let me lay it out."
+    assert page.locator(".item.notice").inner_text() == "Context compacted"
+    md = page.locator(".item.markdown")
+    assert md.locator("h2").inner_text() == "Plan"
+    assert md.locator("strong").inner_text() == "bold" and md.locator("code").inner_text() == "inline code"
+    assert "<b>raw html</b>" in md.inner_text() and md.locator("b").count() == 0  # raw HTML shows as text
+    assert md.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))") == ["https://example.com/docs"]
+    code = page.locator(".item.code")
+    assert code.locator(".note").inner_text() == "python" and code.locator("pre code").inner_text() == "print('hi')"
+    assert page.locator(".item.link a").evaluate_all("els => els.map(e => [e.textContent, e.href])") == [
+        ["The report", "https://example.com/report"]]
+    assert page.locator(".item.link", has_text="Plain http").locator("a").count() == 0  # http: not live
+    assert page.locator(".item.tool .tstatus").all_inner_texts() == ["completed", "failed", "denied", "running"]
+    assert page.locator(".item.tool", has_text="Tool completed").locator("pre").inner_text() == "3 matches"
+    growing = page.locator(".item.reply.cursor")
+    assert growing.count() == 1 and growing.inner_text() == "Still writing"
+    assert "cursor" not in page.locator(".item.reply", has_text="All of it").get_attribute("class")
+    shot(page, "chat-kinds")
+
+    chat(page, "local", "show", "steps")
+    assert page.locator(".header2").inner_text() == "Step 2 of 3: Save a note"
+    chat(page, "local", "show", "upload")
+    assert page.locator(".header2").inner_text() == "42%: uploading"
+
+    chat(page, "local", "show", "long")
+    page.locator(".item").first.wait_for()
+    first = page.locator(".items > .item").first
+    assert first.inner_text() == "Older messages were left out: the durable agent no longer keeps them."
+    assert page.locator(".item.reply").first.inner_text() == "message 20"
+
+
+def test_show_n_more_text_shortened_and_an_unknown_kind(page):
+    """Q6, Q7, Q8: seven open asks draw five cards and a `Show 2 more` row that opens the rest; an ask over
+    the limits says `Text shortened` and offers no Always allow; a kind Collie does not know shows its text
+    and `This ask cannot be answered from the phone.`"""
+    chat(page, "local", "show", "asks")
+    cards = page.locator(".card[data-ask]")
+    pump_until(page, lambda: cards.count() == 5, what="five cards")
+    page.get_by_role("button", name="Show 2 more").click()
+    pump_until(page, lambda: cards.count() == 7, what="all seven")
+    assert page.get_by_role("button", name="Show 2 more").count() == 0
+    long = page.locator(".card", has_text="Run the long one?")
+    long.get_by_text("Text shortened", exact=True).wait_for()
+    # six options kept of seven, and Always allow not offered: five buttons
+    assert long.locator("button:has-text('Always')").count() == 0 and long.locator("button").count() == 5
+    odd = page.locator(".card", has_text="Sketch the layout")
+    odd.get_by_text("This ask cannot be answered from the phone.", exact=True).wait_for()
+    assert "A box and two arrows." in odd.inner_text() and odd.locator("button").count() == 0
+
+
+def test_close_a_conversation_read_it_closed_and_reopen_it(page):
+    """C8, L1, L3: `Close conversation` closes it and shows the list, where it sits under `Closed`; tapping
+    it opens the read-only view (no editor) with `Reopen`, which opens it in Chat again."""
+    chat(page, "local", "lib", "open-2")
+    page.get_by_role("button", name="Close conversation").click()
+    page.wait_for_selector("main[data-route='#/a/local/lib'] h1")
+    closed = page.locator("ul[aria-label='Closed'] li")
+    pump_until(page, lambda: closed.count() >= 100, what="the closed list")
+    assert closed.first.inner_text().startswith("Open work 2")  # newest first
+    assert page.locator("ul[aria-label='Open conversations']", has_text="Open work 2").count() == 0
+    closed.first.locator("a").click()
+    page.get_by_role("button", name="Reopen").wait_for()
+    page.locator(".item.reply", has_text="working on it").wait_for()
+    assert page.get_by_label("Message").count() == 0  # read-only
+    page.get_by_role("button", name="Reopen").click()
+    page.wait_for_selector("main[data-route='#/c/local/lib/open-2'] h1")
+    page.get_by_label("Message").wait_for()
+
+
+def test_a_starterless_agent_says_so(page):
+    """N1, N3: the New page is titled `New conversation`; an agent with no starters says
+    `This machine's durable agent offers no starters yet.`"""
+    goto(page, "#/new/local/forms")
+    page.get_by_role("heading", name="New conversation").wait_for()
+    page.get_by_text("This machine's durable agent offers no starters yet.", exact=True).wait_for()
+
+
+def test_an_unconfirmed_send_is_sent_again_under_the_same_request_id(page, crew):
+    """C3, B3: the send reached the agent but neither its receipt nor the agent's copy reached the phone
+    (the live channel is down too): my line says `Sending, not confirmed` and the text is back in the
+    editor; Send again retries under the same request id, and when the agent's copy arrives it takes my
+    line's place — the agent has the text once."""
+    chat(page, "local", "writer", "chat")
+    page.route("**/api/events**", lambda route: route.abort())  # no live channel: no echo either
+    page.reload()
+    page.wait_for_selector("main h1")
+    ids: list = []
+
+    def drop_reply(route):
+        ids.append(json.loads(route.request.post_data)["request_id"])
+        if len(ids) == 1:
+            route.fetch()  # the request reaches the lead and the agent…
+            route.abort()  # …and the reply never reaches the phone
+        else:
+            route.continue_()
+
+    page.route("**/api/send", drop_reply)
+    text = f"only once {uuid.uuid4().hex[:6]}"
+    page.get_by_label("Message").fill(text)
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".item.mine", has_text=text).get_by_text("Sending, not confirmed").wait_for()
+    assert page.get_by_label("Message").input_value() == text
+    page.locator(".editor button:has-text('Send')").click()
+    pump_until(page, lambda: len(ids) == 2, what="the second send")
+    assert ids[0] == ids[1]
+    page.unroute("**/api/send")
+    page.unroute("**/api/events**")  # the channel comes back, with the agent's copy
+    page.locator(".item.mine", has_text=text).wait_for(state="detached", timeout=15000)
+    page.locator(".item.user", has_text=text).wait_for()
+    users = [i for i in agent_items(crew, "local", "writer", "chat") if i.get("kind") == "user" and i.get("text") == text]
+    assert len(users) == 1 and users[0]["request_id"] == ids[0]
+
+
+def test_an_action_on_a_turn_that_moved_on_dims_in_place(page):
+    """C7: a tap targets the newest turn the phone has seen; when the conversation moved on, nothing runs,
+    the phone says `The conversation moved on, so the action did not run.`, and the buttons dim where they
+    are — nothing shifts."""
+    chat(page, "local", "steps", "job")
+    buttons = page.locator(".bar .actions button")
+    before = [b.bounding_box() for b in buttons.all()]
+
+    def stale(route):
+        body = json.loads(route.request.post_data)
+        body["turn"] = body["turn"] - 1  # what the phone saw before the conversation moved on
+        route.continue_(post_data=json.dumps(body))
+
+    page.route("**/actions/**", stale)
+    page.get_by_role("button", name="Pause").click()
+    page.get_by_text("The conversation moved on, so the action did not run.", exact=True).wait_for()
+    page.unroute("**/actions/**")
+    assert "dim" in page.get_by_role("button", name="Steer").get_attribute("class")
+    assert "dim" in page.get_by_role("button", name="Pause").get_attribute("class")
+    assert [b.bounding_box() for b in buttons.all()] == before
+
+
+def test_inbox_cancel_add_a_message_and_clear(page, crew):
+    """I7, I9: the owner adds a message to a waiting send (it is appended to the text), cancels one, and
+    clears the inbox: the sender sees each of its requests `cancelled`."""
+    out = crew.lead.collie("tokens", "create", f"note{uuid.uuid4().hex[:6]}", "--approval", "required")
+    assert out.returncode == 0, out.stderr
+    token = Path(re.search(r"(/\S+)", out.stdout).group(1).rstrip(":,.")).read_text().strip()
+    tag = uuid.uuid4().hex[:6]
+    with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}, timeout=20) as relay:
+        ids = []
+        for n in ("one", "two", "three"):
+            r = relay.post("/api/agents/local/writer/inbox",
+                           json={"request_id": str(uuid.uuid4()), "conversation": "chat", "text": f"{n} {tag}"})
+            assert r.status_code == 200, r.text
+            ids.append(r.json()["item"])
+        goto(page, "#/inbox/local/writer")
+        item = lambda n: page.locator(f".inbox-item:has-text('{n} {tag}')")  # noqa: E731
+        item("three").wait_for()
+        item("one").get_by_role("button", name="Add a message").click()
+        item("one").get_by_label("Message to add").fill("and the docs")
+        item("one").get_by_role("button", name="Add", exact=True).click()
+        pump_until(page, lambda: "and the docs" in item("one").locator(".l1").inner_text(), what="the message added")
+        item("two").get_by_role("button", name="Cancel").click()
+        pump_until(page, lambda: "cancelled" in item("two").inner_text(), what="two cancelled")
+        page.get_by_role("button", name="Clear the inbox").click()
+        pump_until(page, lambda: "cancelled" in item("three").inner_text(), what="three cancelled")
+        states = [relay.get(f"/api/inbox/{i}").json() for i in ids]
+        assert [s["state"] for s in states] == ["cancelled"] * 3
+        assert states[0]["text"] == f"one {tag}\n\nand the docs"
+
+
+def test_the_chat_stays_live_when_telling_the_lead_what_it_views_failed_once(page, crew):
+    """The page tells the lead which conversation it views (so its items come live, W5); when that telling
+    fails once (a network blip), it is told again — before, the chat stayed silent until a reload."""
+    failed: list = []
+
+    def once(route):
+        if not failed:
+            failed.append(route.request.url)
+            route.abort()
+        else:
+            route.continue_()
+
+    page.route("**/api/events/*/view", once)
+    chat(page, "local", "writer", "chat")
+    pump_until(page, lambda: failed, what="the first telling failed")
+    text = f"live {uuid.uuid4().hex[:6]}"
+    with crew.client() as c:
+        turn = pane_of(crew, "local", "writer", "chat")["turn"]
+        got = c.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": "local", "agent": "writer",
+                                        "conversation": "chat", "text": text, "turn": turn}).json()
+        assert got["outcome"] in ("sent", "queued"), got
+    page.locator(f".item.reply:has-text('Looking at it: {text} done.')").wait_for(timeout=15000)
+    page.unroute("**/api/events/*/view")

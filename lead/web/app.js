@@ -130,9 +130,18 @@ function sameView(d) {
   return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
     d.conversation === app.view.conversation;
 }
+// Tell the lead what this page views (its agent is then polled every 2 s, and the chat gets its items live).
+// A failed telling is tried again while the same channel is open: else the chat would stay silent.
+let viewRetry = null;
 async function pushView() {
-  if (!app.channel) return;
-  try { await write(`/api/events/${enc(app.channel)}/view`, app.view || {}); } catch (_) { /* the channel will reconnect */ }
+  clearTimeout(viewRetry);
+  const channel = app.channel, view = JSON.stringify(app.view);
+  if (!channel) return;
+  try { await write(`/api/events/${enc(channel)}/view`, app.view || {}); }
+  catch (e) {
+    if (e instanceof Unpaired) return;
+    viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
+  }
 }
 function setItems(items, full) {
   if (full) app.items = new Map();
@@ -474,7 +483,7 @@ function renderChat() {
       h("a", { class: "btn", href: `#/a/${enc(r.machine)}/${enc(r.agent)}`, text: S.back }));
   }
   const keep = document.getElementById("editor");
-  const draft = keep ? keep.value : "";
+  let draft = keep ? keep.value : "";
   const focused = document.activeElement && document.activeElement.id === "editor";
   where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
   const asks = (p.asks || []).concat(app.allAsks ? p.asks_more || [] : []);  // Q8: first 5, the rest on a tap
@@ -505,6 +514,13 @@ function renderChat() {
   // C3: my own lines until the agent's copy arrives (the lead's recent sends, then this page's own)
   const recent = new Map((p.recent_sends || []).map((m) => [m.request_id, m]));
   for (const [id, m] of app.mine) if (m.conv === r.conversation && !recent.has(id)) recent.set(id, m);
+  if (unconfirmed && echoed.has(unconfirmed.requestId)) {  // B3: the agent wrote it into the session: it arrived
+    if (draft === unconfirmed.text) draft = "";
+    const m = app.mine.get(unconfirmed.requestId);
+    if (m) m.state = "sent";
+    unconfirmed = null;
+    editorNote = S.sent;
+  }
   const byText = items.filter((i) => i.kind === "user" && !i.request_id);
   for (const [id, m] of recent) {
     if (echoed.has(id)) continue;
