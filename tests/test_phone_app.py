@@ -275,18 +275,22 @@ def test_inbox_approve_and_reorder(page, crew):
 
 
 def test_main_screens_pass_an_accessibility_check(page):
-    """Labels, contrast and touch-target size of the dashboard, a list and a chat with a card, checked by
-    axe-core in the same browser: no serious or critical violation."""
+    """Labels, contrast and touch-target size of the dashboard, a list (with the version-mismatch box), a
+    chat with a card, the inbox and a chat of every item kind, checked by axe-core in the same browser, in
+    the light and the dark scheme: no serious or critical violation."""
     from axe_playwright_python.sync_playwright import Axe
 
     axe = Axe()
     options = {"runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21aa", "wcag22aa"]}}
-    for where in ("/#/", "/#/a/local/desk", "/#/c/local/forms/form", "/#/c/local/desk/deploy"):
-        goto(page, where[1:])
-        time.sleep(0.3)
-        result = axe.run(page, options=options)
-        bad = [v for v in result.response["violations"] if v.get("impact") in ("serious", "critical")]
-        assert bad == [], (where, [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in bad])
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for where in ("/#/", "/#/a/local/desk", "/#/a/local/old", "/#/c/local/forms/form", "/#/c/local/desk/deploy",
+                      "/#/c/local/show/kinds", "/#/inbox/local/writer"):
+            goto(page, where[1:])
+            time.sleep(0.3)
+            result = axe.run(page, options=options)
+            bad = [v for v in result.response["violations"] if v.get("impact") in ("serious", "critical")]
+            assert bad == [], (scheme, where, [(v["id"], [n["target"] for n in v["nodes"]][:3]) for v in bad])
 
 
 def test_the_shell_opens_offline_and_says_so(page):

@@ -424,7 +424,7 @@ function askCard(ask) {
 }
 function mineNode(m) {
   const state = m.state === "not_confirmed" ? S.notConfirmed : m.state === "not_sent" ? S.notSent
-    : m.state === "queued" ? "queued" : (m.state === "sent" ? S.sent : "🕓");
+    : m.state === "queued" ? S.queued : (m.state === "sent" ? S.sent : S.clock);
   return h("div", { class: "item mine", "data-request": m.request_id }, m.text, h("span", { class: "state", text: state }));
 }
 // C3: Send and Steer put my line up at once (a small clock). `Sending, not confirmed` keeps the text in the
@@ -460,7 +460,7 @@ async function sendText(kind) {
     unconfirmed = { kind, text, requestId, conv: r.conversation };
     if (editor() && !editor().value) editor().value = text;
     setEditorNote(S.notConfirmed);
-  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || "queued" : S.sent)); }
+  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent)); }
   renderChat();
 }
 let editorNote = "";

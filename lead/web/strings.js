@@ -29,6 +29,8 @@ export const S = {
   notCertain: "Not certain the answer arrived. Retry sends it once more.",  // O (the reply never reached the phone)
   openConversations: "Open conversations",
   sent: "Sent",                                                   // C3
+  clock: "🕓",                                                    // C3: sending or sent, not yet the agent's copy
+  queued: "queued",                                               // C9, B2
   notConfirmed: "Sending, not confirmed",                         // C3
   notSent: "Not sent",                                            // C3
   stopped: "stopped",                                             // C2
