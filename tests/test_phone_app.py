@@ -879,3 +879,19 @@ def test_the_chat_stays_live_when_telling_the_lead_what_it_views_failed_once(pag
         assert got["outcome"] in ("sent", "queued"), got
     page.locator(f".item.reply:has-text('Looking at it: {text} done.')").wait_for(timeout=15000)
     page.unroute("**/api/events/*/view")
+
+
+def test_a_conversation_list_waiting_first_then_newest_with_its_lines(page):
+    """L1, L2: waiting conversations first (the row counts its open asks and shows the waiting ask's title),
+    then the others newest first; each row's line is the waiting ask's title, else the subtitle; a row
+    with no title says `Untitled conversation`."""
+    goto(page, "#/a/local/show")
+    rows = page.locator("ul[aria-label='Open conversations'] li")
+    pump_until(page, lambda: rows.count() == 6, what="six open conversations")
+    first, second = rows.nth(0), rows.nth(1)
+    assert first.locator(".l1").inner_text().endswith("Many asks")
+    assert first.locator(".l2").inner_text() == "Run the long one?"
+    assert first.locator(".count-needs").inner_text() == "7"
+    assert second.locator(".l1").inner_text() == "Untitled conversation"
+    assert second.locator(".l2").inner_text() == "no title given"
+    assert [r.locator(".count-needs").count() for r in rows.all()[1:]] == [0] * 5
