@@ -895,3 +895,32 @@ def test_a_conversation_list_waiting_first_then_newest_with_its_lines(page):
     assert second.locator(".l1").inner_text() == "Untitled conversation"
     assert second.locator(".l2").inner_text() == "no title given"
     assert [r.locator(".count-needs").count() for r in rows.all()[1:]] == [0] * 5
+
+
+def test_refused_answers_and_a_refused_send_say_why(page, crew):
+    """O, C3, B4: a form sent without its required field is refused in Collie's words (nothing reaches the
+    agent); an answer to an ask the agent no longer has, with no reason, says `Not accepted. The ask may
+    come back in a moment.`; a send while an ask is open says `Not sent` with the reason and the text goes
+    back into the editor."""
+    chat(page, "local", "forms", "form")
+    card = page.locator(".card").first
+    card.get_by_role("button", name="Send").click()  # Environment is Required and left empty
+    card.locator(".outcome").wait_for()
+    assert card.locator(".outcome").inner_text().startswith("The answer does not fit the ask")
+    assert card.get_by_role("button", name="Send").is_enabled()  # read the reason, fix it, send again
+
+    chat(page, "local", "forms", "choice")
+    card = page.locator(".card").first
+    card.wait_for()
+    page.route("**/api/ask/**", lambda route: route.continue_(url=re.sub(r"/api/ask/[^/?]+", "/api/ask/a-gone-1",
+                                                                          route.request.url)))
+    card.locator("button:has-text('Red')").click()
+    card.locator(".outcome").get_by_text("Not accepted. The ask may come back in a moment.", exact=True).wait_for()
+    page.unroute("**/api/ask/**")
+
+    page.get_by_label("Message").fill("can we skip this?")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator("#editor-note").get_by_text("Not sent: An ask is waiting: answer it first").wait_for()
+    assert page.get_by_label("Message").input_value() == "can we skip this?"
+    assert page.locator(".item.mine", has_text="can we skip this?").count() == 0
+    assert not any(i.get("text") == "can we skip this?" for i in agent_items(crew, "local", "forms", "choice"))
