@@ -49,7 +49,7 @@ def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> N
 AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
           ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
           ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"),
-          ("show", "showcase", "--history-limit", "20"))
+          ("show", "showcase", "--history-limit", "20"), ("timer", "deployer", "--expires", "300"))
 
 
 @pytest.fixture(scope="module")
@@ -924,3 +924,23 @@ def test_refused_answers_and_a_refused_send_say_why(page, crew):
     assert page.get_by_label("Message").input_value() == "can we skip this?"
     assert page.locator(".item.mine", has_text="can we skip this?").count() == 0
     assert not any(i.get("text") == "can we skip this?" for i in agent_items(crew, "local", "forms", "choice"))
+
+
+def test_the_countdown_in_minutes_then_seconds_then_expired(page, crew):
+    """Q3, R1: under the title of an ask with an expiry, `Expires in 4 min`, later `Expires in 40 s`, then
+    `Expired` — read on the page's own clock, moved forward (Playwright's clock), so no test waits minutes."""
+    import datetime as dt
+
+    ask = open_ask(crew, "local", "timer", "deploy")
+    expires = dt.datetime.strptime(ask["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+    page.clock.install(time=expires - 250)
+    page.clock.pause_at(expires - 240)  # the page's clock, stopped 4 minutes before the ask expires
+    chat(page, "local", "timer", "deploy")
+    page.reload()
+    line = page.locator(f".card[data-ask='{ask['id']}'] [data-expiry]")
+    line.wait_for()
+    assert line.inner_text() == "Expires in 4 min"
+    page.clock.run_for(200_000)
+    pump_until(page, lambda: line.inner_text() == "Expires in 40 s", what="40 s left")
+    page.clock.run_for(41_000)
+    pump_until(page, lambda: line.inner_text() == "Expired", what="expired")
