@@ -79,6 +79,7 @@ function connect() {
     const d = JSON.parse(e.data);
     app.dash = d.dashboard;
     if (d.pane !== undefined && sameView(d.view)) {
+      keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
       app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
     }
     refreshNeeds(); rerender();
