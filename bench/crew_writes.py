@@ -1,0 +1,268 @@
+"""Writes phone -> lead -> member -> agent across many agents, journals fsync'd (issue 15.1, 16).
+
+    .venv/bin/python bench/crew_writes.py [--agents 50] [--conversations 2] [--rounds 10] [--quick]
+    .venv/bin/python bench/crew_writes.py --profile DIR      # py-spy or cProfile of the lead and the member
+
+Three kinds of process, as in a crew: a real lead (`collie serve`), one real member (`collie serve`
+with crew.json) and one process hosting `--agents` SDK agents (each its own socket, `many`-like:
+every send is echoed and its turn ends). The phone (this script, one httpx client) sends, in each
+round, one `POST /api/send` to every conversation at once (agents x conversations concurrent
+writes), each quoting its conversation's turn. A round ends when every receipt arrived and every
+acknowledged send was applied, by the agents' own count (turns started by sends, `GET /v1/state`
+on each agent's socket); then the next round starts.
+
+Printed: receipts per second (receipts / time from the first send of a round to its last receipt,
+summed over rounds), phone -> receipt p50/p99 with the floor (an httpx round trip to a trivial
+hypercorn + quart-trio server over TCP loopback, same run) and the ratio, sends applied per second
+at the agents (applied / time from a round's first send until the agents counted all of it), the
+outcomes, and the load average. Both journals (the lead's inbox, the member's request journal)
+stay SQLite WAL with synchronous=FULL.
+
+`run(**options) -> dict` is the same as a function (bench runner); `--quick` is a 10 x 2 x 3 run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from measure import Floor, cpu_seconds, pct  # noqa: E402
+
+from tests.crewlab import Crew, wait_for  # noqa: E402
+
+AGENT_HOST = """
+import sys, trio
+from crew.sdk import open_collie
+ALL_CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
+async def echo(pane, text):
+    pane.reply(f"You said: {text}")
+async def one(folder, name, convs, started):
+    async with open_collie(socket=f"{folder}/{name}.sock", host_name=name, caps=ALL_CAPS, on_send=echo,
+                           runtime="many") as collie:
+        ws = collie.workspace("w", title="Work").tab("t")
+        for i in range(convs):
+            ws.pane(f"c{i:03d}", title=f"Conversation {i}").reply(f"item of {i}")
+        collie.ready()
+        started()
+        await trio.sleep_forever()
+async def main(folder, n, convs):
+    left = [n]
+    def started():
+        left[0] -= 1
+        if left[0] == 0:
+            print("listening", flush=True)
+    async with trio.open_nursery() as nursery:
+        for a in range(n):
+            nursery.start_soon(one, folder, f"a{a:02d}", convs, started)
+trio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+"""
+
+
+async def applied(socks: list[Path]) -> int:
+    """The agents' own count: turns started by sends, over every conversation of every agent."""
+    total = 0
+    for sock in socks:
+        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=str(sock)), base_url="http://agent") as a:
+            total += sum(c["turn"] for c in (await a.get("/v1/state")).json()["conversations"])
+    return total
+
+
+async def phone(address: str, token: str, member: str, agents: int, convs: int, rounds: int, socks: list[Path]) -> dict:
+    n = agents * convs
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    errors: list = []
+    receipt_time = 0.0
+    applied_time = 0.0
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    async with httpx.AsyncClient(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=60,
+                                 limits=limits) as c:
+        turns: dict[tuple[int, int], int | None] = {}
+        for a in range(agents):
+            for i in range(convs):
+                url = f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}"
+                while (pane := await c.get(url)).status_code != 200:
+                    await trio.sleep(0.1)
+                turns[(a, i)] = pane.json()["turn"]
+        base = await applied(socks)
+        acknowledged = 0
+
+        async def one(a: int, i: int, r: int) -> None:
+            nonlocal acknowledged
+            t0 = time.perf_counter()
+            try:
+                resp = await c.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": member,
+                                                       "agent": f"a{a:02d}", "conversation": f"c{i:03d}",
+                                                       "text": f"round {r}", "turn": turns[(a, i)]})
+                got = resp.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                errors.append((r, a, i, type(exc).__name__, str(exc)[:80]))
+                return
+            latencies.append(time.perf_counter() - t0)
+            outcome = got.get("outcome", f"HTTP {resp.status_code}")
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            if outcome in ("sent", "queued"):
+                acknowledged += 1
+            if outcome == "sent" and got.get("turn") is not None:
+                turns[(a, i)] = got["turn"]
+            elif outcome == "queued":
+                turns[(a, i)] = None  # its turn is not known yet: the next send quotes none
+
+        per_round = []
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for key in turns:
+                    nursery.start_soon(one, *key, r)
+            t1 = time.perf_counter()
+            receipt_time += t1 - t0
+            while (await applied(socks)) - base < acknowledged and time.perf_counter() - t0 < 120:
+                await trio.sleep(0.01)
+            t2 = time.perf_counter()
+            applied_time += t2 - t0
+            per_round.append((t1 - t0, t2 - t0))
+            # the pane's turn for the next round (a queued send moved it after its receipt)
+            for key in turns:
+                if turns[key] is None:
+                    a, i = key
+                    turns[key] = (await c.get(f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}")).json()["turn"]
+        count = await applied(socks) - base
+    return {"latencies": latencies, "outcomes": outcomes, "errors": errors, "receipt_time": receipt_time,
+            "applied_time": applied_time, "applied": count, "acknowledged": acknowledged, "per_round": per_round}
+
+
+def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool = False,
+        profile: str | None = None) -> dict:
+    """One run; returns its figures (seconds for times)."""
+    if quick:
+        agents, conversations, rounds = 10, 2, 3
+    base = Path(tempfile.mkdtemp(prefix="cw", dir="/tmp"))
+    crew = Crew(base)
+    host = None
+    spies = []
+    floor = Floor()
+    try:
+        crew.start_lead()
+        member = crew.add_member("m1")
+        folder = member.run
+        host = subprocess.Popen([sys.executable, "-c", AGENT_HOST, str(folder), str(agents), str(conversations)],
+                                cwd=REPO, env=member.env, stdout=subprocess.PIPE, text=True)
+        assert host.stdout.readline().startswith("listening")
+        socks = [folder / f"a{a:02d}.sock" for a in range(agents)]
+        member.paths.sources.write_text(json.dumps([{"name": f"a{a:02d}", "kind": "durable", "socket": str(s)}
+                                                    for a, s in enumerate(socks)]))
+        os.chmod(member.paths.sources, 0o600)
+        member.serve()
+        client = crew.client()
+        wait_for(lambda: crew.online("m1"), what="member online")
+
+        def all_ready():
+            rows = [client.get(f"/api/agents/m1/a{a:02d}/conversations/c000") for a in range(agents)]
+            return all(r.status_code == 200 for r in rows)
+        wait_for(all_ready, timeout=120, what="every agent of the member seen by the lead")
+        client.close()
+        token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
+        f = trio.run(floor.measure)
+        pids = {"lead": crew.lead.bridge.pid, "member": member.bridge.pid, "agents": host.pid}
+        if profile:
+            spies = start_profiles(profile, pids)
+        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+        got = trio.run(phone, crew.address, token, "m1", agents, conversations, rounds, socks)
+        cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+        for spy in spies:
+            spy.send_signal(2)
+            spy.wait(timeout=60)
+    finally:
+        floor.close()
+        crew.stop()
+        if host is not None:
+            host.kill()
+            host.wait()
+    lat = got["latencies"]
+    total = len(lat)
+    out = {
+        "agents": agents, "conversations": conversations, "rounds": rounds, "concurrent": agents * conversations,
+        "floor_p50": f["p50"], "floor_p99": f["p99"],
+        "receipts": total, "outcomes": got["outcomes"], "errors": len(got["errors"]),
+        "receipts_per_s": total / got["receipt_time"] if got["receipt_time"] else 0.0,
+        "receipt_p50": pct(lat, 50) if lat else None, "receipt_p99": pct(lat, 99) if lat else None,
+        "receipt_mean": statistics.mean(lat) if lat else None,
+        "acknowledged": got["acknowledged"], "applied": got["applied"],
+        "applied_per_s": got["applied"] / got["applied_time"] if got["applied_time"] else 0.0,
+        "cpu_s": cpu, "load": os.getloadavg()[0],
+    }
+    if not got["errors"]:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        out["kept"] = str(base)
+        out["first_errors"] = got["errors"][:5]
+    return out
+
+
+def start_profiles(folder: str, pids: dict) -> list:
+    """py-spy (when on PATH) recording each process until the run ends."""
+    spy = shutil.which("py-spy") or "/tmp/pyspy-venv/bin/py-spy"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    procs = []
+    for name, pid in pids.items():
+        procs.append(subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw", "--gil",
+                                       "--output", f"{folder}/{name}.txt", "--nonblocking"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    time.sleep(1.0)
+    return procs
+
+
+def report(r: dict) -> str:
+    f = r["floor_p50"]
+
+    def lat(x):
+        return f"{x * 1000:.1f} ms ({x / f:.0f}x floor)"
+    lines = [
+        f"writes phone -> lead -> member -> agent: {r['agents']} agents x {r['conversations']} conversations "
+        f"= {r['concurrent']} sends at once, {r['rounds']} rounds; journals SQLite WAL synchronous=FULL",
+        f"floor (httpx round trip to a trivial server, TCP loopback): p50 {f * 1000:.2f} ms  p99 {r['floor_p99'] * 1000:.2f} ms",
+        f"receipts: {r['receipts']} {r['outcomes']} (transport errors {r['errors']}): {r['receipts_per_s']:.0f}/s; "
+        f"phone -> receipt p50 {lat(r['receipt_p50'])}  p99 {lat(r['receipt_p99'])}",
+        f"applied at the agents (their own count): {r['applied']} of {r['acknowledged']} acknowledged, "
+        f"{r['applied_per_s']:.0f}/s",
+        "CPU during the sends: " + ", ".join(f"{k} {v:.1f} s" for k, v in r["cpu_s"].items()),
+        f"load average (1 min) at the end: {r['load']:.2f} on {os.cpu_count()} cores",
+    ]
+    if "kept" in r:
+        lines.append(f"kept {r['kept']}: {r['first_errors']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--agents", type=int, default=50)
+    p.add_argument("--conversations", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--quick", action="store_true", help="10 agents x 2 conversations x 3 rounds")
+    p.add_argument("--profile", help="record py-spy profiles of the lead, the member and the agents into this folder")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args()
+    r = run(args.agents, args.conversations, args.rounds, quick=args.quick, profile=args.profile)
+    print(report(r))
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
+
+
+if __name__ == "__main__":
+    main()
