@@ -70,6 +70,8 @@ class Journal:
         self.db.execute("PRAGMA busy_timeout=5000")
         self.db.executescript(SCHEMA)
         self.limiter = trio.CapacityLimiter(1)
+        self._queue: list[_Call] = []  # calls waiting for the next batch
+        self._flushing: trio.Event | None = None  # a batch is in the worker thread
 
     def close(self) -> None:
         self.db.close()
@@ -89,13 +91,16 @@ class Journal:
         """Record a new request; returns the existing row instead when the id was seen before."""
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
-            existing = self.get(row.request_id)
-            if existing is not None:
-                return existing
-            self.db.execute(
-                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (row.request_id, row.agent, row.op, row.target, row.fingerprint, row.wire_path,
-                 json.dumps(row.wire_body), row.ask_id, "pending", None, 1, now, now))
+            return self._begin(row, now)
+
+    def _begin(self, row: Row, now: float) -> Row | None:
+        existing = self.get(row.request_id)
+        if existing is not None:
+            return existing
+        self.db.execute(
+            "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row.request_id, row.agent, row.op, row.target, row.fingerprint, row.wire_path,
+             json.dumps(row.wire_body), row.ask_id, "pending", None, 1, now, now))
         return None
 
     def attempt(self, request_id: str, now: float) -> None:
@@ -132,6 +137,85 @@ class Journal:
             out[outcome] = out.get(outcome, 0) + 1
         return out
 
-    # --- async wrappers ---------------------------------------------------------------------------
+    # --- group commit ---------------------------------------------------------------------------
+    def _batchable(self) -> dict:
+        """The calls that may share one transaction (none of them opens or ends one itself), and
+        what to call inside it."""
+        return {self.begin: self._begin, self.attempt: self.attempt, self.finish: self.finish,
+                self.unknown: self.unknown, self.get: self.get, self.accepted_answer: self.accepted_answer,
+                self.tapped_asks: self.tapped_asks}
+
+    def _run_batch(self, batch: list) -> None:
+        """In the worker thread: every call queued while the previous batch ran, in order. Runs of
+        batchable calls share one transaction, so one fsync makes all of them durable; any other
+        call runs on its own. When a shared transaction fails (disk full, …) it is rolled back
+        whole and its calls are run again one by one, each its own transaction, so each caller
+        gets its own outcome and nothing is applied twice."""
+        inside = self._batchable()
+        i = 0
+        while i < len(batch):
+            j = i
+            while j < len(batch) and batch[j].fn in inside:
+                j += 1
+            group = batch[i:j] if j > i + 1 else []
+            if group:
+                try:
+                    self.db.execute("BEGIN IMMEDIATE")
+                    try:
+                        results = [inside[c.fn](*c.args) for c in group]
+                        self.db.execute("COMMIT")
+                    except BaseException:
+                        self.db.execute("ROLLBACK")
+                        raise
+                except Exception:
+                    group = []  # each on its own, below
+                else:
+                    for c, result in zip(group, results):
+                        c.result = (True, result)
+                    i = j
+                    continue
+            for c in batch[i:max(j, i + 1)]:
+                try:
+                    c.result = (True, c.fn(*c.args))
+                except Exception as exc:
+                    c.result = (False, exc)
+            i = max(j, i + 1)
+
     async def run(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        """Run `fn(*args)` in the journal's worker thread. Calls made while a batch is on disk wait
+        and go together in the next one (group commit: one fsync for all the journal writes ready
+        in a tick, issue 15.1); each returns once its own change is on disk."""
+        call = _Call(fn, args)
+        self._queue.append(call)
+        try:
+            while call.result is None:
+                if self._flushing is not None:
+                    await self._flushing.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._flushing = done = trio.Event()
+                try:
+                    await trio.to_thread.run_sync(self._run_batch, batch, limiter=self.limiter)
+                except BaseException as exc:  # not run (cancelled waiting for the thread): nobody waits forever
+                    for c in batch:
+                        if c.result is None:
+                            c.result = (False, exc if isinstance(exc, Exception) else RuntimeError("not run"))
+                    raise
+                finally:
+                    self._flushing = None
+                    done.set()
+        except BaseException:
+            if call.result is None and call in self._queue:
+                self._queue.remove(call)  # cancelled before its batch started: it never runs
+            raise
+        ok, value = call.result
+        if not ok:
+            raise value
+        return value
+
+
+@attrs.define(eq=False)
+class _Call:
+    fn: object
+    args: tuple
+    result: tuple | None = None  # (True, value) or (False, the exception)
