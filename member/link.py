@@ -230,41 +230,51 @@ class Link:
 
     async def _publish(self, send) -> None:
         """A snapshot, then only what changed (see Coalescer)."""
+        # Only the agents that changed are looked at (the bridge names them): building and comparing
+        # every agent's view on every change cost the member most of its CPU per write (issue 15.1).
+        dirty: dict[str, None] = {}  # in the order they changed; a change while a frame is sent is kept
         changed = trio.Event()
-        dirty = False
 
-        async def watch() -> None:  # level-triggered: a change while a frame is sent is never missed
-            nonlocal dirty
-            while True:
-                await self.bridge.wait_changed()
-                dirty = True
-                changed.set()
+        def on_change(name: str) -> None:
+            dirty[name] = None
+            changed.set()
 
         coalescer = Coalescer(MIN_GAP)
-        async with trio.open_nursery() as n:
-            n.start_soon(watch)
+        self.bridge.on_agent_change.append(on_change)
+        try:
             views = [agent_view(self.bridge, name) for name in self.bridge.readers]
             for frame in snapshot_frames(views):
                 await send(frame)
             now = trio.current_time()
             for v in views:
                 coalescer.mark(v["name"], json.dumps(v, sort_keys=True), now)
-            due: float | None = None
+            waiting: dict[str, float] = {}  # agents held by the gap -> when they may go
             while True:
                 if not dirty:
-                    with trio.move_on_after(math.inf if due is None else due):
+                    due = min(waiting.values(), default=math.inf) - trio.current_time()
+                    with trio.move_on_after(max(0.0, due)):
                         await changed.wait()
-                dirty, changed = False, trio.Event()
-                due = None
-                for name in list(self.bridge.readers):
+                changed = trio.Event()
+                now = trio.current_time()
+                names = [*dirty, *(name for name, at in waiting.items() if at <= now and name not in dirty)]
+                dirty.clear()
+                for name in names:
+                    if name not in self.bridge.readers:
+                        waiting.pop(name, None)
+                        continue
                     view = agent_view(self.bridge, name)
                     key = json.dumps(view, sort_keys=True)
                     wait = coalescer.decide(name, key, trio.current_time())
                     if wait == 0:
+                        waiting.pop(name, None)
                         await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
                         coalescer.mark(name, key, trio.current_time())
                     elif wait is not None:
-                        due = wait if due is None else min(due, wait)
+                        waiting[name] = trio.current_time() + wait
+                    else:
+                        waiting.pop(name, None)
+        finally:
+            self.bridge.on_agent_change.remove(on_change)
 
     async def _beat(self, send, ws) -> None:
         while True:

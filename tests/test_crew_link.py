@@ -106,11 +106,13 @@ HELLO = {"wire": {"min": 1, "max": 1}, "runtime": "sim", "instance": "i1", "caps
 
 
 class FakeBridge:
-    """The member's bridge as the link sees it: readers, and an edge-triggered change event."""
+    """The member's bridge as the link sees it: readers, an edge-triggered change event, and the
+    hooks told which agent changed (`Bridge.on_agent_change`)."""
 
     def __init__(self, names) -> None:
         self.readers = {n: AgentReader(n, transport="socket", address="/x", local=True) for n in names}
         self._changed = trio.Event()
+        self.on_agent_change: list = []
         for name in names:
             self.change(name, 0)
 
@@ -124,6 +126,8 @@ class FakeBridge:
         reader.on_state({"rev": turn, "instance": "i1", "conversations": [{"id": "c", "turn": turn}]}, None, now)
         self._changed.set()
         self._changed = trio.Event()
+        for fn in self.on_agent_change:
+            fn(name)
 
 
 async def test_a_lone_change_is_published_at_once_then_at_most_one_frame_per_gap(autojump_clock):
