@@ -228,7 +228,7 @@ class Feed:
         if bridge_hooks is not None:
             bridge_hooks.append(lambda name: self.touch(LOCAL, name))
         if hub is not None:
-            hub.on_member_change.append(lambda label: self.touch(label, None))
+            hub.on_view_change.append(self.touch)
 
     # --- what changed ----------------------------------------------------------------------------
     def touch(self, machine: str, agent: str | None) -> None:

@@ -66,6 +66,7 @@ SAVE_EVERY = 2.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
 PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
+DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
 MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
@@ -214,6 +215,9 @@ class Hub:
         self.viewers: dict[tuple[str, str], int] = {}
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
+        # (label, agent): which agent's view changed, None for the whole member (the live channel
+        # and push look at that agent only: issue 15.1)
+        self.on_view_change: list[Callable[[str, str | None], None]] = []
         self.inbox = None  # set by lead.inbox when it runs
         self.views_dir = paths.state_dir / "crew-views"
         self.views: dict[str, dict[str, str]] = {}  # label -> agent -> the last view, as JSON text (persisted)
@@ -234,11 +238,15 @@ class Hub:
         member = self.members.get(machine)
         return member.readers.get(agent) if member else None
 
-    def _notify(self, label: str) -> None:
+    def _notify(self, label: str, agents: list[str] | None = None) -> None:
+        """`agents`: the only agents of the member whose views changed (None: any, or the link)."""
         self.changed.set()
         self.changed = trio.Event()
         for fn in self.on_member_change:
             fn(label)
+        for fn in self.on_view_change:
+            for name in agents if agents is not None else [None]:
+                fn(label, name)
 
     def _say(self, key: str, line: str, *args, now: float) -> None:
         """Log a refusal that a peer can repeat at will at most once a minute, with the count since."""
@@ -451,7 +459,7 @@ class Hub:
             member.readers[name] = reader
             self.views.setdefault(member.label, {})[name] = text
             self.dirty.add(member.label)
-        self._notify(member.label)
+        self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
 
     async def _feed(self, member: Member, conn: Conn) -> None:
         """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
@@ -466,7 +474,9 @@ class Hub:
                 continue
             entry = conn.take()
             try:
-                if entry[0] == "text":
+                if entry[0] == "parsed" and entry[-1] <= DIGEST_INLINE:  # a small view: a thread hop costs more
+                    got = digest(entry[1], entry[2], trio.current_time())
+                elif entry[0] == "text":
                     got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
                                                         limiter=self.feed_limiter)
                 else:

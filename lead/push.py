@@ -314,7 +314,7 @@ class Pusher:
         if hooks is not None:
             hooks.append(lambda name: self.touch("local", name))
         if hub is not None:
-            hub.on_member_change.append(lambda label: self.touch(label, None))
+            hub.on_view_change.append(self.touch)
 
     def touch(self, machine: str, agent: str | None) -> None:
         self.dirty.add((machine, agent))
