@@ -64,6 +64,7 @@ class Writer:
         self.last_change: dict[tuple[str, str], int] = {}  # session -> number of its last write
         self.read_gen: dict[str, int] = {}  # agent -> the number the last fresh read covers
         self.reading: dict[str, tuple[int, trio.Event]] = {}  # agent -> a fresh read in flight, its number
+        self.turn_after: dict[tuple[str, str], tuple[str, int]] = {}  # session -> (conversation, turn) its last send started
 
     # --- facts --------------------------------------------------------------------------------
     def facts(self, agent: str, answered: frozenset[str] = frozenset()) -> AgentFacts:
@@ -84,6 +85,11 @@ class Writer:
         recent = reader.last_ok is not None and trio.current_time() - reader.last_ok <= FRESH_WITHIN
         if self.read_gen.get(agent, 0) >= need and recent:
             return
+        shown = self.turn_after.get(session)
+        if recent and shown is not None:  # the last write was a send that started turn n: a view showing
+            conv = reader.conversations.get(shown[0])  # turn n or later was read after it (issue 15.1)
+            if conv is not None and conv.turn is not None and conv.turn >= shown[1]:
+                return
         inflight = self.reading.get(agent)
         if inflight is not None and inflight[0] >= need:
             await inflight[1].wait()
@@ -209,6 +215,10 @@ class Writer:
     def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str]) -> None:
         n = self.counter[req.agent] = self.counter.get(req.agent, 0) + 1
         self.last_change[key] = n  # views of this conversation read before now are stale
+        if req.op == "send" and rec.outcome == "sent" and rec.turn is not None and req.conversation:
+            self.turn_after[key] = (req.conversation, rec.turn)  # ... unless they show this turn
+        else:
+            self.turn_after.pop(key, None)
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
             self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())
