@@ -41,6 +41,7 @@ STATE_TIMEOUT = 5.0
 ITEMS_TIMEOUT = 10.0
 ITEM_PAGES_MAX = 50  # per read; the rest comes at the next poll
 INLINE_MAX = 50  # conversations in a state, or items in a page, parsed on the event loop; more go to a thread
+SAVE_GAP = 1.0  # the cache is written at most this often per agent (it only speeds a restart up)
 CLOSED_RETRIES = 3  # the pool keeps at most 2 idle connections; each may have died with the agent
 
 
@@ -58,6 +59,7 @@ class AgentPoller:
         self._wake = trio.Event()
         self.pace = ReadPace()
         self._parsing = trio.CapacityLimiter(1)
+        self._save_wanted = trio.Event()
         self.client: AgentClient | None = None
         self.polls = 0
         self.not_modified = 0
@@ -104,6 +106,27 @@ class AgentPoller:
 
     # --- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            if self.cache is not None:
+                nursery.start_soon(self._saver)
+            await self._run()
+
+    async def _saver(self) -> None:
+        """Writes the cache on the leading edge, then at most once per `SAVE_GAP`: a burst of writes
+        re-reads the agent after each one, and a cache write (a thread hop, a transaction) per read
+        cost more than the read itself (issue 15.1). The last state is written when the poller stops."""
+        try:
+            while True:
+                await self._save_wanted.wait()
+                self._save_wanted = trio.Event()
+                await self._save_now()
+                await trio.sleep(SAVE_GAP)
+        finally:
+            if self._save_wanted.is_set():
+                with trio.move_on_after(2, shield=True):
+                    await self._save_now()
+
+    async def _run(self) -> None:
         self.client = self.client_factory(self.agent)
         backoff = 1.0
         retried = 0
@@ -254,8 +277,12 @@ class AgentPoller:
         return reader.apply_state(prepared, body, answer.headers.get("etag"), trio.current_time())
 
     async def _save(self) -> None:
-        if self.cache is None:
-            return
+        """Ask the saver to write the cache (soon: see `_saver`)."""
+        if self.cache is not None:
+            self._save_wanted.set()
+        await trio.lowlevel.checkpoint()
+
+    async def _save_now(self) -> None:
         r = self.reader
         await self.cache.save(r.raw_hello, r.raw_state, r.etag, r.take_dirty(), set(r.conversations))
 

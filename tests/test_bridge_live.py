@@ -283,3 +283,39 @@ async def test_restart_with_a_warm_cache_is_ready_at_once(tmp, autojump_clock):
             while b.status("desk").status != "ready":
                 await b.wait_changed()
             assert trio.current_time() - start < 1.0
+
+
+async def test_a_burst_of_changes_writes_the_cache_once_a_second_and_the_last_state_when_stopping(
+        tmp, autojump_clock, monkeypatch):
+    """Issue 15.1 (S2): the cache is written on the leading edge and then at most once per second,
+    however often the agent changes; the newest state is written when the bridge stops, so a
+    restart still opens every item it had read."""
+    from bridge.cache import Cache
+
+    saves: list[int] = []
+    real = Cache._save
+
+    def counted(self, *args):  # in the worker thread
+        saves.append(1)
+        return real(self, *args)
+    monkeypatch.setattr(Cache, "_save", counted)
+    sock = tmp / "a.sock"
+    cfg = AgentConfig("desk", socket=str(sock))
+    async with agent(sock) as collie:
+        pane = collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([cfg], tmp, use_cache=True) as b:
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            await trio.sleep(2)
+            saves.clear()
+            start = trio.current_time()
+            for i in range(40):  # 40 changes over 2 s, each read by the bridge
+                pane.reply(f"line {i}")
+                await trio.sleep(0.05)
+            while b.items("desk", "c")[-1]["text"] != "line 39":
+                await b.wait_changed()
+            span = trio.current_time() - start
+            assert 1 <= len(saves) <= span + 1, (len(saves), span)
+    async with bridge_for([cfg], tmp, use_cache=True) as b:
+        assert b.items("desk", "c")[-1]["text"] == "line 39"
