@@ -46,6 +46,7 @@ MIN_GAP = crewwire.MIN_GAP
 FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 CONNECT_TIMEOUT = 10.0
+FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
 
 
 @attrs.define
@@ -292,6 +293,20 @@ class Link:
             return
         rec = await self.writer.write(req, caller_locked=True)
         await send({"type": "receipt", "id": msg.get("id"), "receipt": attrs.asdict(rec)})
+        if rec.outcome in ("sent", "started") and rec.turn is not None and req.agent in self.bridge.readers:
+            await self._follow_turn(req.agent, rec.conversation or req.conversation, rec.turn)
+
+    async def _follow_turn(self, agent: str, conversation: str | None, turn: int) -> None:
+        """The lead's inbox runs the next item for this agent once the turn a write started has ended
+        (crew.md §4): read the agent at once after each change until that is seen, as the lead does for
+        its own agents (`Bridge.read_soon`), instead of one read per burst gap (issue 16.1)."""
+        with trio.move_on_after(FOLLOW_TURN_MAX):
+            while True:
+                conv = self.bridge.readers[agent].conversations.get(conversation or "")
+                if conv is None or conv.turn is None or conv.turn > turn or (conv.turn == turn and conv.state != "working"):
+                    return
+                self.bridge.read_soon(agent)
+                await self.bridge.wait_changed()
 
     async def _read(self, send, msg: dict) -> None:
         agent, what = msg.get("agent"), msg.get("what")

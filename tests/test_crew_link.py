@@ -161,6 +161,41 @@ async def test_a_lone_change_is_published_at_once_then_at_most_one_frame_per_gap
                     (5.3, "agent", "a", 5), (5.3, "agent", "b", 2)]
 
 
+async def test_after_a_leads_send_the_member_reads_at_once_until_the_turn_ends(autojump_clock):
+    """Issue 16.1 on a member: the lead's inbox runs the next item once the turn a write started has
+    ended; the member asks its bridge for a read at once after each change (`read_soon`) until its
+    view shows that turn ended — not one read per burst gap — and then stops asking."""
+    bridge = FakeBridge(["a"])
+    asked: list[float] = []
+    bridge.read_soon = lambda name: asked.append(round(trio.current_time(), 9))
+    link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "m"), bridge=bridge, writer=None)
+    reader = bridge.readers["a"]
+
+    def state(turn: int, working: bool) -> None:
+        reader.on_state({"rev": turn * 2 + working, "instance": "i1",
+                         "conversations": [{"id": "c", "turn": turn, "state": "working" if working else "idle"}]},
+                        None, trio.current_time())
+        bridge._changed.set()
+        bridge._changed = trio.Event()
+
+    state(1, True)  # the send started turn 1
+
+    async def agent():
+        await trio.sleep(0.03)
+        state(1, True)  # a reply streams in: still working
+        await trio.sleep(0.02)
+        state(1, False)  # the turn ends
+        await trio.sleep(1)
+        state(1, False)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(agent)
+        await link._follow_turn("a", "c", 1)
+        done_at = trio.current_time()
+    assert asked == [0.0, 0.03]  # at once, then after the change that still showed the turn working
+    assert done_at == pytest.approx(0.05)  # returned as the view showed the turn ended
+
+
 def test_coalescer_decides_without_a_clock():
     c = Coalescer(0.1)
     assert c.decide("a", "v1", 10.0) == 0
