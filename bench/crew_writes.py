@@ -162,7 +162,8 @@ async def phone(address: str, token: str, member: str, agents: int, convs: int, 
                 return
             latencies.append(time.perf_counter() - t0)
             outcome = got.get("outcome", f"HTTP {resp.status_code}")
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            shown = f"refused {got.get('reason')}" if outcome == "refused" else outcome
+            outcomes[shown] = outcomes.get(shown, 0) + 1
             if outcome in ("sent", "queued"):
                 acknowledged += 1
             if outcome == "sent" and got.get("turn") is not None:
