@@ -30,6 +30,7 @@ class CrewStore:
     def __init__(self, path: Path) -> None:
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
+        self._tokens: dict[str, tuple[str, str]] | None = None  # token hash -> (name, approval), once loaded
 
     def close(self) -> None:
         self.db.close()
@@ -57,11 +58,28 @@ class CrewStore:
         return self.db.execute("DELETE FROM members WHERE label=?", (label,)).rowcount > 0
 
     # API tokens for inbox senders (features I10) -------------------------------------------------
+    # The running lead keeps the tokens' hashes in memory (`load_tokens`), the database being the
+    # record: a sender's request then costs no SQLite read on the event loop (issue 16). The `collie
+    # tokens` verbs write the database and tell the lead to load it again (`tokens_changed` on the
+    # control socket); the lead also reloads it every few seconds in a worker thread, so a revocation
+    # holds even when that call could not be made.
     def add_token(self, name: str, token: str, approval: str) -> None:
         self.db.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?)", (name, token_hash(token), approval, time.time()))
+        if self._tokens is not None:
+            self.load_tokens()
+
+    def load_tokens(self) -> None:
+        """Read every token's hash into memory (a worker thread in the running lead)."""
+        self._tokens = {h: (n, a) for n, a, h in self.db.execute("SELECT name, approval, token_hash FROM api_tokens")}
 
     def token_for(self, token: str) -> tuple[str, str] | None:
         wanted = token_hash(token)
+        if self._tokens is not None:  # every stored hash compared in constant time, no early exit
+            found = None
+            for stored, entry in self._tokens.items():
+                if hmac.compare_digest(stored, wanted):
+                    found = entry
+            return found
         row = self.db.execute("SELECT name, approval, token_hash FROM api_tokens WHERE token_hash=?", (wanted,)).fetchone()
         if row and hmac.compare_digest(row[2], wanted):
             return row[0], row[1]
@@ -72,4 +90,7 @@ class CrewStore:
                 self.db.execute("SELECT name, approval, created_at FROM api_tokens ORDER BY name")]
 
     def revoke_token(self, name: str) -> bool:
-        return self.db.execute("DELETE FROM api_tokens WHERE name=?", (name,)).rowcount > 0
+        gone = self.db.execute("DELETE FROM api_tokens WHERE name=?", (name,)).rowcount > 0
+        if self._tokens is not None:
+            self.load_tokens()
+        return gone

@@ -210,11 +210,13 @@ class Hub:
         self.bridge = bridge
         self.writer = writer
         self.store = CrewStore(paths.state_dir / "crew.sqlite")
+        self.store.load_tokens()  # in memory from here on (start-up, before the loop serves anyone)
         self.members: dict[str, Member] = {}
         self.locks = SessionLocks()
         self.viewers: dict[tuple[str, str], int] = {}
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
+        self.token_limiter = trio.CapacityLimiter(1)
         # (label, agent): which agent's view changed, None for the whole member (the live channel
         # and push look at that agent only: issue 15.1)
         self.on_view_change: list[Callable[[str, str | None], None]] = []
@@ -461,6 +463,10 @@ class Hub:
             self.dirty.add(member.label)
         self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
 
+    async def reload_tokens(self) -> None:
+        """The API tokens from the database into memory, in a worker thread (issue 16)."""
+        await trio.to_thread.run_sync(self.store.load_tokens, limiter=self.token_limiter)
+
     async def _feed(self, member: Member, conn: Conn) -> None:
         """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
         and swap the new readers in."""
@@ -495,6 +501,7 @@ class Hub:
             await trio.sleep(SAVE_EVERY)
             if self.dirty:
                 await self._save_views()
+            await self.reload_tokens()  # a `collie tokens` change the control socket did not carry
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn
@@ -587,4 +594,8 @@ class Hub:
             (self.views_dir / f"{label}.json").unlink(missing_ok=True)
             return {"removed": member is not None}
 
-        return {"crew": crew, "crew_remove": crew_remove}
+        async def tokens_changed(_req):
+            await self.reload_tokens()
+            return {"reloaded": True}
+
+        return {"crew": crew, "crew_remove": crew_remove, "tokens_changed": tokens_changed}

@@ -179,3 +179,33 @@ async def test_a_defect_is_a_json_500_and_the_members_link_keeps_its_own_refusal
     except* WebsocketDisconnectError as refused:
         codes = [e.args[0] for e in refused.exceptions]
     assert codes == [1008]
+
+
+async def test_api_tokens_are_checked_in_memory_and_a_change_by_the_cli_holds(paths):
+    """Issue 16 (I10, 9.2): a sender's request costs no SQLite read on the event loop — the lead keeps
+    the tokens' hashes in memory, the database being the record. `collie tokens revoke|create` write
+    the database from another process and tell the lead (`tokens_changed`); from then on the revoked
+    token is refused 401 and the new one accepted. (The lead also reloads every few seconds.)"""
+    from crew.crewstore import CrewStore
+
+    prepare_state(paths)
+    d = LeadDaemon(parser().parse_args([]), paths, BridgeConfig(agents=(), programs_off=False, sources_count=0))
+    app = d.make_app()
+    cli = CrewStore(paths.state_dir / "crew.sqlite")  # what the `collie tokens` verbs use
+    try:
+        cli.add_token("slack", STANDING, "standing")
+        await d.hub.control_handlers()["tokens_changed"]({})
+        statements: list[str] = []
+        d.hub.store.db.set_trace_callback(statements.append)
+        status, _, _ = await call(app, "GET", "/api/inbox/i1", {"authorization": f"Bearer {STANDING}"})
+        assert status == 404 and statements == []  # let in (no such item), and nothing read from SQLite
+        cli.revoke_token("slack")
+        cli.add_token("relay", REQUIRED, "required")
+        await d.hub.control_handlers()["tokens_changed"]({})
+        assert (await call(app, "GET", "/api/inbox/i1", {"authorization": f"Bearer {STANDING}"}))[0] == 401
+        assert (await call(app, "GET", "/api/inbox/i1", {"authorization": f"Bearer {REQUIRED}"}))[0] == 404
+    finally:
+        cli.close()
+        d.inbox.db.close()
+        d.hub.store.close()
+        d.journal.close()

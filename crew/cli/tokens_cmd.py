@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 
+from crew import control
 from crew.cli.crew_cmd import _label, _store
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
@@ -44,9 +45,19 @@ def create(args, paths) -> int:
     ensure_private_dir(folder)
     path = folder / f"{name}.token"
     atomic_write(path, (token + "\n").encode(), mode=0o600)
+    tell_lead(paths)
     print(f"created {name} ({args.approval} approval); the token is in {path} (0600), not printed")
     print("send it as Authorization: Bearer <token> to POST /api/agents/<machine>/<agent>/inbox")
     return 0
+
+
+def tell_lead(paths) -> None:
+    """The running lead keeps the tokens in memory: have it load them again now (it also does so by
+    itself every few seconds)."""
+    try:
+        control.call(paths.control_socket, "tokens_changed")
+    except CollieError:  # not running, or not a lead: it loads them when it starts
+        pass
 
 
 def list_tokens(_args, paths) -> int:
@@ -66,6 +77,7 @@ def revoke(args, paths) -> int:
     store.close()
     if not gone:
         raise CollieError(f"no token named {args.name!r}")
+    tell_lead(paths)
     (paths.state_dir / "tokens" / f"{args.name}.token").unlink(missing_ok=True)
     print(f"revoked {args.name}")
     return 0
