@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import pct  # noqa: E402
+from measure import cpu_seconds, pct  # noqa: E402
 
 from crew import control  # noqa: E402
 from crew.errors import NotRunningError  # noqa: E402
@@ -163,7 +163,7 @@ async def clients(address: str, n: int, headers: dict | None = None):
                for _ in range(n)]
 
 
-async def burst(address: str, token: str, floor_url: str, agents: int, convs: int) -> dict:
+async def burst(address: str, token: str, floor_url: str, agents: int, convs: int, pid: int | None = None) -> dict:
     n = agents * convs
     auth = {"authorization": f"Bearer {token}"}
     async with clients(address, n, auth) as phones, httpx.AsyncClient(timeout=10) as side:
@@ -210,13 +210,16 @@ async def burst(address: str, token: str, floor_url: str, agents: int, convs: in
             while sending[0]:
                 health_busy.extend(await round_trips(side, f"{address}/healthz", 1))
         window = [time.time()]
+        cpu0 = cpu_seconds(pid) if pid else 0.0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(health)
             for client, key in zip(phones, turns):
                 nursery.start_soon(one, client, *key)
         window.append(time.time())
+        lead_cpu = cpu_seconds(pid) - cpu0 if pid else 0.0
     return {"n": n, "outcomes": outcomes, "latencies": latencies, "floor": floor, "health_idle": health_idle,
-            "health_busy": health_busy, "floor_burst": floor_burst, "health_burst": health_burst, "window": window}
+            "health_busy": health_busy, "floor_burst": floor_burst, "health_burst": health_burst, "window": window,
+            "lead_cpu": lead_cpu}
 
 
 def loop_steps(path: Path, window: list[float]) -> dict:
@@ -270,7 +273,7 @@ def run_burst(agents: int = 10, conversations: int = 10, lead: str | Path = REPO
         base, {f"a{a}": ["--conversations", str(conversations)] for a in range(agents)}, Path(lead).resolve(),
         loopwatch=watch)
     try:
-        r = trio.run(burst, address, token, floor_url, agents, conversations)
+        r = trio.run(burst, address, token, floor_url, agents, conversations, lead_proc.pid)
     finally:
         stop(lead_proc, procs)
         floor_proc.terminate()
@@ -287,6 +290,7 @@ def run_burst(agents: int = 10, conversations: int = 10, lead: str | Path = REPO
             "health_idle_p50": pct(r["health_idle"], 50), "health_busy_max": max(r["health_busy"]),
             "health_busy_n": len(r["health_busy"]),
             "health_busy_x_idle": max(r["health_busy"]) / pct(r["health_idle"], 50), **steps,
+            "lead_cpu_per_send": r["lead_cpu"] / r["n"],
             "load": os.getloadavg()[0]}
 
 
@@ -308,6 +312,7 @@ def report_burst(r: dict, lead: str) -> str:
         f"{ms(r['longest_cpu'])} ({r['longest_cpu_task']}), by wall {ms(r['longest_wall'])} "
         f"({r['longest_wall_task']}); {r['over_20ms_cpu']} over 20 ms of CPU; garbage collections of 5 ms or "
         f"more: {r['gc_over_5ms']}, the longest {ms(r['gc_longest'])} ({r['gc_longest_kind']})",
+        f"lead CPU during the burst: {ms(r['lead_cpu_per_send'])} per send (with its /healthz probes)",
         f"load average (1 min) at the end: {r['load']:.2f} on {os.cpu_count()} cores"])
 
 
