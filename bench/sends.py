@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sends.py [--conversations 100] [--rounds 10] [--turn-ms 0] [--repo PATH]
     .venv/bin/python bench/sends.py --queued 100 --turn-ms 20
+    .venv/bin/python bench/sends.py --quick [--json out.json]     # `run(quick=True)` for the bench runner
 
 A real `collie serve` and a real `many` fixture agent (echoes every send and ends its turn, after
 `--turn-ms`). Each round sends one message to every conversation at once through POST /api/send (each
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -41,6 +43,15 @@ from crew.errors import NotRunningError  # noqa: E402
 errors: list[tuple] = []
 
 
+
+
+@asynccontextmanager
+async def clients(address: str, n: int, headers: dict):
+    """One httpx client per sender (one client with n connections spends 5-6 ms of CPU per request in
+    httpcore's pool at n = 100: the benchmark's client, not the lead, set the figures before)."""
+    async with AsyncExitStack() as stack:
+        yield [await stack.enter_async_context(httpx.AsyncClient(base_url=address, headers=headers, timeout=60))
+               for _ in range(n)]
 
 
 async def agent_count(sock: Path) -> int:
@@ -63,9 +74,8 @@ async def run_queued(address: str, token: str, sock: Path, n: int) -> dict:
     """N sends at once to one conversation: receipts, then how fast they reach the agent."""
     latencies: list[float] = []
     outcomes: dict[str, int] = {}
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=60,
-                                 limits=limits) as c:
+    async with clients(address, n, {"authorization": f"Bearer {token}"}) as phones:
+        c = phones[0]
         while (pane := await c.get("/api/agents/local/many/conversations/c000")).status_code != 200:
             await trio.sleep(0.1)
         turn = pane.json()["turn"]
@@ -73,7 +83,7 @@ async def run_queued(address: str, token: str, sock: Path, n: int) -> dict:
 
         async def one(k: int) -> None:
             t = time.perf_counter()
-            resp = await c.post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
+            resp = await phones[k].post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
                                                    "conversation": "c000", "text": f"q{k}", "turn": turn})
             latencies.append(time.perf_counter() - t)
             got = resp.json()
@@ -88,13 +98,12 @@ async def run_queued(address: str, token: str, sock: Path, n: int) -> dict:
     return {"latencies": latencies, "outcomes": outcomes, "delivered": count, "took": took}
 
 
-async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float], float, dict]:
+async def run_rounds(address: str, token: str, n: int, rounds: int) -> tuple[list[float], float, dict]:
     latencies: list[float] = []
     outcomes: dict[str, int] = {}
     errors.clear()
-    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-    async with httpx.AsyncClient(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=60,
-                                 limits=limits) as c:
+    async with clients(address, n, {"authorization": f"Bearer {token}"}) as phones:
+        c = phones[0]
         turns = {}
         for i in range(n):
             while (pane := await c.get(f"/api/agents/local/many/conversations/c{i:03d}")).status_code != 200:
@@ -104,7 +113,7 @@ async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float
         async def one(i: int, r: int) -> None:
             t0 = time.perf_counter()
             try:
-                resp = await c.post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
+                resp = await phones[i].post("/api/send", json={"request_id": str(uuid.uuid4()), "agent": "many",
                                                        "conversation": f"c{i:03d}", "text": f"round {r}",
                                                        "turn": turns[i]})
                 if resp.status_code != 200:
@@ -118,6 +127,8 @@ async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float
             outcomes[got["outcome"]] = outcomes.get(got["outcome"], 0) + 1
             if got.get("turn") is not None and got["outcome"] == "sent":
                 turns[i] = got["turn"]
+            elif got["outcome"] == "queued":
+                turns[i] = None  # its turn is not known yet (it waits in the inbox): the next send quotes none
 
         start = time.perf_counter()
         for r in range(rounds):
@@ -129,15 +140,13 @@ async def run(address: str, token: str, n: int, rounds: int) -> tuple[list[float
     return latencies, wall, outcomes
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--conversations", type=int, default=100)
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--queued", type=int, default=0, help="send this many at once to one conversation instead")
-    p.add_argument("--turn-ms", type=float, default=0, help="the agent's own time per turn")
-    p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout")
-    args = p.parse_args()
-    lead_repo = Path(args.repo).resolve()
+def run(conversations: int = 100, rounds: int = 10, queued: int = 0, turn_ms: float = 0, repo: str | Path = REPO,
+        quick: bool = False) -> dict:
+    """One run as a function (bench runner): the figures as a dict, seconds for times. `quick`: 20
+    conversations x 3 rounds (or 20 queued)."""
+    if quick:
+        conversations, rounds, queued = min(conversations, 20), min(rounds, 3), min(queued, 20)
+    lead_repo = Path(repo).resolve()
     base = Path(tempfile.mkdtemp(prefix="cs", dir="/tmp"))
     os.chmod(base, 0o700)
     cfg, state, run_dir = base / "cfg", base / "state", base / "run"
@@ -148,13 +157,14 @@ def main() -> None:
     os.chmod(cfg / "sources.json", 0o600)
     env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
     agent = subprocess.Popen([sys.executable, "-m", "fixtures", "many", "--socket", str(sock), "--conversations",
-                              str(args.conversations), "--turn-ms", str(args.turn_ms)], env=env, cwd=REPO,
+                              str(conversations), "--turn-ms", str(turn_ms)], env=env, cwd=REPO,
                              stdout=subprocess.PIPE, text=True)
     assert agent.stdout.readline().startswith("listening")
     bridge_err = open(base / "bridge.stderr", "w")
     bridge = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(lead_repo)},
                               cwd=lead_repo, stdout=subprocess.DEVNULL, stderr=bridge_err)
     floor = Floor()
+    out: dict = {"lead": str(lead_repo), "turn_ms": turn_ms}
     try:
         while True:
             try:
@@ -167,34 +177,26 @@ def main() -> None:
         time.sleep(1)
         token = (state / "api-token").read_text().strip()
         f = trio.run(floor.measure)
-        floor_line = f"floor (httpx round trip to a trivial server, TCP loopback): p50 {ms(f['p50'])}  p99 {ms(f['p99'])}"
-        if args.queued:
-            got = trio.run(run_queued, pong["address"], token, sock, args.queued)
+        out.update(floor_p50=f["p50"], floor_p99=f["p99"])
+        if queued:
+            got = trio.run(run_queued, pong["address"], token, sock, queued)
             lat = got["latencies"]
-            print(f"{args.queued} sends at once to one conversation; the agent's turns take {args.turn_ms:g} ms; "
-                  f"lead from {lead_repo}")
-            print(floor_line)
-            print(f"receipts: {got['outcomes']}; phone -> receipt p50 {ms(pct(lat, 50), f['p50'])}  "
-                  f"p99 {ms(pct(lat, 99), f['p50'])}")
-            print(f"reached the agent (its own count): {got['delivered']} in {got['took']:.2f} s = "
-                  f"{got['delivered'] / got['took']:.1f} sends/s (its limit: {1000 / args.turn_ms if args.turn_ms else 0:.0f}/s)")
-            print(loadavg())
-            return
-        start_count = trio.run(agent_count, sock)
-        t_start = time.perf_counter()
-        latencies, wall, outcomes = trio.run(run, pong["address"], token, args.conversations, args.rounds)
-        accepted = outcomes.get("sent", 0) + outcomes.get("queued", 0)
-        count, took = trio.run(delivered, sock, start_count, accepted, t_start)
-        total = len(latencies)
-        print(f"{total} sends to {args.conversations} conversations at once ({args.rounds} rounds), journal on "
-              f"(SQLite WAL, synchronous=FULL); the agent's turns take {args.turn_ms:g} ms; lead from {lead_repo}")
-        print(floor_line)
-        print(f"outcomes: {outcomes}; transport errors: {len(errors)} {errors[:5]}")
-        print(f"receipts: {total / wall:.0f}/s; phone -> receipt p50 {ms(pct(latencies, 50), f['p50'])}  "
-              f"p99 {ms(pct(latencies, 99), f['p50'])}  mean {ms(statistics.mean(latencies))}")
-        print(f"reached the agent (its own count): {count} of {accepted} accepted, all within {took:.2f} s "
-              f"(including the rounds' 0.3 s pauses)")
-        print(loadavg())
+            out.update(mode="queued", sends=queued, outcomes=got["outcomes"], receipt_p50=pct(lat, 50),
+                       receipt_p99=pct(lat, 99), delivered=got["delivered"], took=got["took"],
+                       delivered_per_s=got["delivered"] / got["took"])
+        else:
+            start_count = trio.run(agent_count, sock)
+            t_start = time.perf_counter()
+            latencies, wall, outcomes = trio.run(run_rounds, pong["address"], token, conversations, rounds)
+            accepted = outcomes.get("sent", 0) + outcomes.get("queued", 0)
+            count, took = trio.run(delivered, sock, start_count, accepted, t_start)
+            out.update(mode="rounds", conversations=conversations, rounds=rounds, receipts=len(latencies),
+                       outcomes=outcomes, transport_errors=len(errors), first_errors=errors[:5],
+                       receipts_per_s=len(latencies) / wall, receipt_p50=pct(latencies, 50),
+                       receipt_p99=pct(latencies, 99), receipt_mean=statistics.mean(latencies),
+                       accepted=accepted, delivered=count, took=took)
+        out["load"] = os.getloadavg()[0]
+        return out
     except BaseException:
         bridge_err.flush()
         print("bridge alive:", bridge.poll() is None)
@@ -210,6 +212,41 @@ def main() -> None:
             subprocess.run(["rm", "-rf", str(base)])
         else:
             print("kept", base)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--conversations", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--queued", type=int, default=0, help="send this many at once to one conversation instead")
+    p.add_argument("--turn-ms", type=float, default=0, help="the agent's own time per turn")
+    p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout")
+    p.add_argument("--quick", action="store_true", help="20 conversations x 3 rounds (or 20 queued)")
+    p.add_argument("--json", help="also write the figures here")
+    args = p.parse_args()
+    r = run(args.conversations, args.rounds, args.queued, args.turn_ms, args.repo, quick=args.quick)
+    f50 = r["floor_p50"]
+    floor_line = f"floor (httpx round trip to a trivial server, TCP loopback): p50 {ms(f50)}  p99 {ms(r['floor_p99'])}"
+    if r["mode"] == "queued":
+        print(f"{r['sends']} sends at once to one conversation; the agent's turns take {r['turn_ms']:g} ms; "
+              f"lead from {r['lead']}")
+        print(floor_line)
+        print(f"receipts: {r['outcomes']}; phone -> receipt p50 {ms(r['receipt_p50'], f50)}  p99 {ms(r['receipt_p99'], f50)}")
+        print(f"reached the agent (its own count): {r['delivered']} in {r['took']:.2f} s = {r['delivered_per_s']:.1f} "
+              f"sends/s (its limit: {1000 / r['turn_ms'] if r['turn_ms'] else 0:.0f}/s)")
+    else:
+        print(f"{r['receipts']} sends to {r['conversations']} conversations at once ({r['rounds']} rounds, one client "
+              f"per sender), journal on (SQLite WAL, synchronous=FULL); the agent's turns take {r['turn_ms']:g} ms; "
+              f"lead from {r['lead']}")
+        print(floor_line)
+        print(f"outcomes: {r['outcomes']}; transport errors: {r['transport_errors']} {r['first_errors']}")
+        print(f"receipts: {r['receipts_per_s']:.0f}/s; phone -> receipt p50 {ms(r['receipt_p50'], f50)}  "
+              f"p99 {ms(r['receipt_p99'], f50)}  mean {ms(r['receipt_mean'])}")
+        print(f"reached the agent (its own count): {r['delivered']} of {r['accepted']} accepted, all within "
+              f"{r['took']:.2f} s (including the rounds' 0.3 s pauses)")
+    print(loadavg())
+    if args.json:
+        Path(args.json).write_text(json.dumps(r, indent=1))
 
 
 if __name__ == "__main__":
