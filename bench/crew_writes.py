@@ -184,11 +184,6 @@ async def phone(address: str, token: str, member: str, agents: int, convs: int, 
             t2 = time.perf_counter()
             applied_time += t2 - t0
             per_round.append((t1 - t0, t2 - t0))
-            # the pane's turn for the next round (a queued send moved it after its receipt)
-            for key in turns:
-                if turns[key] is None:
-                    a, i = key
-                    turns[key] = (await c.get(f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}")).json()["turn"]
         count = await agents_.applied() - base
         await agents_.aclose()
     return {"latencies": latencies, "outcomes": outcomes, "errors": errors, "receipt_time": receipt_time,
