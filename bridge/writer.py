@@ -86,10 +86,10 @@ class Writer:
         if self.read_gen.get(agent, 0) >= need and recent:
             return
         shown = self.turn_after.get(session)
-        if recent and shown is not None:  # the last write was a send that started turn n: a view showing
-            conv = reader.conversations.get(shown[0])  # turn n or later was read after it (issue 15.1)
-            if conv is not None and conv.turn is not None and conv.turn >= shown[1]:
-                return
+        if recent and shown is not None and not reader.needs_hello():  # the last write was a send that
+            conv = reader.conversations.get(shown[0])  # started turn n: a view showing turn n or later was
+            if conv is not None and conv.turn is not None and conv.turn >= shown[1]:  # read after it (issue
+                return  # 15.1); an agent that restarted and whose hello is not read yet is read as before
         inflight = self.reading.get(agent)
         if inflight is not None and inflight[0] >= need:
             await inflight[1].wait()
