@@ -47,6 +47,7 @@ LOCAL = "local"
 KEEP = 4096  # events kept for resumption
 QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
 MAX_CHANNELS = 200
+BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
 HEARTBEAT = 15.0
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
@@ -61,8 +62,11 @@ class Event:
     kind: str
     data: dict
     scope: tuple | None = None  # None: every channel; ("conv", machine, agent, conversation): its viewers
+    wire: bytes = attrs.field(default=b"", repr=False, eq=False)  # encoded once, whatever the number of phones
 
     def encode(self) -> bytes:
+        if self.wire:
+            return self.wire
         body = json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
         return f"id: {self.id}\nevent: {self.kind}\ndata: {body}\n\n".encode()
 
@@ -78,6 +82,7 @@ class EventLog:
     def append(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
         self.seq += 1
         ev = Event(f"{self.boot}-{self.seq}", self.seq, kind, data, scope)
+        ev = attrs.evolve(ev, wire=ev.encode())
         self.kept.append(ev)
         return ev
 
@@ -395,7 +400,7 @@ class Feed:
     # --- the loop ------------------------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.rows = self._all_rows()
-        self.heads = section_heads(dashboard_sections(self.bridge, self.hub))
+        self.heads = self._heads()
         self.everything = False
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
@@ -599,7 +604,16 @@ async def _stream(feed: Feed, ch: Channel, missed):
                     break
             if ch.closed.is_set():
                 break
-            yield got.encode() if got is not None else b": ping\n\n"
+            if got is None:
+                yield b": ping\n\n"
+                continue
+            batch = [got.encode()]
+            while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
+                try:
+                    batch.append(ch.receive.receive_nowait().encode())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            yield b"".join(batch)
         if ch.close_reason == "unauthorized":
             yield b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
     finally:
