@@ -221,6 +221,7 @@ class Feed:
         self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
         self.item_marks: dict[tuple, dict] = {}  # ("conv", m, a, c) -> {seq: item} last sent
         self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
+        self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
         self.everything = True
         self._wake = trio.Event()
@@ -349,6 +350,10 @@ class Feed:
             with trio.move_on_after(READ_TIMEOUT):
                 got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
                 recent = (got or {}).get("lines", [])
+            self.recent[("conv", machine, agent, conv)] = recent
+        return self._pane(reader, machine, conv, recent)
+
+    def _pane(self, reader, machine: str, conv: str, recent: list) -> dict:
         member = self.hub.members.get(machine) if machine != LOCAL and self.hub is not None else None
         return pane_state(reader, conv, recent_sends=recent, machine=machine,
                           online=member is None or member.online)
@@ -464,6 +469,15 @@ class Feed:
             _, machine, agent, conv = key
             if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
                 continue
+            reader = self.reader_of(machine, agent)
+            if machine != LOCAL and key in self.recent and reader is not None:
+                # the member's view is here already: show it now with the recent-send lines last read, then
+                # read those (a round trip to the member) and correct the pane if they moved
+                quick = self._pane(reader, machine, conv, self.recent[key])
+                if quick != self.panes.get(key):
+                    self.panes[key] = quick
+                    self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
+                                  key)
             pane = await self.pane_of(machine, agent, conv)
             if pane != self.panes.get(key):
                 self.panes[key] = pane
@@ -482,6 +496,8 @@ class Feed:
                 self.panes.pop(key, None)
                 self.item_marks.pop(key, None)
                 self.published.pop(key, None)
+        for key in [k for k in self.recent if k not in viewed]:
+            del self.recent[key]
 
     def _heads(self) -> list[dict]:
         """The section heads, from the rows this feed keeps current (not every reader's row again)."""

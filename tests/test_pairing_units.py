@@ -221,3 +221,78 @@ async def test_a_change_while_a_view_is_read_is_not_hidden_by_the_older_read(aut
             items = ({} if ev.data["full"] else items) | {i["seq"]: i for i in ev.data["items"]}
     assert pane == {"asks": []}
     assert items[1]["end"] == "expired"
+
+
+async def test_a_members_ask_reaches_a_viewing_phone_without_waiting_for_a_read_of_the_member(
+        monkeypatch, autojump_clock):
+    """I7/W5, issue 11 (latency): once a conversation is viewed, an ask arriving in a member's view goes out
+    as a `pane` event in the same pass — not after the read of the member's recent-send lines (a round trip
+    that took most of the tail under load); when those lines moved, a corrected pane follows the read."""
+    import trio
+
+    from lead import events
+
+    monkeypatch.setattr(events, "pane_state", lambda reader, conv, *, recent_sends, machine, online: {
+        "ask": reader.ask, "recent": list(recent_sends)})
+    monkeypatch.setattr(events, "member_row", lambda member, name, reader: {"name": name, "machine": "m1",
+                                                                           "waiting": 1 if reader.ask else None})
+
+    class Reader:
+        ask = None
+        conversations: dict = {}
+
+    class Member:
+        online, offline_since = True, None
+
+        def __init__(self):
+            self.readers = {"lab": Reader()}
+
+    class Hub:
+        def __init__(self):
+            self.members, self.on_member_change = {"m1": Member()}, []
+            self.lines = ["sent · hello"]
+
+        def reader(self, machine, agent):
+            return self.members[machine].readers.get(agent)
+
+        async def read(self, machine, agent, what, args):
+            await trio.sleep(1.0)  # a round trip to the member, slow on purpose
+            return {"lines": list(self.lines)} if what == "recent_sends" else None
+
+    bridge, hub = FakeBridge(), Hub()
+    bridge.readers = {}
+    feed = events.Feed(bridge, hub)
+    ch = feed.open(None)
+    ch.view = ("m1", "lab", "chat")
+    seen: list = []
+    async with trio.open_nursery() as n:
+        await n.start(feed.run)
+        feed.touch("m1", None)
+        await trio.sleep(5)  # the first pass learns the recent-send lines
+        first = []
+        while True:
+            try:
+                first.append(ch.receive.receive_nowait())
+            except trio.WouldBlock:
+                break
+        assert [e.kind for e in first if e.kind == "pane"] == ["pane"]
+
+        async def watch():
+            async for ev in ch.receive:
+                if ev.kind == "pane":
+                    seen.append((trio.current_time(), ev.data["pane"]))
+        n.start_soon(watch)
+        t0 = trio.current_time()
+        hub.members["m1"].readers["lab"].ask = "Deploy?"
+        feed.touch("m1", None)
+        await trio.sleep(5)
+        assert seen[0] == (t0, {"ask": "Deploy?", "recent": ["sent · hello"]})  # at once, no read waited for
+        assert len(seen) == 1
+        hub.lines = ["sent · hello", "sent · deploy"]
+        hub.members["m1"].readers["lab"].ask = None
+        t1 = trio.current_time()
+        feed.touch("m1", None)
+        await trio.sleep(5)
+        assert seen[1] == (t1, {"ask": None, "recent": ["sent · hello"]})
+        assert seen[2] == (t1 + 1.0, {"ask": None, "recent": ["sent · hello", "sent · deploy"]})
+        n.cancel_scope.cancel()
