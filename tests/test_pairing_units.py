@@ -249,7 +249,7 @@ async def test_a_members_ask_reaches_a_viewing_phone_without_waiting_for_a_read_
 
     class Hub:
         def __init__(self):
-            self.members, self.on_member_change = {"m1": Member()}, []
+            self.members, self.on_member_change, self.on_view_change = {"m1": Member()}, [], []
             self.lines = ["sent · hello"]
 
         def reader(self, machine, agent):
