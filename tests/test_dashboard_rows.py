@@ -70,6 +70,7 @@ def test_the_live_channel_sends_the_sections_the_dashboard_shows():
 
     lab = Lab()
     lab.on_member_change = []
+    lab.on_view_change = []
     views = {m: fake_view("agent0", 3, m) for m in ("desk", "laptop")}
     for m, v in views.items():
         lab.view(m, v)
