@@ -47,6 +47,7 @@ LOCAL = "local"
 KEEP = 4096  # events kept for resumption
 QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
 MAX_CHANNELS = 200
+PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
 BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
 HEARTBEAT = 15.0
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
@@ -265,6 +266,13 @@ class Feed:
 
     # --- channels --------------------------------------------------------------------------------
     def open(self, device: str | None) -> Channel:
+        if device is not None:
+            mine = [c for c in self.channels.values() if c.device == device]
+            if len(mine) >= 2 * PER_DEVICE:  # its ended ones have not finished either: refuse this phone only
+                raise OverflowError(f"this phone has {len(mine)} live channels open already")
+            still = [c for c in mine if not c.closed.is_set()]
+            if len(still) >= PER_DEVICE:
+                self._end(still[0], "replaced")
         if len(self.channels) >= MAX_CHANNELS:
             raise OverflowError(f"{MAX_CHANNELS} live channels are open already")
         send, receive = trio.open_memory_channel(QUEUE)
@@ -316,15 +324,17 @@ class Feed:
     def revoke_device(self, device_id: str) -> None:
         for ch in list(self.channels.values()):
             if ch.device == device_id:
-                ch.close_reason = "unauthorized"
-                ch.closed.set()
-                ch.send.close()
+                self._end(ch, "unauthorized")
 
     def shutdown(self) -> None:
         for ch in list(self.channels.values()):
-            ch.close_reason = "shutdown"
-            ch.closed.set()
-            ch.send.close()
+            self._end(ch, "shutdown")
+
+    @staticmethod
+    def _end(ch: Channel, reason: str) -> None:
+        ch.close_reason = reason
+        ch.closed.set()
+        ch.send.close()
 
     async def _viewing(self, key: tuple, on: bool) -> None:
         if self.set_viewing is not None:

@@ -296,3 +296,27 @@ async def test_a_members_ask_reaches_a_viewing_phone_without_waiting_for_a_read_
         assert seen[1] == (t1, {"ask": None, "recent": ["sent · hello"]})
         assert seen[2] == (t1 + 1.0, {"ask": None, "recent": ["sent · hello", "sent · deploy"]})
         n.cancel_scope.cancel()
+
+
+async def test_a_phone_that_abandons_its_live_channels_cannot_take_everyone_elses(autojump_clock):
+    """Issue 11 (W4, a hostile or leaky phone): one paired phone keeps at most 16 live channels —
+    one more ends its oldest — and when its ended ones do not finish either it alone is refused
+    (`503 busy`); another phone still gets a channel. The local credential is not capped per phone."""
+    import pytest
+
+    from lead.events import MAX_CHANNELS, PER_DEVICE, Feed
+
+    feed = Feed(FakeBridge())
+    first = [feed.open("phone-a") for _ in range(PER_DEVICE)]
+    newer = feed.open("phone-a")
+    assert first[0].closed.is_set() and first[0].close_reason == "replaced"
+    assert not newer.closed.is_set() and not any(c.closed.is_set() for c in first[1:])
+    for _ in range(PER_DEVICE - 1):  # none of the ended ones finish (their streams are stuck)
+        feed.open("phone-a")
+    with pytest.raises(OverflowError, match="this phone has 32 live channels"):
+        feed.open("phone-a")
+    assert not feed.open("phone-b").closed.is_set()
+    for _ in range(MAX_CHANNELS - len(feed.channels)):
+        feed.open(None)
+    with pytest.raises(OverflowError, match=f"{MAX_CHANNELS} live channels"):
+        feed.open(None)
