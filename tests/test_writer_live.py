@@ -363,3 +363,43 @@ async def test_agent_error_answers_to_a_card_answer_use_the_o_table(tmp, autojum
             assert (got.outcome, got.reason, got.text) == (outcome, reason, text)
             assert got.channel == "program" and got.digest == view.digest
             n.cancel_scope.cancel()
+
+
+async def test_a_write_in_the_moment_an_agent_restarts_waits_for_its_hello(tmp, autojump_clock):
+    """W3, W4, issue 8: right after the agent restarted, before the bridge has read its hello again (the
+    poller is still in its back-off), its capabilities are not known. A send then is not refused
+    `unsupported` ("does not offer send" — it does): the writer says hello itself, reads the state, and the
+    send reaches the new instance once, without waiting for the poller. With the agent still gone the same
+    send is refused `unreachable` at once (nothing reached it), never `unsupported`."""
+    sock = tmp / "a.sock"
+    async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+        w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
+        async with trio.open_nursery() as n:
+            first_gone = trio.Event()
+
+            async def first():
+                async with agent(sock) as collie:
+                    collie.conversation("c", title="Chat")
+                    collie.ready()
+                    await first_gone.wait()
+
+            n.start_soon(first)
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            first_gone.set()
+            while b.status("desk").status != "unreachable":
+                await b.wait_changed()
+            t0 = trio.current_time()
+            down = await w.write(send("while down", 0))
+            assert (down.outcome, down.reason) == ("refused", "unreachable"), down
+            assert trio.current_time() == t0
+            async with agent(sock) as again:
+                again.conversation("c", title="Chat")
+                again.ready()
+                assert b.readers["desk"].hello is None  # the bridge has not greeted the new instance yet
+                t1 = trio.current_time()
+                got = await w.write(send("after the restart", 0))
+                assert (got.outcome, got.turn) == ("sent", 1), got
+                assert trio.current_time() == t1  # no wait for the poller's back-off
+                assert [c[2] for c in again.recorder.calls if c[1] == "POST"][:2] == ["/hello", "/v1/conversations/c/send"]
+                n.cancel_scope.cancel()
