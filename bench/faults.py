@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     disk = [r for r in results if "disk_unclear" in r]
     ttl = [v for r in results for v in r.get("ttl") or []]
     if disk:
-        print(f"disk full: {sum(r['disk_unclear'] for r in disk)} write(s) answered while full without a refusal "
-              f"that says so, over {len(disk)} trial(s)")
+        print(f"disk full: {sum(r['disk_unclear'] for r in disk)} write(s) answered while full by no receipt, or a "
+              f"refusal that does not say why, over {len(disk)} trial(s)")
     exits = [e for r in results for e in r.get("exits") or []]
     if exits:
         print(f"{len(exits)} process(es) died by themselves (not kill -9), e.g. {exits[0]}")
