@@ -206,3 +206,24 @@ async def test_a_full_disk_under_the_cache_is_logged_once_and_the_bridge_keeps_r
         cached = {i.get("text") for i in cache.load()["items"].get("c", {}).values()}
         assert {"m0", "got m0", "m1", "got m1", "m2", "got m2", "after"} <= cached
         assert [r for r in caplog.records if "cache is saved again" in r.getMessage()]
+
+
+async def test_an_owner_change_while_the_inbox_disk_is_full_says_so(tmp, autojump_clock):
+    """I3, I9, issue 15: cancelling a waiting item while the inbox cannot be written answers a JSON
+    `507 disk_full` that says the change is not on disk yet (not a 500 blaming a defect); it is written,
+    and holds, once space is back."""
+    gate = Gate()
+    async with lab(tmp, gate) as (collie, pane, b, writer, inbox, client):
+        assert (await inbox.submit("local", send("busy", turn=0), sender=None)).outcome == "sent"
+        waiting = await inbox.submit("local", send("later"), sender=None)
+        full = Full(inbox)
+        full.fill()
+        status, kind, got = await post(client, f"/api/inbox/{waiting.request_id}/cancel", {})
+        assert (status, kind, got["error"]) == (507, "application/json", "disk_full") and "not on disk" in got["message"]
+        full.free()
+        await trio.sleep(2)  # the next commit
+        state = inbox.db.execute("SELECT state FROM items WHERE id=?", (waiting.request_id,)).fetchone()
+        assert state == ("cancelled",)
+        gate.open.set()
+        await trio.sleep(5)
+        assert gate.texts == ["busy"]
