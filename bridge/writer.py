@@ -120,8 +120,10 @@ class Writer:
         instance): say hello now instead of waiting for the poller, then read the state it left unread."""
         reader = self.bridge.readers[agent]
         poller = self.bridge.pollers.get(agent)
-        if reader.hello is not None or poller is None or reader.status == VERSION_MISMATCH:
+        if reader.hello is not None or reader.status == VERSION_MISMATCH:
             return None
+        if poller is None:  # not reached at all (a broken entry): say why, not "starting"
+            return AgentUnreachable(reader.reason or "config", reader.detail or "this agent is not being reached")
         with trio.move_on_after(HELLO_WAIT):
             try:
                 await poller.hello_now()
