@@ -252,11 +252,14 @@ class Writer:
             self._after(req, rec, key)
             return rec
         except AgentUnreachable as exc:
-            if exc.reason in NOT_DELIVERED and not retry:
+            forgotten = False
+            if exc.reason in NOT_DELIVERED and not retry and req.op in INBOX_OPS:
+                # reached nothing: the inbox keeps it and dispatches it again later. Were the row to stay
+                # (the disk is full), the recovery would resend it: then it is `unknown`, resumed as recorded.
+                forgotten = await self._record(req, self.journal.forget, rid)
+            if exc.reason in NOT_DELIVERED and not retry and (forgotten or req.op not in INBOX_OPS):
                 rec = refused(rid, req.op, "unreachable", exc.detail)
-                if req.op in INBOX_OPS:  # reached nothing: the inbox keeps it and dispatches it again later
-                    await self._record(req, self.journal.forget, rid)
-                else:
+                if not forgotten:
                     await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             else:
                 rec = Receipt(request_id=rid, op=req.op, outcome="unknown", reason=exc.reason,
