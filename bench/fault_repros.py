@@ -1,13 +1,14 @@
 """Minimal reproductions of the defects the fault campaign found (bench/README.md, issue 8).
 
     .venv/bin/python -m bench.fault_repros conflict      # issue 8.4: `refused conflict` for a send the agent performed
-    .venv/bin/python -m bench.fault_repros diskfull      # the state folder full: HTTP 500 / the bridge exits
+    .venv/bin/python -m bench.fault_repros diskfull      # the state folder full: a clear refusal, the lead stays up
     .venv/bin/python -m bench.fault_repros expired       # a repeat of an expired item answers `queued`
-    .venv/bin/python -m bench.fault_repros refused-then-applied   # a refusal is not remembered: a repeat performs it
+    .venv/bin/python -m bench.fault_repros refused-then-applied   # a refusal is remembered: a repeat answers it
 
 Each prints what the phone saw and what the agent's ledger says, then `DEFECT` or `ok` (`KEEP=1` keeps
-the trial folder, logs and ledger included). A queued send dispatched while its agent cannot be reached
-(README item 2) depends on a ~0.1 s window and has no script here: replay its campaign seeds.
+the trial folder, logs and ledger included); all print `ok` since issue 8 was closed. A queued send
+dispatched while its agent cannot be reached (README item 2) depends on a ~0.1 s window and has no
+script here: replay its campaign seeds (35, 109), or see tests/test_not_now.py, which injects it.
 Real processes on loopback, the same `tally` agent and lead as the campaign; each takes a few seconds.
 """
 

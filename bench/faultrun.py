@@ -28,8 +28,9 @@ Scenarios (chosen from the trial's seed, so `--seed S --trials 1` replays trial 
     ttl       agent + lead; an approval-required sender queues items, the owner approves some, the
               wall clock jumps 25 h (past the 24 h TTL): pending items must expire and never run,
               approved ones must run once (optionally with the lead killed across the jump)
-    diskfull  agent + lead whose state folder is a small tmpfs; it is filled mid-burst: writes must
-              be refused with a reason that says so, nothing acknowledged may be lost
+    diskfull  agent + lead whose state folder is a small tmpfs; it is filled mid-burst: every write
+              gets a receipt (a refusal for the disk says so), nothing acknowledged may be lost, the
+              lead keeps running
 """
 
 from __future__ import annotations
@@ -834,8 +835,12 @@ def judge(trial: Trial, phone: Phone, inbox_states: dict[str, dict]) -> dict:
                 if out == "refused":
                     key = f"refused {r.get('reason')}"
                 disk[key] = disk.get(key, 0) + 1
+                # A true receipt is fine (a write that still fit in space SQLite already had is on disk:
+                # acknowledging it is true, and a loss would be counted as one); what is not is no receipt
+                # (an HTTP error, a dropped connection) or a refusal that does not say why.
                 text = f"{r.get('reason')} {r.get('text')}".lower()
-                if not (out == "refused" and any(w in text for w in ("disk", "space", "full"))):
+                if out is None or (out == "refused" and r.get("reason") in ("internal", "not_recorded", None)
+                                   and not any(w in text for w in ("disk", "space", "full"))):
                     disk_unclear += 1
         if n > 0 and item.get("state") in ("failed", "expired", "cancelled"):
             bad.append({"inbox_state": item.get("state"), "reason": item.get("reason")})

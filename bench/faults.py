@@ -68,9 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     results = []
     t0 = time.monotonic()
+
+    def save(complete: bool) -> None:  # after every trial too: a long run cut short keeps what it measured
+        if args.json:
+            Path(args.json).write_text(json.dumps({"trials": len(results), "first_seed": args.seed, "burst": args.burst,
+                                                   "complete": complete, "results": results}, indent=1, default=str))
     for n, seed in enumerate(seeds_for(args.seed, args.trials, args.only), 1):
         r = run_trial(seed, burst=args.burst, keep=args.keep, root=Path(args.root) if args.root else None)
         results.append(r)
+        save(complete=False)
         if r.get("skipped"):
             line = f"skipped: {r['skipped']}"
         elif r.get("error"):
@@ -95,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     disk = [r for r in results if "disk_unclear" in r]
     ttl = [v for r in results for v in r.get("ttl") or []]
     if disk:
-        print(f"disk full: {sum(r['disk_unclear'] for r in disk)} write(s) answered while full without a refusal "
-              f"that says so, over {len(disk)} trial(s)")
+        print(f"disk full: {sum(r['disk_unclear'] for r in disk)} write(s) answered while full by no receipt, or a "
+              f"refusal that does not say why, over {len(disk)} trial(s)")
     exits = [e for r in results for e in r.get("exits") or []]
     if exits:
         print(f"{len(exits)} process(es) died by themselves (not kill -9), e.g. {exits[0]}")
@@ -107,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if errors:
         print(f"{len(errors)} trial(s) could not finish (counted as failed): seeds {[r['seed'] for r in errors]}")
     print(f"{len(failed)} failed trial(s) of {len(results)}; {time.monotonic() - t0:.0f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"trials": len(results), "first_seed": args.seed, "burst": args.burst,
-                                               "results": results}, indent=1, default=str))
+    save(complete=True)
     return 1 if failed else 0
 
 

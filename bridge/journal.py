@@ -7,6 +7,11 @@ power cut. One row per request id:
     unknown   sent, and no answer came in time: the phone shows "not certain"; Retry resends it
     done      the agent answered (or the bridge refused after recording); `receipt` is final
 
+A session-bound write the bridge refused before sending (`plan`, busy, version) is recorded `done` at
+once with its refusal (`refusal`: no wire body, no ask), so a repeat answers that same receipt. A send
+or starter the inbox dispatched and that reached nothing (connection refused) is taken back out
+(`forget`): the inbox keeps it and dispatches it again later under the same id.
+
 Rules the writer builds on: a request id is recorded once, with the fingerprint of what the phone
 asked; the same id with another fingerprint is a conflict; a `done` row answers every repeat.
 Wall-clock times are stored (they must mean something after a restart or a sleep).
@@ -102,6 +107,17 @@ class Journal:
             (row.request_id, row.agent, row.op, row.target, row.fingerprint, row.wire_path,
              json.dumps(row.wire_body), row.ask_id, "pending", None, 1, now, now))
         return None
+
+    def refusal(self, row: Row, now: float) -> None:
+        """Record a request the bridge refused before sending anything (state `done`, its receipt)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO requests VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (row.request_id, row.agent, row.op, row.target, row.fingerprint, "", "{}", None, "done",
+             json.dumps(row.receipt), 0, now, now))
+
+    def forget(self, request_id: str) -> None:
+        """Take back a request that reached nothing on its first attempt (its caller keeps it)."""
+        self.db.execute("DELETE FROM requests WHERE request_id=? AND state='pending' AND attempts<=1", (request_id,))
 
     def attempt(self, request_id: str, now: float) -> None:
         self.db.execute("UPDATE requests SET attempts=attempts+1, state='pending', updated_at=? WHERE request_id=?",

@@ -24,19 +24,26 @@ class ReadPace:
         self.last_start: float | None = None
         self.poked = False
         self.eager = False
+        self.eager_pokes = 0  # eager pokes so far, and how many of them the read in flight covers
+        self.covered = 0
 
     def poke(self, *, eager: bool = False) -> None:
         self.poked = True
-        self.eager = self.eager or eager
+        if eager:
+            self.eager = True
+            self.eager_pokes += 1
 
     def started(self, now: float) -> None:
         """A read starts now: every poke made so far is covered by it."""
         self.last_start = now
         self.poked = False
+        self.covered = self.eager_pokes
 
     def finished(self, changed: bool) -> None:
-        if changed:
-            self.eager = False  # the change someone waited for has been read
+        # The change someone waited for has been read — unless they asked while this read was in
+        # flight: what it saw may be an older change (the turn starting, not the end they wait for).
+        if changed and self.covered == self.eager_pokes:
+            self.eager = False
 
     def delay(self, now: float, *, long_poll: bool, cadence: float) -> float:
         """Seconds to wait before the next read (0: at once); a poke in the meantime cuts it short."""

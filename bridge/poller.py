@@ -16,6 +16,7 @@ after a backoff of 1, 2, 4 … seconds, never longer than the cadence. A version
 from __future__ import annotations
 
 import socket
+import sqlite3
 from collections.abc import Callable
 from urllib.parse import quote
 
@@ -63,6 +64,7 @@ class AgentPoller:
         self.client: AgentClient | None = None
         self.polls = 0
         self.not_modified = 0
+        self.save_failing = False  # the last cache save failed (logged once until one succeeds)
 
     # --- control ---------------------------------------------------------------------------
     def set_viewing(self, on: bool) -> None:
@@ -216,6 +218,12 @@ class AgentPoller:
         return (hello is not None and "watch" in hello.caps and self.reader.etag is not None
                 and self.reader.status == READY)
 
+    async def hello_now(self) -> None:
+        """Say hello right now: a write found the agent not greeted since it (re)started (W3)."""
+        if self.client is None:
+            raise AgentUnreachable("config", "this agent is not being reached")
+        await self._hello()
+
     async def read_now(self) -> None:
         """One plain state read (no long-poll) right now, just before a write: turns and asks only;
         the loop reads the items it left behind (woken here)."""
@@ -283,8 +291,25 @@ class AgentPoller:
         await trio.lowlevel.checkpoint()
 
     async def _save_now(self) -> None:
+        """Write what changed to the cache. A failed save (the state folder's disk is full) is logged once
+        and contained: the view stays in memory, what was not written is written at the next save, and
+        the agent keeps being read (a cache is a cache, S2)."""
+        if self.cache is None:
+            return
         r = self.reader
-        await self.cache.save(r.raw_hello, r.raw_state, r.etag, r.take_dirty(), set(r.conversations))
+        dirty = r.take_dirty()
+        try:
+            await self.cache.save(r.raw_hello, r.raw_state, r.etag, dirty, set(r.conversations))
+        except (sqlite3.Error, OSError) as exc:
+            r.untake_dirty(dirty)
+            if not self.save_failing:
+                log.warning("[durable] %s: the cache could not be saved (%s: %s); the view stays in memory and is "
+                            "saved again at the next change", self.agent.name, type(exc).__name__, exc)
+            self.save_failing = True
+            return
+        if self.save_failing:
+            self.save_failing = False
+            log.info("[durable] %s: the cache is saved again", self.agent.name)
 
     def statistics(self) -> dict:
         c = self.client

@@ -392,6 +392,18 @@ class AgentReader:
                 self._saved.add(cid)
         return out
 
+    def untake_dirty(self, taken: dict) -> None:
+        """A cache save of `taken` (from `take_dirty`) failed: mark it to be written at the next save."""
+        for cid, (_since, _gaps, items, drop_below) in taken.items():
+            log = self.logs.get(cid)
+            if log is None:
+                continue  # closed meanwhile: the next save deletes it from the cache
+            for seq in items:
+                if seq in log.items and seq not in log.dirty:
+                    log.dirty[seq] = log.items[seq]
+            log.drop_pending = log.drop_pending or bool(drop_below)
+            self._saved.discard(cid)
+
     def restore(self, cached: dict) -> None:
         """Fill the view from the cache at start: panes open at once; status stays `starting`."""
         try:

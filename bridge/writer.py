@@ -6,8 +6,12 @@ For one write, in order:
 2. The session lock (one per conversation, B7; an answer takes its ask's conversation's lock):
    any write while another holds it is refused `busy` at once — except Stop, which waits up to 10 s
    (`bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
-3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing.
-4. The request is written to the journal (fsync'd) *before* anything is sent.
+3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing. Right
+   after the agent (re)started its capabilities are not known until its hello is read again: the
+   writer says hello itself first (bounded), and if the agent still has not answered it the write
+   is refused `unreachable` (not ready), never `unsupported` (W3, W4).
+4. The request is written to the journal (fsync'd) *before* anything is sent. When that cannot be
+   done (the state folder's disk is full) the write is refused `disk_full`: nothing is sent.
 5. It is sent once, within a total deadline. No answer → `unknown`; nothing was sent (connection
    refused, the socket's listener is another user) → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
    refusal with its own reason where the agent did nothing, `unknown` where that is not known).
@@ -16,10 +20,18 @@ For one write, in order:
 A retry (same request id after `unknown`, or recovery at start) resends exactly the recorded wire
 body under the same id; the agent's own journal makes that safe. Recovery at start first looks for
 the `user` item naming the request id (the send was applied) before resending anything.
+
+Refusals are receipts too (B2, phone-api.md): a session-bound write (answer, steer, stop, action,
+rename, close, reopen) refused before sending is journaled with its refusal, so a repeat of its id
+answers that refusal (`replay`) and is never performed later. Sends and starters belong to the inbox
+(I1), which keeps their receipts — a refused one ends `failed` there, or waits and is dispatched
+again under the same id when the refusal only said "not now" (`busy`, `unreachable`, …) — so the
+writer keeps no refusal of theirs.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from collections.abc import Callable
 
@@ -31,9 +43,9 @@ from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
+from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
 from crew import logs
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, not_recorded, refused
 from crew.views import READY, VERSION_MISMATCH
 from crew.wire import TEXT_MAX_DEFAULT
 
@@ -47,6 +59,8 @@ NOT_DELIVERED = {"connection-refused", "no-socket", "socket-not-private", "bad-s
                  "config"}
 # agent error answers after which the request stays open in the journal (Retry and recovery resend it)
 RESEND_AFTER = {"internal", "unauthorized", "version"}
+INBOX_OPS = ("send", "starter")  # their receipts are the inbox's to keep (I1)
+HELLO_WAIT = 5.0  # a write finding the agent not greeted (it just restarted) says hello first, this long at most
 
 
 class Writer:
@@ -70,7 +84,7 @@ class Writer:
     def facts(self, agent: str, answered: frozenset[str] = frozenset()) -> AgentFacts:
         reader = self.bridge.readers[agent]
         hello = reader.hello
-        return AgentFacts(caps=tuple(hello.caps) if hello else (), text_max=hello.limits.text_max if hello else TEXT_MAX_DEFAULT,
+        return AgentFacts(caps=tuple(hello.caps) if hello else None, text_max=hello.limits.text_max if hello else TEXT_MAX_DEFAULT,
                           conversations=dict(reader.conversations), starters=tuple(reader.starters),
                           answered_asks=answered)
 
@@ -107,6 +121,49 @@ class Writer:
                 del self.reading[agent]
             done.set()
 
+    async def _greet(self, agent: str) -> AgentUnreachable | None:
+        """W3: the agent's hello is not read (the bridge is starting, or a state read just showed a new
+        instance): say hello now instead of waiting for the poller, then read the state it left unread."""
+        reader = self.bridge.readers[agent]
+        poller = self.bridge.pollers.get(agent)
+        if reader.hello is not None or reader.status == VERSION_MISMATCH:
+            return None
+        if poller is None:  # not reached at all (a broken entry): say why, not "starting"
+            return AgentUnreachable(reader.reason or "config", reader.detail or "this agent is not being reached")
+        with trio.move_on_after(HELLO_WAIT):
+            try:
+                await poller.hello_now()
+                if reader.hello is not None and reader.status != VERSION_MISMATCH:
+                    await poller.read_now()
+            except AgentUnreachable as exc:
+                log.info("[durable] %s: a write found the agent not ready: %s", agent, exc.reason)
+                return exc
+        return None
+
+    async def _keep_refusal(self, req: WriteRequest, rec: Receipt) -> Receipt:
+        """Journal a refusal decided before anything was sent, so a repeat of the id answers it (not
+        for sends and starters: the inbox keeps theirs). A full disk only costs the memory of it."""
+        if req.op in INBOX_OPS or rec.replay:
+            return rec
+        row = Row(request_id=req.request_id, agent=req.agent, op=req.op,
+                  target=req.conversation or req.ask_id or req.starter_id, fingerprint=req.fingerprint(),
+                  wire_path="", wire_body={}, ask_id=None, state="done", receipt=_plain(rec), attempts=0,
+                  created_at=self.wall())
+        await self._record(req, self.journal.refusal, row, self.wall())
+        return rec
+
+    async def _record(self, req: WriteRequest, fn, *args) -> bool:
+        """A journal update after the decision was made (an outcome, a refusal): a failure (the disk
+        is full) is logged and contained — the row, if any, stays open, so a repeat or the recovery
+        asks the agent again under the same id."""
+        try:
+            await self.journal.run(fn, *args)
+            return True
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("[durable] %s: %s %s: could not update the journal (%s: %s); the request stays open",
+                        req.agent, req.op, req.request_id, type(exc).__name__, exc)
+            return False
+
     def _count(self, rec: Receipt) -> Receipt:
         self.counts[rec.outcome] = self.counts.get(rec.outcome, 0) + 1
         return rec
@@ -141,30 +198,42 @@ class Writer:
                     return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True, key=key))
                 return self._count(await self._first(req, key))
         except Busy:
-            return self._count(refused(req.request_id, req.op, "busy"))
+            return self._count(await self._keep_refusal(req, refused(req.request_id, req.op, "busy")))
         finally:
             del self.inflight[req.request_id]
             done.set()
 
     async def _first(self, req: WriteRequest, key: tuple[str, str]) -> Receipt:
         reader = self.bridge.readers[req.agent]
+        down = None
+        if reader.status != VERSION_MISMATCH:
+            await self._fresh(req.agent, key)
+            down = await self._greet(req.agent)
         if reader.status == VERSION_MISMATCH:
-            return refused(req.request_id, req.op, "version", reader.detail)
-        await self._fresh(req.agent, key)
+            return await self._keep_refusal(req, refused(req.request_id, req.op, "version", reader.detail))
         answered = frozenset()
         if req.op == "answer" and req.ask_id:
             if await self.journal.run(self.journal.accepted_answer, req.agent, req.ask_id):
                 answered = frozenset({req.ask_id})
-        decision = plan(req, self.facts(req.agent, answered))
+        if reader.hello is None and down is not None:  # not ready, and we know why (plan() would say "starting")
+            decision: Receipt | Call = refused(req.request_id, req.op, "unreachable", down.detail)
+        else:
+            decision = plan(req, self.facts(req.agent, answered))
         if isinstance(decision, Receipt):
             if req.op == "send":
                 self._recent(req).add(req.request_id, req.text or "", "refused", trio.current_time())
-            return decision
+            return await self._keep_refusal(req, decision)
         row = Row(request_id=req.request_id, agent=req.agent, op=req.op,
                   target=req.conversation or req.ask_id or req.starter_id, fingerprint=req.fingerprint(),
                   wire_path=decision.path, wire_body=decision.body, ask_id=req.ask_id if req.op == "answer" else None,
                   state="pending", receipt=None, attempts=0, created_at=self.wall())
-        existing = await self.journal.run(self.journal.begin, row, self.wall())
+        try:
+            existing = await self.journal.run(self.journal.begin, row, self.wall())
+        except (sqlite3.Error, OSError) as exc:  # not on disk: nothing may be sent (wire §8)
+            log.warning("[durable] %s: %s %s: not recorded (%s: %s); refused, nothing was sent", req.agent, req.op,
+                        req.request_id, type(exc).__name__, exc)
+            return not_recorded(req.request_id, req.op, exc, channel="program" if req.op == "answer" else None,
+                                digest=req.digest if req.op == "answer" else None)
         if existing is not None:  # recorded between our look and now (cannot happen under the lock, but be sure)
             return await self._send(req, existing.wire_path, existing.wire_body, retry=True, key=key)
         crashpoint("after_begin")
@@ -174,7 +243,7 @@ class Writer:
         rid = req.request_id
         poller = self.bridge.pollers.get(req.agent)
         if retry:  # a first attempt was counted when the row was written
-            await self.journal.run(self.journal.attempt, rid, self.wall())
+            await self._record(req, self.journal.attempt, rid, self.wall())
         try:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
@@ -182,26 +251,32 @@ class Writer:
         except AgentRefused as exc:  # the agent answered, with an error code (wire §1)
             rec = error_receipt(req, exc.reason, exc.detail, retry=retry)
             if rec.outcome == "unknown" and exc.reason in RESEND_AFTER:
-                await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
+                await self._record(req, self.journal.unknown, rid, _plain(rec), self.wall())
             else:
-                await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+                await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             log.info("[durable] %s: %s %s: the agent answered %s: %s", req.agent, req.op, rid, exc.reason, rec.outcome)
             self._after(req, rec, key)
             return rec
         except AgentUnreachable as exc:
-            if exc.reason in NOT_DELIVERED and not retry:
+            forgotten = False
+            if exc.reason in NOT_DELIVERED and not retry and req.op in INBOX_OPS:
+                # reached nothing: the inbox keeps it and dispatches it again later. Were the row to stay
+                # (the disk is full), the recovery would resend it: then it is `unknown`, resumed as recorded.
+                forgotten = await self._record(req, self.journal.forget, rid)
+            if exc.reason in NOT_DELIVERED and not retry and (forgotten or req.op not in INBOX_OPS):
                 rec = refused(rid, req.op, "unreachable", exc.detail)
-                await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+                if not forgotten:
+                    await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             else:
                 rec = Receipt(request_id=rid, op=req.op, outcome="unknown", reason=exc.reason,
                               text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED,
                               channel="program" if req.op == "answer" else None, digest=req.digest)
-                await self.journal.run(self.journal.unknown, rid, _plain(rec), self.wall())
+                await self._record(req, self.journal.unknown, rid, _plain(rec), self.wall())
             self._after(req, rec, key)
             return rec
         crashpoint("after_send")
         rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
-        await self.journal.run(self.journal.finish, rid, _plain(rec), self.wall())
+        await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
         self._after(req, rec, key)
         return rec
@@ -249,7 +324,8 @@ class Writer:
             for item in self.bridge.items(row.agent, row.target or ""):
                 if item.get("kind") == "user" and item.get("request_id") == row.request_id:
                     rec = Receipt(request_id=row.request_id, op="send", outcome="sent", turn=item.get("turn"))
-                    await self.journal.run(self.journal.finish, row.request_id, _plain(rec), self.wall())
+                    if not await self._record(req, self.journal.finish, row.request_id, _plain(rec), self.wall()):
+                        return
                     log.info("[durable] %s: request %s was applied before the restart (found its user item)",
                              row.agent, row.request_id)
                     return

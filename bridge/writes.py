@@ -6,6 +6,8 @@ turns the agent's answer into what the phone shows. `RecentSends` keeps a pane's
 (C3, C4). The trio layer (`bridge.writer`) adds only the lock, the journal and the socket.
 
 Refused here, before anything reaches the agent:
+- any write while the agent's hello is not read (at start, or right after the agent restarted): its
+  capabilities are not known, so it is not ready — `unreachable`, never `unsupported` (W3, W4);
 - any op whose capability the agent did not declare (`unsupported`);
 - a send while any ask is open, even one Collie cannot read (`ask_open`, B4); a send or steer whose
   turn is not the current one (`turn_moved`); empty or over-long text; a closed conversation;
@@ -37,6 +39,7 @@ OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close
 CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",
           "starter": "starters", "rename": "rename", "close": "close", "reopen": "reopen"}
 TITLE_MAX = 200
+NOT_READY = "it is starting, and has not said what it offers yet; try again in a moment"
 TEXT_MATCH_SECONDS = 30.0  # C4
 LINE_KEEP_SECONDS = 600.0  # C4
 
@@ -83,7 +86,7 @@ def lock_key(req: WriteRequest, conversations: dict[str, ConversationView]) -> t
 class AgentFacts:
     """What `plan` needs of the agent: caps, text limit, open conversations, starters, tapped asks."""
 
-    caps: tuple[str, ...]
+    caps: tuple[str, ...] | None  # None: the hello is not read yet (not ready), unlike () (declares nothing)
     text_max: int
     conversations: dict[str, ConversationView]
     starters: tuple[dict, ...] = ()
@@ -116,6 +119,8 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
     rid, op = req.request_id, req.op
     if op not in OPS:
         return refused(rid, op, "unsupported", f"unknown operation {op!r}")
+    if facts.caps is None:
+        return refused(rid, op, "unreachable", NOT_READY)
     if CAP_OF[op] not in facts.caps:
         return refused(rid, op, "unsupported", f"this durable agent does not offer {CAP_OF[op]}")
     if op == "answer":

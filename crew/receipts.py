@@ -8,6 +8,9 @@ refusal happened in words a person can act on.
 
 from __future__ import annotations
 
+import errno
+import sqlite3
+
 import attrs
 
 # features O (rows 2–10) and R2
@@ -52,6 +55,8 @@ REASONS = {
     "bad_request": "The durable agent could not read the request",
     "unauthorized": "The durable agent refused Collie (its token, or this caller)",
     "machine_offline": "The machine is offline",
+    "disk_full": "The disk of Collie's state folder is full, so nothing was sent: free some space, then try again",
+    "not_recorded": "Collie could not record the request on disk, so nothing was sent",
 }
 
 
@@ -80,6 +85,21 @@ def refused(request_id: str, op: str, reason: str, detail: str | None = None, *,
         if detail:
             text = f"{text}: {detail}" if reason in REASONS else detail
     return Receipt(request_id=request_id, op=op, outcome="refused", reason=reason, text=text, **kw)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Did a write to the state folder fail because its disk is full (SQLite's SQLITE_FULL, ENOSPC, EDQUOT)?"""
+    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return True
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "disk is full" in str(exc)
+
+
+def not_recorded(request_id: str, op: str, exc: BaseException, **kw) -> Receipt:
+    """A write that could not be recorded on disk before it was sent: refused, nothing was sent
+    (wire §8: the bridge never sends a write it has not first written durably)."""
+    if is_disk_full(exc):
+        return refused(request_id, op, "disk_full", **kw)
+    return refused(request_id, op, "not_recorded", type(exc).__name__, **kw)
 
 
 def card_for(outcome: str, *, retry: bool = False, reason_text: str | None = None) -> str | None:

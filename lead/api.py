@@ -33,6 +33,7 @@ from crew.paths import Paths
 from crew.receipts import NO_STARTERS
 from crew.security import same_secret
 from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
+from lead.inbox import STORE_ERRORS
 from lead.inbox import item_id as scoped_id
 
 log = logs.get("api")
@@ -466,7 +467,16 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
             return error(404, "not_found", f"no inbox item {item_id!r}")
         if owner_only and g.sender != OWNER:
             return error(403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that")
-        return await fn(item)
+        try:
+            return await fn(item)
+        except STORE_ERRORS:
+            return not_on_disk()
+
+    def not_on_disk():
+        """An owner's or sender's change made in memory that the inbox could not write to disk yet."""
+        return error(507, "disk_full", "the change is made, but the state folder's disk is full so it is not on disk "
+                                       "yet: it is written once there is space (a restart of the lead before then "
+                                       "would undo it)")
 
     @app.get("/api/inbox/<item_id>")
     @open_to_senders
@@ -516,4 +526,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
     async def inbox_clear(machine: str, agent: str):
         if g.sender != OWNER:
             return error(403, "forbidden", "only the owner may clear the inbox")
-        return jsonify({"cancelled": await inbox.clear(machine, agent)})
+        try:
+            return jsonify({"cancelled": await inbox.clear(machine, agent)})
+        except STORE_ERRORS:
+            return not_on_disk()

@@ -52,7 +52,7 @@ import trio
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.fsutil import touch_private
-from crew.receipts import Receipt, refused
+from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
 
 log = logs.get("inbox")
 
@@ -66,7 +66,12 @@ RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio 
 ACTIVE = ("pending", "approved", "running")
 WAITING = ("pending", "approved")
 FINISHED = ("done", "expired", "cancelled", "failed")
-HOLD = ("ask_open", "turn_moved", "busy")  # refusals that leave an item waiting (nothing reached the agent)
+# refusals that leave an item waiting (nothing reached the agent); the agent not ready (unreachable: down, or
+# restarting and not greeted yet) or the state folder full (disk_full, not_recorded) also pause its inbox
+TRANSIENT = ("unreachable", "disk_full", "not_recorded")
+HOLD = ("ask_open", "turn_moved", "busy", *TRANSIENT)
+PAUSE_MAX = 10.0  # an agent whose dispatches reach nothing is tried again after 1, 2, 4 … 10 s
+STORE_ERRORS = (sqlite3.Error, OSError)  # writing the record failed (the state folder's disk is full, …)
 ID_NAMESPACE = uuid.UUID("6f1d3c1e-9a57-4d61-8a43-2b1c4f0e7a10")
 
 COLUMNS = ("id", "machine", "agent", "kind", "conversation", "starter", "text", "sender", "state", "created_at",
@@ -231,8 +236,10 @@ class InboxCore:
         - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
           after the one running.
         - `unknown`: still running, its turn unknown; the recorded request is resumed as it is.
-        - a refusal that leaves it waiting (`HOLD`): approved again; nothing reached the agent, so the
-          next dispatch quotes the turn current then. A `conflict` right after such a refusal means
+        - a refusal that leaves it waiting (`HOLD`: it says "not now", and nothing reached the agent —
+          an open ask, a moved turn, a busy session, the agent down or restarting, the disk full):
+          approved again, so acknowledged work is never dropped; the next dispatch quotes the turn
+          current then. A `conflict` right after such a refusal means
           the agent's side recorded that refusal: the item fails with it (it is the true receipt).
         - any other refusal, and every refusal the sender is shown at once (`passed_through`: a phone
           write to an empty inbox, or a Retry that resumed the item — it must never run later):
@@ -322,6 +329,8 @@ class Inbox:
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
         self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
+        self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
+        self.store_failing = False  # the last commit failed (logged once until one succeeds)
         self.complete = True  # every finished item of the record is in memory
         self._dirty: dict[str, tuple] = {}
         self._gone: set[str] = set()
@@ -426,6 +435,9 @@ class Inbox:
             try:
                 await self._db(self._write, rows, gone)
                 self._flushed = gen
+                if self.store_failing:
+                    self.store_failing = False
+                    log.info("[inbox] the inbox is written to disk again")
             except BaseException:
                 for key, row in rows.items():  # not on disk: keep them for the next commit
                     self._dirty.setdefault(key, row)
@@ -565,12 +577,28 @@ class Inbox:
                 req = attrs.evolve(req, turn=self._request_for(item, self._reader(machine, req.agent)).turn)
             try:
                 return await self._dispatch(item, req, passed_through=True)
+            except NotKept as exc:
+                return self._not_kept(item, req, exc.__cause__)
             finally:
                 self.busy.discard(key)
+        try:
+            await self._sync()  # a `queued` receipt promises the request is kept
+        except STORE_ERRORS as exc:
+            return self._not_kept(item, req, exc)
         log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
         self.poke()
-        await self._sync()  # a `queued` receipt promises the request is kept
         return self._queued(item)
+
+    def _not_kept(self, item: Item, req: WriteRequest, exc: BaseException) -> Receipt:
+        """The new item could not be written to disk (the state folder is full): it is not acknowledged,
+        so it is not kept at all — not in memory, not in a later commit — and nothing was sent."""
+        self._forget(item)
+        self._dirty.pop(item.id, None)
+        self.retry_at.pop(item.id, None)
+        self._store_failed()
+        log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
+                 type(exc).__name__, exc)
+        return not_recorded(req.request_id, req.op, exc)
 
     async def _repeat(self, existing: Item, req: WriteRequest, fingerprint: str) -> Receipt:
         rid, op = req.request_id, req.op
@@ -586,6 +614,9 @@ class Inbox:
             self.busy.add((existing.machine, existing.agent))
             try:
                 rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
+            except NotKept:  # nothing sent now; an earlier attempt may have been: not certain, Retry again
+                return Receipt(request_id=rid, op=op, outcome="unknown", reason="disk_full", text=NOT_CONFIRMED,
+                               replay=True)
             finally:
                 self.busy.discard((existing.machine, existing.agent))
             return attrs.evolve(rec, request_id=rid, replay=True)
@@ -648,11 +679,16 @@ class Inbox:
 
     async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
+        before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
         self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
         log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
         done = self.inflight[item.id] = trio.Event()
         try:
-            await self._sync()  # on disk before anything is sent: a resume sends this very request
+            try:
+                await self._sync()  # on disk before anything is sent: a resume sends this very request
+            except STORE_ERRORS as exc:
+                self._set(item, **before)  # as the record still has it: nothing was sent
+                raise NotKept() from exc
             try:
                 if item.machine == LOCAL:
                     rec = await self.writer.write(req)
@@ -669,10 +705,19 @@ class Inbox:
                 self.retry_at[item.id] = (trio.current_time() + backoff, backoff)
             else:
                 self.retry_at.pop(item.id, None)
+            key = (item.machine, item.agent)
+            if fields.get("state") == "approved" and rec.reason in TRANSIENT:
+                log.info("[inbox] %s/%s: %s waits: %s; trying again in %g s", item.machine, item.agent, item.id,
+                         rec.reason, self._pause(key))
+            else:
+                self.paused.pop(key, None)
             self._set(item, **fields)
             if item.state == "failed":
                 log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
-            await self._sync()
+            try:
+                await self._sync()
+            except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
+                self._store_failed()
             self._read_again(item.machine, item.agent)
             return rec
         finally:
@@ -684,10 +729,22 @@ class Inbox:
         key = (item.machine, item.agent)
         try:
             await self._dispatch(item, req)
-        except Exception as exc:  # the record failed (disk): try again at the next tick
+        except NotKept as exc:  # not recorded (the disk is full): nothing was sent; try again after a pause
+            self.retry_at.pop(item.id, None)
+            self._store_failed()
+            log.info("[inbox] %s/%s: %s waits: not recorded (%s); trying again in %g s", item.machine, item.agent,
+                     item.id, exc.__cause__, self._pause(key))
+        except Exception as exc:  # one item's failure is that item's, never the lead's
             log.warning("[inbox] %s/%s: %s not dispatched: %s", item.machine, item.agent, item.id, type(exc).__name__)
         finally:
             self.busy.discard(key)
+
+    def _pause(self, key: tuple[str, str]) -> float:
+        """The inbox `key` reached nothing (the agent down, the disk full): wait 1, 2, 4 … 10 s before its next try."""
+        _, pause = self.paused.get(key, (0.0, RETRY_MIN / 2))
+        pause = min(PAUSE_MAX, pause * 2)
+        self.paused[key] = (trio.current_time() + pause, pause)
+        return pause
 
     def _request_for(self, item: Item, reader) -> WriteRequest:
         """The recorded request when there is one (resumed exactly); else a new one quoting the
@@ -722,7 +779,7 @@ class Inbox:
                         self._read_again(machine, agent)  # waiting on its turn to end: look again at once
                 elif self.retry_at.get(item.id, (0.0, 0.0))[0] <= clock:
                     resume = item  # interrupted before its receipt: resumed by reference
-            if key in self.busy or not self._online(machine) or not ready:
+            if key in self.busy or not self._online(machine) or not ready or self.paused.get(key, (0.0,))[0] > clock:
                 continue
             nxt = resume
             if nxt is None:
@@ -740,14 +797,31 @@ class Inbox:
             if not self.complete:
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
         if self._flushed < self._gen and self._flushing is None:
-            nursery.start_soon(self._sync)
+            nursery.start_soon(self._sync_later)
 
     async def _purge_record(self, before: float) -> None:
         def purge():
             with self.db:
                 self.db.execute("DELETE FROM items WHERE state IN ('done','expired','cancelled','failed') "
                                 "AND updated_at < ?", (before,))
-        await self._db(purge)
+        try:
+            await self._db(purge)
+        except STORE_ERRORS:
+            self._store_failed()
+
+    async def _sync_later(self) -> None:
+        """A commit nobody waits for (changes made by the tick): a failure is logged once, and the
+        changes stay for the next commit."""
+        try:
+            await self._sync()
+        except STORE_ERRORS:
+            self._store_failed()
+
+    def _store_failed(self) -> None:
+        if not self.store_failing:
+            log.warning("[inbox] the inbox could not be written to disk (is the state folder full?); new requests "
+                        "are refused until it can, and what it holds is written then")
+        self.store_failing = True
 
     async def _follow_bridge(self) -> None:
         """A local agent's turn ending (or any change) may let the next item run: look at once."""
@@ -767,6 +841,10 @@ class Inbox:
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
                 "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed}
+
+
+class NotKept(Exception):
+    """A dispatch could not record its request on disk first, so it sent nothing (`__cause__`: why)."""
 
 
 def _receipt(d: dict) -> Receipt:

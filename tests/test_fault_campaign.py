@@ -44,13 +44,7 @@ def test_every_receipt_true_nothing_doubled(campaign):
 
 def test_nothing_acknowledged_is_lost(campaign):
     """Every acknowledged write (sent, queued, started, stopped, accepted, or an inbox item done) was
-    applied exactly once. One defect is known and open (issue 8): a queued send dispatched in the
-    moment its agent restarts (its capabilities not yet read again) ends `failed` instead of waiting,
-    so acknowledged work is dropped. When a crew trial that kills the agent shows exactly that, the
-    test reports it as the known failure (xfail) rather than passing; any other loss fails."""
+    applied exactly once — also a queued send dispatched in the moment its agent restarts (issue 8: it
+    waits for the agent instead of ending `failed`)."""
     results, lines = campaign
-    lost = [r for r in results if r["losses"]]
-    if lost and all(r["scenario"] == "crew" and any("agent" in f for f in r["faults"]) for r in lost):
-        pytest.xfail("known open defect (issue 8): a queued send dispatched while its agent restarts is "
-                     "dropped as failed\n" + lines)
-    assert not lost, lines
+    assert not [r for r in results if r["losses"]], lines

@@ -30,6 +30,23 @@ def test_isolated_change_is_read_at_once_a_burst_is_paced():
     assert pace.delay(100.05, long_poll=False, cadence=10) == pytest.approx(10 - 0.05)
 
 
+def test_a_wait_asked_for_during_a_read_outlives_the_change_that_read_saw():
+    """16.1, W5: someone starts waiting for a turn to end while a read is in flight; that read sees a
+    change (the turn starting) — not the one they wait for. Reads stay every `MIN_GAP` until a read
+    that started after they asked sees a change (before: back to the 10 s cadence, the end seen 10 s late)."""
+    pace = ReadPace()
+    pace.started(0.0)
+    pace.poke(eager=True)  # asked while the read that started at 0 is in flight
+    pace.finished(True)
+    assert pace.delay(0.01, long_poll=False, cadence=10) == 0.0  # one more read at once
+    pace.started(0.01)
+    pace.finished(False)  # the turn has not ended yet
+    assert pace.delay(0.02, long_poll=False, cadence=10) == pytest.approx(MIN_GAP - 0.01)
+    pace.started(0.21)
+    pace.finished(True)  # the end: this read started after the ask
+    assert pace.delay(0.22, long_poll=False, cadence=10) == pytest.approx(10 - 0.01)
+
+
 def test_a_poke_reads_at_once_and_pokes_coalesce_into_one_read():
     """16.1: a poke cuts the gap; every poke made before a read starts is covered by that read."""
     pace = ReadPace()

@@ -13,10 +13,12 @@ import trio
 from bridge import writer as writer_mod
 from bridge.locks import STOP_WAIT
 from bridge.panes import chat_items
+from bridge.writer import Writer
 from bridge.writes import WriteRequest
+from crew.config import AgentConfig
 from crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
 from crew.sdk.server import Response
-from tests.live import writer_lab
+from tests.live import InlineJournal, agent, bridge_for, writer_lab
 
 
 def rid() -> str:
@@ -379,3 +381,44 @@ async def test_a_send_after_the_view_shows_the_last_sends_turn_reads_nothing_fir
         assert second.outcome == "sent" and second.turn == first.turn + 1
         after = len([c for c in collie.recorder.calls if c[1] == "GET" and c[2].startswith("/v1/state")])
         assert after == state_reads  # nothing read between the phone's send and the agent's receipt
+
+
+async def test_a_write_in_the_moment_an_agent_restarts_waits_for_its_hello(tmp, autojump_clock):
+    """W3, W4, issue 8: right after the agent restarted, before the bridge has read its hello again (the
+    poller is still in its back-off), its capabilities are not known. A send then is not refused
+    `unsupported` ("does not offer send" — it does): the writer says hello itself, reads the state, and the
+    send reaches the new instance once, without waiting for the poller. With the agent still gone the same
+    send is refused `unreachable` at once (nothing reached it), never `unsupported`."""
+    sock = tmp / "a.sock"
+    async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+        w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
+        async with trio.open_nursery() as n:
+            first_gone = trio.Event()
+
+            async def first():
+                async with agent(sock) as collie:
+                    collie.conversation("c", title="Chat")
+                    collie.ready()
+                    await first_gone.wait()
+
+            n.start_soon(first)
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            first_gone.set()
+            while b.status("desk").status != "unreachable":
+                await b.wait_changed()
+            t0 = trio.current_time()
+            down = await w.write(send("while down", 0))
+            assert (down.outcome, down.reason) == ("refused", "unreachable"), down
+            assert trio.current_time() == t0
+            async with agent(sock) as again:
+                again.conversation("c", title="Chat")
+                again.ready()
+                assert b.readers["desk"].hello is None  # the bridge has not greeted the new instance yet
+                t1 = trio.current_time()
+                got = await w.write(send("after the restart", 0))
+                assert (got.outcome, got.turn) == ("sent", 1), got
+                assert trio.current_time() - t1 < 1.0  # not after the poller's back-off (1 s)
+                posts = [c[2] for c in again.recorder.calls if c[1] == "POST"]
+                assert posts[0] == "/hello" and posts.count("/v1/conversations/c/send") == 1, posts
+                n.cancel_scope.cancel()

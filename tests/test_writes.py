@@ -71,6 +71,21 @@ def test_undeclared_capability_is_refused():
     assert got.reason == "unsupported"
 
 
+@pytest.mark.parametrize("req", [
+    send(),
+    answer(PERM, option_ids=["yes"]),
+    WriteRequest(request_id="r2", op="abort", agent="desk", conversation="c", turn=3),
+    WriteRequest(request_id="r3", op="starter", agent="desk", starter_id="triage"),
+])
+def test_a_write_before_the_hello_is_read_is_not_ready_never_unsupported(req):
+    """W3, W4, issue 8: right after an agent (re)starts, before its hello is read again, its capabilities
+    are not known. That is not "does not offer": the write is refused `unreachable` (not ready; nothing
+    reached the agent, try again in a moment), which the inbox holds rather than fails."""
+    got = plan(req, facts(conv(asks=[PERM]) if req.op == "answer" else conv(), caps=None))
+    assert isinstance(got, Receipt) and (got.outcome, got.reason) == ("refused", "unreachable")
+    assert "starting" in got.text and "does not offer" not in got.text
+
+
 def test_answer_with_the_digest_seen_goes_through():
     got = plan(answer(PERM, option_ids=["yes"]), facts(conv(asks=[PERM])))
     assert isinstance(got, Call) and got.path == "/v1/asks/a1/answer"
