@@ -8,8 +8,9 @@
   machines sharing one invite would otherwise push each other off for ever. The one exception keeps
   a laptop waking from sleep working: a link whose hello carries the same `boot` (one random id per
   member process) as the open one is the same member reconnecting before the lead noticed the old
-  link die, and replaces it. A member restarted while its old link still looks open is refused until
-  the lead declares that link silent (30 s); it retries by itself.
+  link die, and replaces it. A link with another `boot` (another machine, or the member restarted) makes
+  the lead probe the open link with a read: if it answers within `PING_WAIT` the newcomer is refused, else the old
+  link is dead and the new one replaces it at once.
 - Untrusted input: every frame from a member is parsed strictly (crew.crewwire, cattrs); a bad one is
   logged (escaped, once per link and then counted), skipped, and — when it answered a request —
   makes that request's receipt `unknown`. Too many bad frames close the link (`protocol`). Whatever
@@ -62,6 +63,8 @@ log = logs.get("crew")
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
 READ_TIMEOUT = 12.0
 HELLO_TIMEOUT = 10.0
+PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
+PROBE_AGENT = "collie-link-probe"  # the read that probes a link names this agent (none has that name)
 SAVE_EVERY = 2.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
@@ -346,6 +349,16 @@ class Hub:
             return frame if kind == "hello" else None
         return None
 
+    @staticmethod
+    async def _answers(conn: Conn) -> bool:
+        """Does the open link answer within `PING_WAIT`? (A member restarted after a cut link: the lead may
+        still hold its old link, which answers nothing.) ASGI gives the lead no WebSocket ping, so the
+        probe is a read the member must answer (crew.md §2), of an agent no member has: any answer, even
+        "no such agent" or a bad frame, means a live member at the other end."""
+        probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
+                 "args": {"conversation": "probe"}}
+        return await conn.call(probe, PING_WAIT) is not None
+
     async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
         hello = await self._hello(ws)
         if hello is None:
@@ -360,14 +373,21 @@ class Hub:
             await self._close(ws, crewwire.UNAUTHORIZED)
             return
         member = self.members.setdefault(label, Member(label))
-        if member.conn is not None:
-            if hello.boot is None or hello.boot != member.conn.boot:  # another machine (or process) claims it
-                self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a connected "
-                          "member (label_in_use)", label, now=trio.current_time())
-                await self._close(ws, crewwire.LABEL_IN_USE)
-                return
-            member.conn.close_reason = "replaced by the same member's new link"
-            member.conn.closed.set()  # the same member again (it woke up before the old link timed out)
+        old = member.conn
+        if old is not None:
+            if hello.boot is None or hello.boot != old.boot:  # another machine, or the member restarted
+                alive = await self._answers(old)
+                if alive or member.conn not in (old, None):
+                    self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
+                              "connected member (label_in_use)", label, now=trio.current_time())
+                    await self._close(ws, crewwire.LABEL_IN_USE)
+                    return
+                old.close_reason = "silent: it did not answer a probe when the member connected again"
+                log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
+                         label, PING_WAIT)
+            else:
+                old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
+            old.closed.set()
         conn = Conn(ws, label, hello.boot)
         member.conn, member.read_only = conn, admission.read_only
         member.version = shown(hello.collie, 40)

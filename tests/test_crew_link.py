@@ -237,6 +237,14 @@ async def closed_reason(url: str, token: str, hello: str) -> str | None:
         return exc.reason.reason
 
 
+async def answer_reads(ws) -> None:
+    """What a live member does with the lead's reads of agents it does not have: answers `ok: false`."""
+    while True:
+        msg = json.loads(await ws.get_message())
+        if msg.get("type") == "read":
+            await ws.send_message(json.dumps({"type": "read_result", "id": msg["id"], "ok": False}))
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # trio-websocket, server closes first
 async def test_one_link_per_label_a_wrong_token_is_unauthorized_and_the_invite_file_goes(crew):
@@ -257,8 +265,12 @@ async def test_one_link_per_label_a_wrong_token_is_unauthorized_and_the_invite_f
             kept = b"".join(p.read_bytes() for p in crew.lead.paths.state_dir.rglob("*") if p.is_file()
                             and not p.is_socket())
             assert token_hash(token).encode() in kept and token.encode() not in kept
-            # another machine with the same invite: refused, and the first link is untouched
-            assert await closed_reason(url, token, hello_frame("laptop", boot="boot-B")) == crewwire.LABEL_IN_USE
+            # another machine with the same invite: the lead probes the first link, which answers as a live
+            # member does; the newcomer is refused, and the first link is untouched
+            async with trio.open_nursery() as n:
+                n.start_soon(answer_reads, first)
+                assert await closed_reason(url, token, hello_frame("laptop", boot="boot-B")) == crewwire.LABEL_IN_USE
+                n.cancel_scope.cancel()
             await first.send_message(json.dumps({"type": "beat"}))
             assert crew.online("laptop")
             # a wrong token, and a right token whose hello names another label
@@ -276,6 +288,52 @@ async def test_one_link_per_label_a_wrong_token_is_unauthorized_and_the_invite_f
     log = crew.lead.log()
     assert log.count("label_in_use") == 1 and token not in log
     gc.collect()  # trio-websocket's leaked sockets warn here (filtered), not in whichever test runs next
+
+
+async def silent_link(address: str, token: str, hello: str) -> trio.SocketStream:
+    """A member's link that was welcomed and then went silent (its process was killed behind a proxy
+    that still holds the connection): from here on it reads nothing and answers nothing."""
+    from urllib.parse import urlsplit
+
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, Request, TextMessage
+
+    where = urlsplit(address)
+    stream = await trio.open_tcp_stream(where.hostname, where.port)
+    ws = WSConnection(ConnectionType.CLIENT)
+    await stream.send_all(ws.send(Request(host=where.netloc, target="/crew/v1",
+                                          extra_headers=[(b"authorization", f"Bearer {token}".encode())])))
+    said = ""
+    while "welcome" not in said:
+        ws.receive_data(await stream.receive_some(65536))
+        for ev in ws.events():
+            if isinstance(ev, AcceptConnection):
+                await stream.send_all(ws.send(TextMessage(data=hello)))
+            elif isinstance(ev, TextMessage):
+                said += ev.data
+    return stream
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # trio-websocket, server closes first
+async def test_a_member_restarted_while_the_lead_holds_its_dead_link_is_taken_at_once(crew):
+    """8.11 (found by the fault campaign, seeds 41 and 62): a member killed after its link was cut comes
+    back with a new `boot` while the lead still holds the old link. The lead probes the old link with
+    a read; it answers nothing, so the new link is welcomed at once (before: refused `label_in_use` until the old
+    link was declared silent after 30 s, and queued sends waited that long). A link that answers keeps
+    its label (the other test)."""
+    crew.start_lead()
+    token = invite(crew, "laptop")
+    url = crew.address.replace("http://", "ws://") + "/crew/v1"
+    with trio.fail_after(60):
+        stale = await silent_link(crew.address, token, hello_frame("laptop", boot="boot-A"))
+        assert crew.online("laptop")
+        assert await closed_reason(url, token, hello_frame("laptop", boot="boot-B")) is None  # welcomed
+        await stale.aclose()
+    log = crew.lead.log()
+    assert "the old link did not answer within 5 s: the new link replaces it" in log
+    assert "label_in_use" not in log and token not in log
+    gc.collect()
 
 
 def test_the_member_says_what_a_refusal_means():
