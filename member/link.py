@@ -79,21 +79,40 @@ def agent_view(bridge: Bridge, name: str) -> dict:
 class Coalescer:
     """Leading-edge rate limit per agent (plain class, `now` passed in): a change after a quiet spell
     goes at once; within `gap` of the last frame it waits for the gap's end; the newest state always
-    goes in the end, so nothing is lost and a lone change is never delayed."""
+    goes in the end, so nothing is lost and a lone change is never delayed.
+
+    Only a burst is paced, and a burst is a stream of items (a reply being written). A change of a
+    conversation's turn or state (a turn starting or ending, an ask opening) or of the agent's status
+    goes at once even within the gap: the lead's inbox runs an agent's next item when it sees the
+    turn end (crew.md §4), so holding that frame would hold the agent's queue (issue 16.1). Those
+    changes come at most a few per turn, and reads are paced by the bridge, so they cannot flood."""
 
     def __init__(self, gap: float) -> None:
         self.gap = gap
         self.sent: dict[str, str] = {}  # agent -> the view it was last sent as
+        self.shape: dict[str, object] = {}  # agent -> its turns, states and status as last sent
         self.last: dict[str, float] = {}  # agent -> when
 
-    def decide(self, name: str, key: str, now: float) -> float | None:
+    def decide(self, name: str, key: str, now: float, shape: object = None) -> float | None:
         """0 to send now, seconds to wait, or None when the lead already has this view."""
         if self.sent.get(name) == key:
             return None
+        if shape is not None and self.shape.get(name) != shape:
+            return 0.0
         return max(0.0, self.last.get(name, -math.inf) + self.gap - now)
 
-    def mark(self, name: str, key: str, now: float) -> None:
-        self.sent[name], self.last[name] = key, now
+    def mark(self, name: str, key: str, now: float, shape: object = None) -> None:
+        self.sent[name], self.last[name], self.shape[name] = key, now, shape
+
+
+def view_shape(view: dict) -> tuple:
+    """What in a view is never held by the gap: the status and each conversation's turn and state."""
+    state = view.get("state")
+    convs = state.get("conversations") if isinstance(state, dict) else None
+    turns = tuple((c.get("id"), c.get("turn"), c.get("state")) for c in convs if isinstance(c, dict)) \
+        if isinstance(convs, list) else ()
+    status = view.get("status")
+    return (status.get("status") if isinstance(status, dict) else None, turns)
 
 
 def snapshot_frames(views: list[dict]) -> list[dict]:
@@ -248,7 +267,7 @@ class Link:
                 await send(frame)
             now = trio.current_time()
             for v in views:
-                coalescer.mark(v["name"], json.dumps(v, sort_keys=True), now)
+                coalescer.mark(v["name"], json.dumps(v, sort_keys=True), now, view_shape(v))
             waiting: dict[str, float] = {}  # agents held by the gap -> when they may go
             while True:
                 if not dirty:
@@ -265,11 +284,12 @@ class Link:
                         continue
                     view = agent_view(self.bridge, name)
                     key = json.dumps(view, sort_keys=True)
-                    wait = coalescer.decide(name, key, trio.current_time())
+                    shape = view_shape(view)
+                    wait = coalescer.decide(name, key, trio.current_time(), shape)
                     if wait == 0:
                         waiting.pop(name, None)
                         await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
-                        coalescer.mark(name, key, trio.current_time())
+                        coalescer.mark(name, key, trio.current_time(), shape)
                     elif wait is not None:
                         waiting[name] = trio.current_time() + wait
                     else:

@@ -17,7 +17,7 @@ from crew import crewwire
 from crew.crewconfig import CrewConfig
 from crew.crewstore import token_hash
 from crew.crewwire import FrameError, parse_member_frame
-from member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames
+from member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
 
 TOKEN = "0123456789abcdef" * 4
@@ -119,11 +119,13 @@ class FakeBridge:
     async def wait_changed(self) -> None:
         await self._changed.wait()
 
-    def change(self, name: str, turn: int) -> None:
+    def change(self, name: str, turn: int, items_rev: int = 0, state: str = "idle") -> None:
         reader = self.readers[name]
         now = trio.current_time()
         reader.on_hello(HELLO, now)
-        reader.on_state({"rev": turn, "instance": "i1", "conversations": [{"id": "c", "turn": turn}]}, None, now)
+        reader.on_state({"rev": turn * 1000 + items_rev, "instance": "i1",
+                         "conversations": [{"id": "c", "turn": turn, "state": state, "items_rev": items_rev}]},
+                        None, now)
         self._changed.set()
         self._changed = trio.Event()
         for fn in self.on_agent_change:
@@ -132,21 +134,21 @@ class FakeBridge:
 
 async def test_a_lone_change_is_published_at_once_then_at_most_one_frame_per_gap(autojump_clock):
     """Issue 11: leading-edge coalescing — the first change after a quiet spell goes at once; changes
-    within MIN_GAP (0.1 s) of an agent's last frame go together at the gap's end, newest state only;
-    each agent has its own gap."""
+    within MIN_GAP (0.1 s) of an agent's last frame (here a reply streaming in: items only, the turn
+    and its state unchanged) go together at the gap's end, newest state only; each agent has its own gap."""
     bridge = FakeBridge(["a", "b"])
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "m"), bridge=bridge, writer=None)
     sent: list = []
 
     async def send(frame: dict) -> None:
-        turn = None if frame["type"] == "snapshot" else frame["view"]["state"]["conversations"][0]["turn"]
-        sent.append((round(trio.current_time(), 9), frame["type"], frame.get("name"), turn))
+        rev = None if frame["type"] == "snapshot" else frame["view"]["state"]["conversations"][0]["items_rev"]
+        sent.append((round(trio.current_time(), 9), frame["type"], frame.get("name"), rev))
 
     async def script():
-        for at, name, turn in ((1.0, "a", 1), (1.02, "a", 2), (1.04, "a", 3), (1.05, "b", 1), (5.0, "a", 4),
-                               (5.3, "a", 5), (5.3, "b", 2)):
+        for at, name, rev in ((1.0, "a", 1), (1.02, "a", 2), (1.04, "a", 3), (1.05, "b", 1), (5.0, "a", 4),
+                              (5.3, "a", 5), (5.3, "b", 2)):
             await trio.sleep_until(at)
-            bridge.change(name, turn)
+            bridge.change(name, 0, items_rev=rev)
 
     async with trio.open_nursery() as n:
         n.start_soon(link._publish, send)
@@ -159,6 +161,36 @@ async def test_a_lone_change_is_published_at_once_then_at_most_one_frame_per_gap
                     (1.1, "agent", "a", 3),     # 1.02 and 1.04: one frame at the end of a's gap, newest state
                     (5.0, "agent", "a", 4),     # a lone change: at once
                     (5.3, "agent", "a", 5), (5.3, "agent", "b", 2)]
+
+
+async def test_the_frame_showing_a_turn_end_is_not_held_by_the_gap(autojump_clock):
+    """Issue 16.1 on a member, crew.md §4: a send starts a turn (a frame at once) and the turn ends
+    30 ms later; the lead runs the agent's next inbox item when it sees that end, so the frame goes at
+    once too, not at the end of the 0.1 s gap (which capped a member's agent at a few items a second)."""
+    bridge = FakeBridge(["a"])
+    link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "m"), bridge=bridge, writer=None)
+    sent: list = []
+
+    async def send(frame: dict) -> None:
+        if frame["type"] == "agent":
+            c = frame["view"]["state"]["conversations"][0]
+            sent.append((round(trio.current_time(), 9), c["turn"], c["state"], c["items_rev"]))
+
+    async def script():
+        for at, turn, state, rev in ((1.0, 1, "working", 1), (1.01, 1, "working", 2), (1.03, 1, "idle", 3),
+                                     (1.04, 2, "working", 1), (1.05, 2, "working", 2)):
+            await trio.sleep_until(at)
+            bridge.change("a", turn, items_rev=rev, state=state)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(link._publish, send)
+        n.start_soon(script)
+        await trio.sleep_until(5)
+        n.cancel_scope.cancel()
+    assert sent == [(1.0, 1, "working", 1),   # the turn starts: at once
+                    (1.03, 1, "idle", 3),     # it ends within the gap: at once (was 1.1), with the streamed item
+                    (1.04, 2, "working", 1),  # the next item's turn starts: at once
+                    (1.14, 2, "working", 2)]  # only the streamed item waits for the gap
 
 
 async def test_after_a_leads_send_the_member_reads_at_once_until_the_turn_ends(autojump_clock):
@@ -203,6 +235,28 @@ def test_coalescer_decides_without_a_clock():
     assert c.decide("a", "v1", 10.01) is None  # the lead has it
     assert c.decide("a", "v2", 10.04) == pytest.approx(0.06)
     assert c.decide("a", "v2", 10.2) == 0
+
+
+def test_a_turn_ending_within_the_gap_goes_at_once_a_streamed_item_waits():
+    """Issue 16.1, crew.md §4: the lead runs an agent's next inbox item when it sees the turn end, so
+    the frame that shows it is never held by the gap (the agent's queue would crawl at one item per
+    gap); a reply streaming into the same turn is still paced."""
+    def view(state: str, turn: int, items_rev: int) -> dict:
+        return {"name": "a", "status": {"status": "ready"},
+                "state": {"rev": items_rev, "conversations": [{"id": "c", "turn": turn, "state": state,
+                                                               "items_rev": items_rev}]}}
+    c = Coalescer(0.1)
+    started = view("working", 4, 10)
+    c.mark("a", json.dumps(started), 10.0, view_shape(started))
+    streamed = view("working", 4, 11)
+    assert c.decide("a", json.dumps(streamed), 10.02, view_shape(streamed)) == pytest.approx(0.08)
+    ended = view("idle", 4, 12)
+    assert c.decide("a", json.dumps(ended), 10.02, view_shape(ended)) == 0
+    c.mark("a", json.dumps(ended), 10.02, view_shape(ended))
+    asked = view("waiting", 4, 13)  # an ask opening: a state change too
+    assert c.decide("a", json.dumps(asked), 10.03, view_shape(asked)) == 0
+    gone = {"name": "a", "status": {"status": "unreachable"}, "state": None}
+    assert c.decide("a", json.dumps(gone), 10.03, view_shape(gone)) == 0
 
 
 async def test_a_view_too_big_for_the_link_says_so_instead_of_breaking_it():
