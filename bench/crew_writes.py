@@ -190,8 +190,79 @@ async def phone(address: str, token: str, member: str, agents: int, convs: int, 
             "applied_time": applied_time, "applied": count, "acknowledged": acknowledged, "per_round": per_round}
 
 
+async def open_loop(address: str, token: str, member: str, agents: int, convs: int, rate: float, seconds: float,
+                    socks: list[Path]) -> dict:
+    """Offered load instead of bursts: one send every 1/`rate` s for `seconds`, to the conversations in
+    turn (each conversation's sender its own client, as in `phone`), whatever the receipts of earlier
+    sends. The latency at a given throughput is only defined this way: with 100 sends kept in flight,
+    a receipt waits 100 / throughput on average by Little's law (333 ms at 300/s), so a p99 of 50 ms
+    at 300/s means an offered 300/s answered with at most 15 in flight."""
+    n = agents * convs
+    latencies: list[float] = []
+    outcomes: dict[str, int] = {}
+    errors: list = []
+    lag: list[float] = []
+    async with clients(address, n, {"authorization": f"Bearer {token}"}) as cs:
+        c = cs[0]
+        turns: dict[tuple[int, int], int | None] = {}
+        for a in range(agents):
+            for i in range(convs):
+                url = f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}"
+                while (pane := await c.get(url)).status_code != 200:
+                    await trio.sleep(0.1)
+                turns[(a, i)] = pane.json()["turn"]
+        for cl in cs:  # open every sender's connection first, as a phone's is
+            await cl.get("/healthz")
+        agents_ = Agents(socks)
+        base = await agents_.applied()
+        acknowledged = 0
+        keys = list(turns)
+        phones = dict(zip(keys, cs))
+
+        async def one(a: int, i: int, k: int) -> None:
+            nonlocal acknowledged
+            t0 = time.perf_counter()
+            try:
+                resp = await phones[(a, i)].post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": member,
+                                                                    "agent": f"a{a:02d}", "conversation": f"c{i:03d}",
+                                                                    "text": f"send {k}", "turn": turns[(a, i)]})
+                got = resp.json()
+            except (httpx.HTTPError, ValueError) as exc:
+                errors.append((k, a, i, type(exc).__name__, str(exc)[:80]))
+                return
+            latencies.append(time.perf_counter() - t0)
+            outcome = got.get("outcome", f"HTTP {resp.status_code}")
+            shown = f"refused {got.get('reason')}" if outcome == "refused" else outcome
+            outcomes[shown] = outcomes.get(shown, 0) + 1
+            if outcome in ("sent", "queued"):
+                acknowledged += 1
+            if outcome == "sent" and got.get("turn") is not None:
+                turns[(a, i)] = got["turn"]
+            elif outcome == "queued":
+                turns[(a, i)] = None
+
+        total = int(rate * seconds)
+        t_start = trio.current_time()
+        w0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for k in range(total):
+                due = t_start + k / rate
+                await trio.sleep_until(due)
+                lag.append(trio.current_time() - due)
+                nursery.start_soon(one, *keys[k % n], k)
+        w1 = time.perf_counter()
+        while (await agents_.applied()) - base < acknowledged and time.perf_counter() - w0 < 120:
+            await trio.sleep(0.02)
+        w2 = time.perf_counter()
+        count = await agents_.applied() - base
+        await agents_.aclose()
+    return {"latencies": latencies, "outcomes": outcomes, "errors": errors, "receipt_time": w1 - w0,
+            "applied_time": w2 - w0, "applied": count, "acknowledged": acknowledged,
+            "offered": total, "lag_p99": pct(lag, 99) if lag else 0.0}
+
+
 def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool = False,
-        profile: str | None = None) -> dict:
+        profile: str | None = None, rate: float | None = None, seconds: float = 10.0) -> dict:
     """One run; returns its figures (seconds for times)."""
     if quick:
         agents, conversations, rounds = 10, 2, 3
@@ -227,7 +298,10 @@ def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool 
         if profile:
             spies = start_profiles(profile, pids)
         cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
-        got = trio.run(phone, crew.address, token, "m1", agents, conversations, rounds, socks)
+        if rate:
+            got = trio.run(open_loop, crew.address, token, "m1", agents, conversations, rate, seconds, socks)
+        else:
+            got = trio.run(phone, crew.address, token, "m1", agents, conversations, rounds, socks)
         cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
         for spy in spies:
             spy.send_signal(2)
@@ -250,8 +324,10 @@ def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool 
         "receipt_mean": statistics.mean(lat) if lat else None,
         "acknowledged": got["acknowledged"], "applied": got["applied"],
         "applied_per_s": got["applied"] / got["applied_time"] if got["applied_time"] else 0.0,
-        "cpu_s": cpu, "load": os.getloadavg()[0], "per_round": got["per_round"],
+        "cpu_s": cpu, "load": os.getloadavg()[0], "per_round": got.get("per_round"),
     }
+    if rate:
+        out.update(rate=rate, seconds=seconds, offered=got["offered"], lag_p99=got["lag_p99"])
     if not got["errors"]:
         shutil.rmtree(base, ignore_errors=True)
     else:
@@ -278,9 +354,15 @@ def report(r: dict) -> str:
 
     def lat(x):
         return f"{x * 1000:.1f} ms ({x / f:.0f}x floor)"
+    if r.get("rate"):
+        head = (f"writes phone -> lead -> member -> agent: {r['agents']} agents x {r['conversations']} conversations, "
+                f"offered {r['rate']:.0f} sends/s for {r['seconds']:.0f} s ({r['offered']} sends, the sender late by "
+                f"p99 {r['lag_p99'] * 1000:.1f} ms); journals SQLite WAL synchronous=FULL")
+    else:
+        head = (f"writes phone -> lead -> member -> agent: {r['agents']} agents x {r['conversations']} conversations "
+                f"= {r['concurrent']} sends at once, {r['rounds']} rounds; journals SQLite WAL synchronous=FULL")
     lines = [
-        f"writes phone -> lead -> member -> agent: {r['agents']} agents x {r['conversations']} conversations "
-        f"= {r['concurrent']} sends at once, {r['rounds']} rounds; journals SQLite WAL synchronous=FULL",
+        head,
         f"floor (httpx round trip to a trivial server, TCP loopback): p50 {f * 1000:.2f} ms  p99 {r['floor_p99'] * 1000:.2f} ms",
         f"the same client and stack with no work behind them ({r['concurrent']} GETs at once to the trivial server): "
         f"{r['floor_burst_per_s']:.0f}/s, p50 {lat(r['floor_burst_p50'])}  p99 {lat(r['floor_burst_p99'])}",
@@ -304,9 +386,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--quick", action="store_true", help="10 agents x 2 conversations x 3 rounds")
     p.add_argument("--profile", help="record py-spy profiles of the lead, the member and the agents into this folder")
+    p.add_argument("--rate", type=float, help="offered load: this many sends per second, whatever the receipts "
+                                              "(instead of rounds of sends at once)")
+    p.add_argument("--seconds", type=float, default=10.0, help="with --rate: for this long (default 10)")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
-    r = run(args.agents, args.conversations, args.rounds, quick=args.quick, profile=args.profile)
+    r = run(args.agents, args.conversations, args.rounds, quick=args.quick, profile=args.profile,
+            rate=args.rate, seconds=args.seconds)
     print(report(r))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))
