@@ -76,19 +76,27 @@ async def main() -> None:
     os.chmod(base, 0o700)
     agents = [start("nohistory", base / "a.sock"), start("drip", base / "d.sock", "--every", str(args.every))]
     try:
+        cpu0 = time.process_time()
         raw = await floor(base / "a.sock", args.n)
+        raw_cpu = (time.process_time() - cpu0) / args.n
         client = AgentClient(AgentConfig("a", socket=str(base / "a.sock")))
         lat = []
+        for _ in range(20):
+            await client.request("GET", "/v1/state")
+        cpu0 = time.process_time()
         for _ in range(args.n):
             t = time.perf_counter()
             await client.request("GET", "/v1/state")
             lat.append(time.perf_counter() - t)
+        client_cpu = (time.process_time() - cpu0) / args.n
         await client.aclose()
         f50, f99 = pct(raw, 50) * 1000, pct(raw, 99) * 1000
         c50, c99 = pct(lat, 50) * 1000, pct(lat, 99) * 1000
-        print(f"floor (raw HTTP on one socket, n={args.n}): p50 {f50:.3f} ms  p99 {f99:.3f} ms")
+        print(f"floor (raw HTTP on one socket, n={args.n}): p50 {f50:.3f} ms  p99 {f99:.3f} ms; "
+              f"client CPU {raw_cpu * 1000:.3f} ms per request")
         print(f"AgentClient GET /v1/state (n={args.n}): p50 {c50:.3f} ms ({c50 / f50:.1f}x floor)  "
-              f"p99 {c99:.3f} ms ({c99 / f99:.1f}x floor)")
+              f"p99 {c99:.3f} ms ({c99 / f99:.1f}x floor); client CPU {client_cpu * 1000:.3f} ms per request "
+              f"({client_cpu / raw_cpu:.1f}x floor)")
 
         drip = AgentClient(AgentConfig("d", socket=str(base / "d.sock")))
         ended: list[tuple[float, str]] = []

@@ -166,24 +166,30 @@ async def _no_lane():
 
 
 class AgentClient:
+    """Requests go straight to httpx's transport (its connection pool), not through `httpx.AsyncClient`:
+    the client's layers (URL merging, cookies, auth, redirects, event hooks) are nothing the wire uses
+    and cost most of the CPU of a request (issue 15.1: 0.78 ms a state read, against 0.1 ms for the same
+    request written by hand)."""
+
     def __init__(self, agent: AgentConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self.agent = agent
-        headers = {"user-agent": f"collie/{__version__}", "accept": "application/json"}
         limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=2, keepalive_expiry=30)
+        self.base = "http://durable-agent" if agent.socket else agent.url.rstrip("/")
+        headers = [(b"host", httpx.URL(self.base).netloc), (b"user-agent", f"collie/{__version__}".encode()),
+                   (b"accept", b"application/json")]
         if agent.socket:
-            self.http = httpx.AsyncClient(transport=_SocketTransport(agent.socket, limits), trust_env=False,
-                                          base_url="http://durable-agent", headers=headers, timeout=DEFAULT_TIMEOUT)
+            self.transport: httpx.AsyncBaseTransport = _SocketTransport(agent.socket, limits)
         else:
-            headers["authorization"] = f"Bearer {agent.token}"
+            headers.append((b"authorization", f"Bearer {agent.token}".encode()))
             verify = ssl_context or ssl.create_default_context()
-            self.http = httpx.AsyncClient(base_url=agent.url.rstrip("/"), headers=headers, verify=verify,
-                                          timeout=DEFAULT_TIMEOUT, limits=limits, trust_env=False)
+            self.transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits, retries=0, trust_env=False)
+        self.headers = headers
         self.through = trio.Semaphore(THROUGH_LANES)
         self.requests = 0
         self.bytes_in = 0
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.transport.aclose()
 
     def _check_path(self) -> None:
         if self.agent.socket:
@@ -207,15 +213,18 @@ class AgentClient:
                         timeout: float, cap: int) -> Answer:
         self.requests += 1
         content = json.dumps(json_body, separators=(",", ":")).encode() if json_body is not None else None
-        hdrs = dict(headers or {})
+        hdrs = list(self.headers)
+        for k, v in (headers or {}).items():
+            hdrs.append((k.encode("ascii"), v.encode("ascii")))
         if content is not None:
-            hdrs["content-type"] = "application/json; charset=utf-8"
-        request = self.http.build_request(method, path, headers=hdrs, timeout=timeout)
-        request.stream = _Body(content or b"")
-        if content:
-            request.headers["content-length"] = str(len(content))
+            hdrs.append((b"content-type", b"application/json; charset=utf-8"))
+        if content or method in ("POST", "PUT", "PATCH"):
+            hdrs.append((b"content-length", str(len(content or b"")).encode()))
+        request = httpx.Request(method, self.base + path, headers=hdrs, stream=_Body(content or b""),
+                                extensions={"timeout": {"connect": timeout, "read": timeout, "write": timeout,
+                                                        "pool": timeout}})
         try:
-            resp = await self.http.send(request, stream=True)
+            resp = await self.transport.handle_async_request(request)
             try:
                 declared = resp.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > cap:

@@ -10,6 +10,7 @@ and says why, so the CLI, the log and the doctor can all show the same words.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import os
 import stat
@@ -36,8 +37,18 @@ def _mode(st: os.stat_result) -> str:
     return f"{stat.S_IMODE(st.st_mode):04o}"
 
 
+@functools.lru_cache(maxsize=512)
+def _components(path: str) -> tuple[tuple[str, ...], str]:
+    """The folders a socket path goes through, outermost first, and the socket itself, as text.
+    Cached: the bridge checks the same few paths before every request (issue 15.1)."""
+    parts = PurePosixPath(path).parts  # no normpath: `..` is refused by the shape check, `.` and `//` are harmless
+    return (tuple(str(PurePosixPath(*parts[: i + 1])) for i in range(len(parts) - 1)),
+            str(PurePosixPath(*parts)))
+
+
+@functools.lru_cache(maxsize=512)
 def check_socket_shape(path: str) -> Problem | None:
-    """T1: absolute and at most 103 bytes."""
+    """T1: absolute and at most 103 bytes (the answer depends on the text only, so it is cached)."""
     if not path:
         return Problem("bad-socket-path", "the socket path is empty")
     if not os.path.isabs(path):
@@ -64,13 +75,12 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
     if shape:
         return shape
     uid = os.getuid() if uid is None else uid
-    parts = PurePosixPath(path).parts  # no normpath: `..` is refused above, `.` and `//` are harmless
-    current = PurePosixPath("/")
+    ancestors, sock = _components(path)
+    name = sock.rsplit("/", 1)[-1]
 
-    def private(component: PurePosixPath, why: str) -> Problem:
+    def private(component: str, why: str) -> Problem:
         return Problem("socket-not-private", f"{component} {why}")
 
-    ancestors = [PurePosixPath(*parts[: i + 1]) for i in range(len(parts) - 1)]
     for depth, current in enumerate(ancestors):
         try:
             st = os.lstat(current)
@@ -86,10 +96,10 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
         if is_parent:
             if _shared(st):  # /tmp and the like: changing it would break the system (issue 10.3)
                 return private(current, f"is a shared folder (mode {_mode(st)}); the socket needs a folder of its own: "
-                                        f"{_private_home(parts[-1])}")
+                                        f"{_private_home(name)}")
             if st.st_uid != uid:
                 return private(current, f"is owned by uid {st.st_uid}, not by you (uid {uid}); "
-                                        f"{_private_home(parts[-1])}")
+                                        f"{_private_home(name)}")
             if stat.S_IMODE(st.st_mode) & 0o077:
                 return private(current, f"has mode {_mode(st)}; the socket's folder must be 0700 (chmod 700 {current})")
         else:
@@ -97,8 +107,7 @@ def check_socket_private(path: str, uid: int | None = None, *, must_exist: bool 
                 return private(current, f"is owned by uid {st.st_uid}, neither you nor root")
             if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
                 return private(current, f"has mode {_mode(st)}: writable by group or others and not sticky; "
-                                        f"{_private_home(parts[-1])}")
-    sock = PurePosixPath(*parts)
+                                        f"{_private_home(name)}")
     try:
         st = os.lstat(sock)
     except FileNotFoundError:
