@@ -27,6 +27,13 @@ or the response says `Connection: close` and the connection is closed after it (
 body, or a client waiting for `100 Continue`). A client that stops sending mid-body is closed by the
 keep-alive timer, which runs while the body drains.
 
+4. **A response in two writes.** hypercorn sends a response's head as soon as the app starts it and
+   the body in a second `send` right after, so every answer costs two system calls, and on a busy
+   machine the client, woken by the head, preempts the server before the body (bench/README.md:
+   `socket.send` was the lead's largest wall cost). A head that declares its length is held until
+   the body (or the end of the message) and goes in the same write; anything else sent on the
+   connection first sends what is held. Streamed answers (no length) are not held.
+
 `install()` puts both in place (before serving); `lead.http` passes its own subclass of
 `FixedTCPServer`. `tests/test_http_server.py` fails without each part.
 """
@@ -36,8 +43,8 @@ from __future__ import annotations
 import h11
 import trio
 from hypercorn import protocol as hypercorn_protocol
-from hypercorn.events import Closed, Updated
-from hypercorn.protocol.events import EndBody, Response, StreamClosed
+from hypercorn.events import Closed, RawData, Updated
+from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
 from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio.tcp_server import TCPServer
@@ -62,6 +69,35 @@ class _Discard:
 
 class FixedH11Protocol(H11Protocol):
     _declared_length: int | None = None
+    _held: bytes = b""  # a response head waiting to go out with its body (fix 4)
+
+    async def _send_h11_event(self, event) -> None:
+        if isinstance(event, h11.Response) and any(name == b"content-length" for name, _ in event.headers):
+            try:
+                data = self.connection.send(event)
+            except h11.LocalProtocolError:
+                if self.connection.their_state != h11.ERROR:
+                    raise
+                return
+            self._held += data or b""
+            return
+        if self._held:
+            held, self._held = self._held, b""
+            try:
+                data = self.connection.send(event)
+            except h11.LocalProtocolError:
+                await self.send(RawData(data=held))
+                if self.connection.their_state != h11.ERROR:
+                    raise
+                return
+            await self.send(RawData(data=held + (data or b"")))
+            return
+        await super()._send_h11_event(event)
+
+    async def _flush_held(self) -> None:
+        if self._held:
+            held, self._held = self._held, b""
+            await self.send(RawData(data=held))
 
     async def _create_stream(self, request: h11.Request) -> None:
         self._declared_length = None
@@ -75,6 +111,8 @@ class FixedH11Protocol(H11Protocol):
                 and self._declared_length <= DRAIN_MAX_BYTES)
 
     async def stream_send(self, event) -> None:
+        if self._held and not isinstance(event, (Body, EndBody)):
+            await self._flush_held()
         if (isinstance(event, Response) and event.status_code >= 200 and isinstance(self.connection, h11.Connection)
                 and self.connection.their_state is h11.SEND_BODY and not self._can_drain()):
             event = Response(stream_id=event.stream_id, status_code=event.status_code,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+from hypercorn.events import RawData
 from quart import jsonify, request
 
 from lead import hypercorn_fix
@@ -173,3 +174,67 @@ async def test_shutdown_does_not_wait_for_idle_keepalive(autojump_clock):
 async def test_without_the_fix_shutdown_waits_the_graceful_timeout(autojump_clock, without_fix):
     """Proves the test above would fail without the fix."""
     assert await _shutdown_time_with_idle_connection() >= GRACEFUL_SECONDS
+
+
+async def test_each_answer_goes_out_in_one_write_head_and_body_together(autojump_clock, monkeypatch):
+    """Fix 4 (issue 15.1, 16): a response whose head declares its length goes out in one write with
+    its body — a GET, an early 401, a 404, a HEAD — not a head the client wakes for and then a body.
+    A streamed answer (no length) still sends its head at once and each chunk as it comes."""
+    writes: list[bytes] = []
+    real = hypercorn_fix.FixedTCPServer.protocol_send
+
+    async def recording(self, event):
+        if isinstance(event, RawData) and event.data:  # (an empty one writes nothing)
+            writes.append(bytes(event.data))
+        await real(self, event)
+
+    monkeypatch.setattr(hypercorn_fix.FixedTCPServer, "protocol_send", recording)
+    release = trio.Event()
+
+    def install(app) -> None:
+        early_answers(app)
+
+        @app.get("/stream")
+        async def stream():
+            async def chunks():
+                yield b"first;"
+                await release.wait()
+                yield b"second"
+            return chunks(), 200, {"content-type": "text/plain"}
+
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve_http, create_app(install), ["127.0.0.1:0"], shutdown)
+        client = Client(await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1])))
+        for head, status, body in ((b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200, b'{"ok":true}\n'),
+                                   (_post_head("/api/send", 2) + b"{}", 401, b'{"error":"unauthorized"}\n'),
+                                   (b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n", 404, None),
+                                   (b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n", 200, b"")):
+            writes.clear()
+            await client.stream.send_all(head)
+            if head.startswith(b"HEAD"):
+                with trio.fail_after(STALL):
+                    while b"\r\n\r\n" not in client.buf:
+                        await client._fill()
+                got_status = int(client.buf.split()[1])
+                client.buf = b""
+            else:
+                got_status, _, got_body = await client.response()
+                if body is not None:
+                    assert got_body == body
+            assert got_status == status
+            await trio.sleep(0.1)
+            assert len(writes) == 1, (head, writes)  # head and body in the same write
+            assert writes[0].startswith(b"HTTP/1.1 %d" % status)
+        writes.clear()
+        await client.stream.send_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+        with trio.fail_after(STALL):
+            while b"first;" not in client.buf:
+                await client._fill()
+        assert writes[0].startswith(b"HTTP/1.1 200")  # the head did not wait for the stream to end
+        release.set()
+        with trio.fail_after(STALL):
+            while b"second" not in client.buf:
+                await client._fill()
+        await client.stream.aclose()
+        shutdown.set()
