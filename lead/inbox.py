@@ -322,6 +322,10 @@ class Inbox:
         self.wake = trio.Event()
         # in memory: every active item, and the most recent finished ones; the database is the record
         self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
+        # the same items by state, so a tick looks only at what it may change (issue 16.2: a tick on
+        # every change that walked every waiting item made a backlog cost O(n) per change)
+        self.pending: dict[tuple[str, str], dict[str, Item]] = {}
+        self.running: dict[tuple[str, str], dict[str, Item]] = {}
         self.finished: OrderedDict[str, Item] = OrderedDict()
         self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
         self.by_id: dict[str, Item] = {}
@@ -373,6 +377,10 @@ class Inbox:
         self.by_id[item.id] = item
         if item.state in ACTIVE:
             self.active.setdefault((item.machine, item.agent), {})[item.id] = item
+            if item.state == "pending":
+                self.pending.setdefault((item.machine, item.agent), {})[item.id] = item
+            elif item.state == "running":
+                self.running.setdefault((item.machine, item.agent), {})[item.id] = item
             if item.state in WAITING:
                 self.waiting_by_sender[item.sender_key] = self.waiting_by_sender.get(item.sender_key, 0) + 1
         else:
@@ -386,7 +394,12 @@ class Inbox:
 
     def _forget(self, item: Item) -> None:
         """Take `item` out of the in-memory indexes (before a change of state re-files it)."""
-        inbox = self.active.get((item.machine, item.agent))
+        key = (item.machine, item.agent)
+        for index in (self.pending, self.running):
+            ids = index.get(key)
+            if ids is not None and ids.pop(item.id, None) is not None and not ids:
+                del index[key]
+        inbox = self.active.get(key)
         if inbox is not None and inbox.pop(item.id, None) is not None:
             if item.state in WAITING:
                 self.waiting_by_sender[item.sender_key] -= 1
@@ -761,15 +774,14 @@ class Inbox:
         now, clock = self.wall(), trio.current_time()
         for key in list(self.active):
             machine, agent = key
-            inbox = self.active.get(key, {})
-            for item in self.core.expired(list(inbox.values()), now):
+            for item in self.core.expired(list(self.pending.get(key, {}).values()), now):
                 self._set(item, state="expired")
                 log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
             reader = self._reader(machine, agent)
             ready = reader is not None and reader.status == "ready"
             resume = None
-            for item in list(self.active.get(key, {}).values()):
-                if item.state != "running" or item.id in self.inflight:
+            for item in list(self.running.get(key, {}).values()):
+                if item.id in self.inflight:
                     continue
                 if (item.runtime_ref or {}).get("turn") is not None:
                     conv = reader.conversations.get(item.runtime_ref.get("conversation")) if reader else None
@@ -782,7 +794,7 @@ class Inbox:
             if key in self.busy or not self._online(machine) or not ready or self.paused.get(key, (0.0,))[0] > clock:
                 continue
             nxt = resume
-            if nxt is None:
+            if nxt is None and key not in self.running:  # one request at a time per agent (I2)
                 blocked = {cid for cid, c in reader.conversations.items() if c.asks}
                 nxt = self.core.next_to_run(self.active.get(key, {}).values(), blocked)
             if nxt is not None:
