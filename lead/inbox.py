@@ -342,9 +342,14 @@ class Inbox:
         self._flushing: trio.Event | None = None
         self._last_purge = 0.0
         self._seq = 0
+        # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
+        # inboxes something happened to — a change of one agent does not walk every agent's inbox
+        self._all = True
+        self._keys: set[tuple[str, str]] = set()
+        self._next_full = 0.0
         self._load()
         hub.inbox = self
-        hub.on_member_change.append(lambda _label: self.poke())
+        hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
 
     # --- the record ---------------------------------------------------------------------------
     @staticmethod
@@ -488,7 +493,12 @@ class Inbox:
         out += [i for i in self.finished.values() if i.machine == machine and i.agent == agent]
         return out
 
-    def poke(self) -> None:
+    def poke(self, key: tuple[str, str] | None = None) -> None:
+        """Look at the inbox `key` (machine, agent) at once — every inbox when None."""
+        if key is None:
+            self._all = True
+        else:
+            self._keys.add(key)
         self.wake.set()
 
     # --- what the phone and senders see ---------------------------------------------------------
@@ -599,7 +609,7 @@ class Inbox:
         except STORE_ERRORS as exc:
             return self._not_kept(item, req, exc)
         log.info("[inbox] %s/%s: %s %s (%s)", machine, req.agent, req.op, item.id, item.state)
-        self.poke()
+        self.poke(key)
         return self._queued(item)
 
     def _not_kept(self, item: Item, req: WriteRequest, exc: BaseException) -> Receipt:
@@ -649,7 +659,7 @@ class Inbox:
         if item.state == "pending":
             self._set(item, state="approved", approved_at=self.wall())
             await self._sync()
-            self.poke()
+            self.poke((item.machine, item.agent))
         return item
 
     async def cancel(self, item: Item) -> Item:
@@ -680,7 +690,7 @@ class Inbox:
         for iid, pos in self.core.move(inbox.values(), item.id, index).items():
             self._set(inbox[iid], position=pos)
         await self._sync()
-        self.poke()
+        self.poke((item.machine, item.agent))
         return item
 
     # --- dispatch -------------------------------------------------------------------------------
@@ -736,7 +746,7 @@ class Inbox:
         finally:
             del self.inflight[item.id]
             done.set()
-            self.poke()
+            self.poke((item.machine, item.agent))
 
     async def _run_item(self, item: Item, req: WriteRequest) -> None:
         key = (item.machine, item.agent)
@@ -772,7 +782,13 @@ class Inbox:
 
     def _tick(self, nursery: trio.Nursery) -> None:
         now, clock = self.wall(), trio.current_time()
-        for key in list(self.active):
+        if self._all or clock >= self._next_full:  # timers (expiry, retries, pauses) are met here
+            keys = list(self.active)
+            self._all, self._next_full = False, clock + TICK
+        else:
+            keys = [k for k in self._keys if k in self.active]
+        self._keys = set()
+        for key in keys:
             machine, agent = key
             for item in self.core.expired(list(self.pending.get(key, {}).values()), now):
                 self._set(item, state="expired")
@@ -835,15 +851,20 @@ class Inbox:
                         "are refused until it can, and what it holds is written then")
         self.store_failing = True
 
-    async def _follow_bridge(self) -> None:
-        """A local agent's turn ending (or any change) may let the next item run: look at once."""
-        while True:
-            await self.writer.bridge.wait_changed()
-            self.poke()
+    def _local_change(self, name: str) -> None:
+        """A local agent's turn ending (or any change) may let its next item run: look at once."""
+        self.poke((LOCAL, name))
 
     async def run(self) -> None:
+        bridge = self.writer.bridge
+        bridge.on_agent_change.append(self._local_change)
+        try:
+            await self._run()
+        finally:
+            bridge.on_agent_change.remove(self._local_change)
+
+    async def _run(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._follow_bridge)
             while True:
                 self._tick(nursery)
                 with trio.move_on_after(TICK):

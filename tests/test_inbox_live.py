@@ -432,7 +432,7 @@ async def test_the_record_survives_a_restart(tmp):
     from bridge.writes import WriteRequest
 
     def stubs():
-        hub = SimpleNamespace(members={}, on_member_change=[], inbox=None, reader=lambda m, a: None)
+        hub = SimpleNamespace(members={}, on_member_change=[], on_view_change=[], inbox=None, reader=lambda m, a: None)
         return hub, SimpleNamespace(bridge=SimpleNamespace(readers={}, pollers={}))
     path = tmp / "inbox.sqlite"
     first = InlineInbox(path, *stubs())
