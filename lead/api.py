@@ -137,7 +137,6 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                 return refused
         if not is_api(request.path):  # pages, pairing (`POST /pair`: the code is the credential), /healthz
             return None
-            return None
         header = request.headers.get("authorization", "")
         given = header[7:] if header.startswith("Bearer ") else ""
         if given and same_secret(given, credential):
