@@ -28,13 +28,16 @@
 - Writes: one lock per session on the lead (busy at once, Stop waits 10 s then goes through); the
   request is forwarded once; no receipt within the limit → `unknown` (the member's own journal makes
   a resend of the same id safe). Session-bound writes to an offline member fail fast with
-  `machine_offline`; sends and starters go to the inbox (lead.inbox).
+  `machine_offline`; sends and starters go to the inbox (lead.inbox). A session-bound write the lead
+  refuses itself (busy, offline, older Collie) is remembered (lead.refusals): a repeat of its id
+  answers that refusal with `replay: true`, as the member's journal would.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import sqlite3
 import sys
 import time
 import uuid
@@ -48,15 +51,16 @@ from quart import websocket
 from bridge.bridge import Bridge
 from bridge.locks import Busy, SessionLocks
 from bridge.reader import AgentReader
-from bridge.writer import Writer
+from bridge.writer import INBOX_OPS, Writer
 from bridge.writes import WriteRequest, lock_key
 from crew import crewwire, logs
 from crew.crewstore import CrewStore
 from crew.crewwire import AgentView, FrameError, shown
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not_recorded, refused
 from crew.views import UNREACHABLE
+from lead.refusals import Refusals
 
 log = logs.get("crew")
 
@@ -208,7 +212,7 @@ class Member:
 
 
 class Hub:
-    def __init__(self, paths: Paths, bridge: Bridge, writer: Writer) -> None:
+    def __init__(self, paths: Paths, bridge: Bridge, writer: Writer, *, refusals: Refusals | None = None) -> None:
         self.paths = paths
         self.bridge = bridge
         self.writer = writer
@@ -216,6 +220,9 @@ class Hub:
         self.store.load_tokens()  # in memory from here on (start-up, before the loop serves anyone)
         self.members: dict[str, Member] = {}
         self.locks = SessionLocks()
+        # the lead's own refusals of writes to members' agents, remembered (lead.refusals)
+        self.refusals = refusals if refusals is not None else Refusals(paths.state_dir / "refusals.sqlite")
+        self.inflight: dict[str, trio.Event] = {}  # request ids being judged or forwarded (session-bound writes)
         self.viewers: dict[tuple[str, str], int] = {}
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
@@ -561,21 +568,68 @@ class Hub:
         return f"since {hhmm(since)}" if since else "(never connected)"
 
     async def write(self, label: str, req: WriteRequest) -> Receipt:
+        """Route one write to a member's agent. A session-bound write the lead refuses before forwarding
+        (busy, offline, older Collie) is remembered, so a repeat of its id answers that refusal (`replay`)
+        and never runs later; sends and starters are the inbox's (lead.refusals)."""
         member = self.members.get(label)
         if member is None:
             return refused(req.request_id, req.op, "not_found", f"no machine {label!r} in this crew")
+        if req.op in INBOX_OPS:
+            return await self._route(label, member, req, kept=False)
+        rid = req.request_id
+        while rid in self.inflight:  # a double tap: wait for the first, then judge the repeat
+            await self.inflight[rid].wait()
+        done = self.inflight[rid] = trio.Event()  # claimed before any await
+        try:
+            try:
+                seen = await self.refusals.run(self.refusals.get, rid)
+            except (sqlite3.Error, OSError) as exc:
+                return not_recorded(rid, req.op, exc)
+            if seen is not None and seen.fingerprint != req.fingerprint():
+                return refused(rid, req.op, "conflict")
+            if seen is not None and seen.state == "refused":
+                return attrs.evolve(Receipt(**seen.receipt), replay=True)
+            return await self._route(label, member, req, kept=seen is None)
+        finally:
+            del self.inflight[rid]
+            done.set()
+
+    async def _route(self, label: str, member: Member, req: WriteRequest, *, kept: bool) -> Receipt:
+        """`kept`: remember a refusal decided here, and mark the request forwarded before it goes out."""
         if member.read_only:
-            return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
-                           text=OLDER_COLLIE)
+            rec = Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
+                          text=OLDER_COLLIE)
+            return await self._keep(req, rec) if kept else rec
         if member.conn is None:
-            return refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member)}")
+            rec = refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member)}")
+            return await self._keep(req, rec) if kept else rec
         reader = member.readers.get(req.agent)
         key = lock_key(req, reader.conversations if reader is not None else {})  # an answer: its ask's conversation
         try:
             async with self.locks.hold((label, *key), stop=req.op == "abort"):
+                if kept:
+                    try:  # on disk before the frame goes out: a later refusal of this id is then not kept
+                        await self.refusals.run(self.refusals.forwarded, req.request_id, req.fingerprint())
+                    except (sqlite3.Error, OSError) as exc:
+                        log.warning("[crew] %s: %s %s: not recorded (%s: %s); refused, nothing was forwarded",
+                                    label, req.op, req.request_id, type(exc).__name__, exc)
+                        return not_recorded(req.request_id, req.op, exc)
                 return await self.forward(label, req)
         except Busy:
-            return refused(req.request_id, req.op, "busy")
+            rec = refused(req.request_id, req.op, "busy")
+            return await self._keep(req, rec) if kept else rec
+
+    async def _keep(self, req: WriteRequest, rec: Receipt) -> Receipt:
+        """Remember a refusal decided before forwarding. When it cannot be written (the disk is full) the
+        write is refused `disk_full` instead — nothing was forwarded, nothing is kept, so a repeat of the
+        id is judged afresh, as that refusal says."""
+        try:
+            await self.refusals.run(self.refusals.refuse, req.request_id, req.fingerprint(), attrs.asdict(rec))
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("[crew] %s %s: the refusal %s could not be recorded (%s: %s)", req.op, req.request_id,
+                        rec.reason, type(exc).__name__, exc)
+            return not_recorded(req.request_id, req.op, exc)
+        return rec
 
     async def forward(self, label: str, req: WriteRequest) -> Receipt:
         """Send one request to the member (the caller holds the session lock)."""

@@ -19,6 +19,7 @@ from lead.api import create_api, install_inbox_routes
 from lead.http import create_app
 from lead.hub import Hub, Member
 from lead.inbox import Inbox
+from lead.refusals import Refusals
 from tests.live import InlineJournal, bridge_for
 
 TOKEN = "t" * 64
@@ -28,6 +29,14 @@ class InlineInbox(Inbox):
     """The inbox's SQL run inline too (it commits in a worker thread, which virtual time cannot wait for)."""
 
     async def _db(self, fn, *args):
+        await trio.lowlevel.checkpoint()
+        return fn(*args)
+
+
+class InlineRefusals(Refusals):
+    """The lead's memory of its refusals with its SQL inline (no worker thread): virtual times stay exact."""
+
+    async def run(self, fn, *args):
         await trio.lowlevel.checkpoint()
         return fn(*args)
 
@@ -63,7 +72,7 @@ async def api_lab(tmp, agents: list[AgentConfig], *, ready: tuple[str, ...] | No
         w = Writer(b, InlineJournal(tmp / "journal.sqlite"))
         paths = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state")
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        hub = Hub(paths, b, w)
+        hub = Hub(paths, b, w, refusals=InlineRefusals(paths.state_dir / "refusals.sqlite"))
         inbox = InlineInbox(paths.state_dir / "inbox.sqlite", hub, w)
         app = create_app(lambda a: (create_api(a, b, w, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
         async with trio.open_nursery() as n:
