@@ -81,6 +81,13 @@ SAY_AGAIN_AFTER = 60.0
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
 
 
+def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
+    """Refused `disk_full` (or `not_recorded`): nothing was forwarded, nothing kept — as the writer says it."""
+    answer = req.op == "answer"
+    return not_recorded(req.request_id, req.op, exc, channel="program" if answer else None,
+                        digest=req.digest if answer else None)
+
+
 def hhmm(wall: float) -> str:
     return dt.datetime.fromtimestamp(wall).strftime("%H:%M")
 
@@ -584,7 +591,7 @@ class Hub:
             try:
                 seen = await self.refusals.run(self.refusals.get, rid)
             except (sqlite3.Error, OSError) as exc:
-                return not_recorded(rid, req.op, exc)
+                return _not_recorded(req, exc)
             if seen is not None and seen.fingerprint != req.fingerprint():
                 return refused(rid, req.op, "conflict")
             if seen is not None and seen.state == "refused":
@@ -613,7 +620,7 @@ class Hub:
                     except (sqlite3.Error, OSError) as exc:
                         log.warning("[crew] %s: %s %s: not recorded (%s: %s); refused, nothing was forwarded",
                                     label, req.op, req.request_id, type(exc).__name__, exc)
-                        return not_recorded(req.request_id, req.op, exc)
+                        return _not_recorded(req, exc)
                 return await self.forward(label, req)
         except Busy:
             rec = refused(req.request_id, req.op, "busy")
@@ -628,7 +635,7 @@ class Hub:
         except (sqlite3.Error, OSError) as exc:
             log.warning("[crew] %s %s: the refusal %s could not be recorded (%s: %s)", req.op, req.request_id,
                         rec.reason, type(exc).__name__, exc)
-            return not_recorded(req.request_id, req.op, exc)
+            return _not_recorded(req, exc)
         return rec
 
     async def forward(self, label: str, req: WriteRequest) -> Receipt:
