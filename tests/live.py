@@ -95,3 +95,27 @@ async def writer_lab(tmp: Path, *, settle: float = 0.0, **kw):
                 await trio.sleep(settle)
                 yield collie, pane, b, w
                 n.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def inbox_lab(tmp: Path, **kw):
+    """A real SDK agent `a0` with one conversation `c`, a bridge reading it, a writer and an inbox (both
+    with their SQL inline) under the bridge's state folder, the inbox running and the agent ready:
+    yields (collie, pane, bridge, writer, inbox). `kw` goes to the agent (caps, on_send, ...)."""
+    from lead.hub import Hub
+    from tests.apilab import InlineInbox  # here, not above: tests.apilab imports this module
+
+    async with agent(tmp / "a0.sock", **kw) as collie:
+        pane = collie.conversation("c", title="c")
+        collie.ready()
+        async with bridge_for([AgentConfig("a0", socket=str(tmp / "a0.sock"))], tmp) as b:
+            b.paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            writer = Writer(b, InlineJournal(b.paths.state_dir / "journal.sqlite"))
+            hub = Hub(b.paths, b, writer)
+            inbox = InlineInbox(b.paths.state_dir / "inbox.sqlite", hub, writer)
+            async with trio.open_nursery() as n:
+                n.start_soon(inbox.run)
+                while b.status("a0").status != "ready":
+                    await b.wait_changed()
+                yield collie, pane, b, writer, inbox
+                n.cancel_scope.cancel()

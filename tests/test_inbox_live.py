@@ -25,7 +25,7 @@ from lead.http import create_app
 from lead.hub import Hub
 from lead.inbox import Inbox, item_id
 from tests.apilab import InlineInbox
-from tests.live import InlineJournal, agent, bridge_for
+from tests.live import agent, bridge_for
 
 TOKEN = "t" * 64
 OWNER = {"authorization": f"Bearer {TOKEN}"}
@@ -368,34 +368,22 @@ async def test_queued_items_do_not_wait_for_the_idle_poll(tmp, autojump_clock):
     turns take 0.5 s each run back to back: while an item waits for its turn to end the inbox asks the
     bridge to read again, so each is done about a tick after its turn ended, not at the next idle poll."""
     from bridge.poller import IDLE_EVERY
-    from tests.live import ALL_CAPS
+    from tests.live import ALL_CAPS, inbox_lab
 
     async def slow(pane, text):
         await trio.sleep(0.5)
         pane.reply(f"got {text}")
-    async with agent(tmp / "a0.sock", caps=[c for c in ALL_CAPS if c != "watch"], on_send=slow) as collie:
-        collie.conversation("c", title="c")
-        collie.ready()
-        async with bridge_for([AgentConfig("a0", socket=str(tmp / "a0.sock"))], tmp) as b:
-            b.paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            writer = Writer(b, InlineJournal(b.paths.state_dir / "journal.sqlite"))
-            hub = Hub(b.paths, b, writer)
-            inbox = InlineInbox(b.paths.state_dir / "inbox.sqlite", hub, writer)
-            async with trio.open_nursery() as n:
-                n.start_soon(inbox.run)
-                while b.status("a0").status != "ready":
-                    await b.wait_changed()
-                t0 = trio.current_time()
-                from bridge.writes import WriteRequest
-                ids = [rid() for _ in range(4)]
-                for r in ids:
-                    got = await inbox.submit("local", WriteRequest(request_id=r, op="send", agent="a0", conversation="c",
-                                                                   text=r, turn=None), sender=None)
-                    assert got.outcome in ("sent", "queued")
-                while any(i.state != "done" for i in inbox.items("local", "a0")):
-                    await trio.sleep(0.01)
-                took = trio.current_time() - t0
-                n.cancel_scope.cancel()
+    async with inbox_lab(tmp, caps=[c for c in ALL_CAPS if c != "watch"], on_send=slow) as (_c, _p, _b, _w, inbox):
+        t0 = trio.current_time()
+        from bridge.writes import WriteRequest
+        ids = [rid() for _ in range(4)]
+        for r in ids:
+            got = await inbox.submit("local", WriteRequest(request_id=r, op="send", agent="a0", conversation="c",
+                                                           text=r, turn=None), sender=None)
+            assert got.outcome in ("sent", "queued")
+        while any(i.state != "done" for i in inbox.items("local", "a0")):
+            await trio.sleep(0.01)
+        took = trio.current_time() - t0
     print(f"4 items of 0.5 s turns done after {took:.3f} s (virtual)")
     assert took < IDLE_EVERY, took  # four 0.5 s turns; one idle poll alone would be 10 s
 

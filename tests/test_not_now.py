@@ -15,13 +15,9 @@ import pytest
 import trio
 
 from bridge.client import AgentUnreachable
-from bridge.writer import Writer
 from bridge.writes import WriteRequest
-from crew.config import AgentConfig
 from lead import inbox as inbox_mod
-from lead.hub import Hub
-from tests.apilab import InlineInbox, InlineJournal
-from tests.live import agent, bridge_for, cleanup, short_dir
+from tests.live import cleanup, inbox_lab, short_dir
 
 
 @pytest.fixture
@@ -67,21 +63,9 @@ def refuse_next_write(b, suffix: str) -> list[float]:
 
 @asynccontextmanager
 async def lab(tmp, gate: Gate):
-    async with agent(tmp / "a0.sock", on_send=gate.on_send) as collie:
-        pane = collie.conversation("c", title="c")
-        collie.ready()
-        async with bridge_for([AgentConfig("a0", socket=str(tmp / "a0.sock"))], tmp) as b:
-            b.paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            writer = Writer(b, InlineJournal(b.paths.state_dir / "journal.sqlite"))
-            hub = Hub(b.paths, b, writer)
-            inbox = InlineInbox(b.paths.state_dir / "inbox.sqlite", hub, writer)
-            async with trio.open_nursery() as n:
-                n.start_soon(inbox.run)
-                while b.status("a0").status != "ready":
-                    await b.wait_changed()
-                yield collie, pane, b, writer, inbox
-                gate.open.set()
-                n.cancel_scope.cancel()
+    async with inbox_lab(tmp, on_send=gate.on_send) as got:
+        yield got
+        gate.open.set()
 
 
 def send(text: str, request_id: str | None = None, turn: int | None = None) -> WriteRequest:
