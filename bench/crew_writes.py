@@ -50,29 +50,13 @@ from tests.crewlab import Crew, wait_for  # noqa: E402
 
 AGENT_HOST = """
 import sys, trio
-from crew.sdk import open_collie
+from functools import partial
+from bench.measure import run_agents
 ALL_CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
 async def echo(pane, text):
     pane.reply(f"You said: {text}")
-async def one(folder, name, convs, started):
-    async with open_collie(socket=f"{folder}/{name}.sock", host_name=name, caps=ALL_CAPS, on_send=echo,
-                           runtime="many") as collie:
-        ws = collie.workspace("w", title="Work").tab("t")
-        for i in range(convs):
-            ws.pane(f"c{i:03d}", title=f"Conversation {i}").reply(f"item of {i}")
-        collie.ready()
-        started()
-        await trio.sleep_forever()
-async def main(folder, n, convs):
-    left = [n]
-    def started():
-        left[0] -= 1
-        if left[0] == 0:
-            print("listening", flush=True)
-    async with trio.open_nursery() as nursery:
-        for a in range(n):
-            nursery.start_soon(one, folder, f"a{a:02d}", convs, started)
-trio.run(main, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))
+trio.run(partial(run_agents, sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), "listening", item="item of {i}",
+                 name_hosts=True, caps=ALL_CAPS, on_send=echo, runtime="many"))
 """
 
 

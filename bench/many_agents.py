@@ -34,27 +34,12 @@ from crew.errors import NotRunningError  # noqa: E402
 
 HOST = """
 import sys, trio
-from crew.sdk import open_collie
+from bench.measure import run_agents
 from fixtures.agents import ALL_CAPS
-async def one(path, n, caps, ready):
-    async with open_collie(socket=path, caps=caps, runtime="bench", caller_check="off") as c:
-        ws = c.workspace("w", title="Work").tab("t")
-        for i in range(n):
-            ws.pane(f"c{i:03d}", title=f"Conversation {i}").reply(f"item {i}")
-        c.ready()
-        ready()
-        await trio.sleep_forever()
 async def main():
     folder, agents, n, watch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     caps = ALL_CAPS if watch else [c for c in ALL_CAPS if c != "watch"]
-    left = [agents]
-    def ready():
-        left[0] -= 1
-        if left[0] == 0:
-            print("ready", flush=True)
-    async with trio.open_nursery() as nursery:
-        for a in range(agents):
-            nursery.start_soon(one, f"{folder}/a{a:02d}.sock", n, caps, ready)
+    await run_agents(folder, agents, n, "ready", caps=caps, runtime="bench", caller_check="off")
 trio.run(main)
 """
 

@@ -139,3 +139,32 @@ def start_lead(env: dict, state, repo=None, stderr=None):
             if lead.poll() is not None:
                 raise RuntimeError(f"the lead exited {lead.returncode}") from None
             time.sleep(0.1)
+
+
+# --- many SDK agents in one process (the agent hosts the benchmarks run with `python -c`) ------------
+async def run_agents(folder: str, n: int, convs: int, word: str, *, item: str = "item {i}",
+                     name_hosts: bool = False, **open_kw) -> None:
+    """Runs the SDK agents a00, a01, ... (n of them) in this process, each on `folder/<name>.sock` with
+    conversations c000, c001, ... (`convs` of them, each holding one reply: `item` with its number) in
+    one workspace, and prints `word` on a line of its own once every one of them is ready. `open_kw`
+    goes to open_collie; `name_hosts` gives each agent its own name as its host name."""
+    import trio
+
+    from crew.sdk import open_collie
+
+    left = [n]
+
+    async def one(name: str) -> None:
+        kw = {"host_name": name, **open_kw} if name_hosts else open_kw
+        async with open_collie(socket=f"{folder}/{name}.sock", **kw) as collie:
+            ws = collie.workspace("w", title="Work").tab("t")
+            for i in range(convs):
+                ws.pane(f"c{i:03d}", title=f"Conversation {i}").reply(item.format(i=i))
+            collie.ready()
+            left[0] -= 1
+            if left[0] == 0:
+                print(word, flush=True)
+            await trio.sleep_forever()
+    async with trio.open_nursery() as nursery:
+        for a in range(n):
+            nursery.start_soon(one, f"a{a:02d}")
