@@ -555,15 +555,20 @@ def hold_the_tap(page, card, button: str) -> list:
     return held
 
 
-def test_an_ask_the_agent_decided_first_locks_its_card_with_decided(page, crew):
-    """O, R2: the phone's tap is on its way when the agent decides the same ask itself (here its own
-    `Decide here` button, as someone at the agent would): the tap applies nothing, and the card locks and
-    says `Decided in the durable agent.`"""
+def hold_ship_it(page, crew) -> tuple[dict, object, list]:
+    """The deploy ask open in its chat, `Ship it` tapped and its answer held on the way: (ask, card, held)."""
     ask = open_ask(crew, "local", "gate", "deploy")
     chat(page, "local", "gate", "deploy")
     card = page.locator(f".card[data-ask='{ask['id']}']")
     card.wait_for()
-    held = hold_the_tap(page, card, "Ship it")
+    return ask, card, hold_the_tap(page, card, "Ship it")
+
+
+def test_an_ask_the_agent_decided_first_locks_its_card_with_decided(page, crew):
+    """O, R2: the phone's tap is on its way when the agent decides the same ask itself (here its own
+    `Decide here` button, as someone at the agent would): the tap applies nothing, and the card locks and
+    says `Decided in the durable agent.`"""
+    _ask, card, held = hold_ship_it(page, crew)
     with crew.client() as c:
         done = c.post("/api/agents/local/gate/conversations/deploy/actions/decide",
                       json={"request_id": str(uuid.uuid4()), "turn": pane_of(crew, "local", "gate", "deploy")["turn"]})
@@ -581,11 +586,7 @@ def test_an_ask_the_agent_decided_first_locks_its_card_with_decided(page, crew):
 def test_an_ask_answered_elsewhere_first_says_already_answered(page, crew):
     """O: another answer (another phone, a script) reached the agent while this phone's tap was on its way:
     the card says `Already answered. This card goes away on the next refresh.` — and it does."""
-    ask = open_ask(crew, "local", "gate", "deploy")
-    chat(page, "local", "gate", "deploy")
-    card = page.locator(f".card[data-ask='{ask['id']}']")
-    card.wait_for()
-    held = hold_the_tap(page, card, "Ship it")
+    ask, card, held = hold_ship_it(page, crew)
     with crew.client() as c:
         got = c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "machine": "local", "agent": "gate",
                                                     "digest": ask["digest"], "answer": {"option_ids": ["no"]}}).json()
