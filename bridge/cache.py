@@ -11,12 +11,11 @@ Writes happen only when something changed, so an idle agent costs no disk writes
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import trio
 
-from crew.fsutil import touch_private
+from crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -29,12 +28,8 @@ VERSION = 1
 
 class Cache:
     def __init__(self, path: Path) -> None:
-        touch_private(path)
         self.path = path
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(path, synchronous="NORMAL")  # a cache (see above)
         self.db.executescript(SCHEMA)
         row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
         if row is None or json.loads(row[0]) != VERSION:

@@ -20,13 +20,12 @@ Wall-clock times are stored (they must mean something after a restart or a sleep
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import attrs
 import trio
 
-from crew.fsutil import touch_private
+from crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (
@@ -67,12 +66,8 @@ class Row:
 
 class Journal:
     def __init__(self, path: Path) -> None:
-        touch_private(path)
         self.path = path
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(path)  # WAL, synchronous=FULL
         self.db.executescript(SCHEMA)
         self.limiter = trio.CapacityLimiter(1)
         self._queue: list[_Call] = []  # calls waiting for the next batch

@@ -51,7 +51,7 @@ import trio
 
 from bridge.writes import WriteRequest
 from crew import logs
-from crew.fsutil import touch_private
+from crew.fsutil import open_db
 from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
 
 log = logs.get("inbox")
@@ -302,11 +302,7 @@ class Inbox:
     def __init__(self, path: Path, hub, writer, *, owner: str = "the owner", ttl: float = TTL_DEFAULT,
                  wall=time.time) -> None:
         self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
-        touch_private(path)
-        self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA busy_timeout=5000")
+        self.db = open_db(path)  # WAL, synchronous=FULL
         self.db.executescript(SCHEMA)
         have = {r[1] for r in self.db.execute("PRAGMA table_info(items)")}
         for col, kind in MIGRATIONS.items():
