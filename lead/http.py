@@ -5,11 +5,17 @@ until `shutdown` is set, then give open connections a short graceful deadline. C
 budgeted (`lead.connections`, issue 9.7): at most a share of the descriptor limit in total and per
 client address, refused (or, when the total is full, let in by closing the biggest holder's longest-idle
 connection), and idle ones closed early under pressure.
+
+A peer that disappears or stops reading does not hold its connection (and a phone's live channel, with the
+viewing count that keeps an agent on 2 s polling) for long: every accepted TCP connection gets TCP
+keep-alive and a user timeout (`prepare_socket`), and a write the peer takes nothing of for
+`hypercorn_fix.SEND_STALL_SECONDS` ends the connection.
 """
 
 from __future__ import annotations
 
 import resource
+import socket
 from contextvars import ContextVar
 from functools import partial
 
@@ -36,6 +42,16 @@ _REFUSAL_BODY = b'{"error": "busy", "message": "too many connections from your a
 REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
            b"content-length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY))
 
+# A phone whose radio drops mid-connection sends no FIN or RST: without these the kernel keeps the connection
+# ~15 min while data it sent goes unacknowledged, and forever when nothing is sent (issue 11).
+KEEPALIVE_IDLE_SECONDS = 30  # first probe after 30 s of silence from the peer
+KEEPALIVE_INTERVAL_SECONDS = 10
+KEEPALIVE_PROBES = 3  # an idle dead peer is dropped within 30 + 3 x 10 = 60 s (Linux: ~40 s, see below)
+# Data sent and unacknowledged this long (the live channel's events or its 15 s heartbeat to a gone phone,
+# or a zero window: a peer that stops reading) ends the connection. Linux only; it also ends unanswered
+# keep-alive probes once this long has passed. A phone on a poor link acknowledges well within 30 s.
+USER_TIMEOUT_SECONDS = 30
+
 _budget: ContextVar[ConnectionBudget | None] = ContextVar("collie_connection_budget", default=None)
 
 
@@ -44,16 +60,35 @@ def descriptor_limit() -> int:
     return UNLIMITED_DESCRIPTORS if soft == resource.RLIM_INFINITY else soft
 
 
+def prepare_socket(sock) -> None:
+    """Keep-alive and a user timeout on an accepted TCP connection (the constants above), each where the
+    platform has it; a Unix socket is left as it is. An option the kernel refuses is skipped."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    idle = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)  # macOS: KEEPALIVE
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1), (socket.IPPROTO_TCP, idle, KEEPALIVE_IDLE_SECONDS),
+               (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPINTVL", None), KEEPALIVE_INTERVAL_SECONDS),
+               (socket.IPPROTO_TCP, getattr(socket, "TCP_KEEPCNT", None), KEEPALIVE_PROBES),
+               (socket.IPPROTO_TCP, getattr(socket, "TCP_USER_TIMEOUT", None), USER_TIMEOUT_SECONDS * 1000)]
+    for level, option, value in options:
+        if option is not None:
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError:
+                pass
+
+
 class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
     """One connection, admitted by the budget of the `serve_http` that accepted it."""
 
     async def run(self) -> None:
+        prepare_socket(hypercorn_fix.socket_of(self.stream))
         budget = _budget.get()
         if budget is None:
             await super().run()
             return
         try:
-            sock = getattr(self.stream, "transport_stream", self.stream).socket
+            sock = hypercorn_fix.socket_of(self.stream)
             peer = sock.getpeername()
         except OSError:
             return  # gone already

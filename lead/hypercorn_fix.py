@@ -34,11 +34,21 @@ keep-alive timer, which runs while the body drains.
    the body (or the end of the message) and goes in the same write; anything else sent on the
    connection first sends what is held. Streamed answers (no length) are not held.
 
+5. **A peer that takes nothing holds its connection for good.** hypercorn writes under a shield with no
+   bound, so a client that stops reading (or is gone, where the kernel has no `TCP_USER_TIMEOUT`) blocks
+   that write, and whatever waits on it, forever: a phone's live channel stays open with its viewing
+   count. Now a write the peer takes no `SEND_SLICE` of for `SEND_STALL_SECONDS` ends the connection at
+   once (a reset: what it never took is dropped).
+
 `install()` puts both in place (before serving); `lead.http` passes its own subclass of
-`FixedTCPServer`. `tests/test_http_server.py` fails without each part.
+`FixedTCPServer`. `tests/test_http_server.py` fails without each of parts 1-4, and
+`tests/test_connections.py` (a phone that stops reading) without part 5.
 """
 
 from __future__ import annotations
+
+import socket
+import struct
 
 import h11
 import trio
@@ -51,6 +61,28 @@ from hypercorn.trio.tcp_server import TCPServer
 
 DRAIN_MAX_BYTES = 256 * 1024  # the API's own body limit (lead.api.MAX_BODY): larger bodies close instead
 RECYCLE_SECONDS = 5.0  # bound on the shielded recycle: it sends at most a few bytes and starts a timer
+# Fix 5: a write that gets no slice into the socket for this long ends the connection — nginx's `send_timeout`
+# rule and default. 64 KiB a minute is ~1 kB/s: a peer that slow has stopped reading. (On Linux the lead's
+# TCP_USER_TIMEOUT, lead.http, usually ends such a connection first, after 30 s.)
+SEND_STALL_SECONDS = 60.0
+SEND_SLICE = 64 * 1024
+
+
+def socket_of(stream):
+    """The trio socket under a connection's stream (TLS or not)."""
+    return getattr(stream, "transport_stream", stream).socket
+
+
+async def send_bounded(stream, data: bytes) -> bool:
+    """Send `data`; False when the peer took no `SEND_SLICE` of it for `SEND_STALL_SECONDS` (the stream
+    is then in an unknown state and must be closed)."""
+    view = memoryview(data)
+    for start in range(0, len(view), SEND_SLICE):
+        with trio.move_on_after(SEND_STALL_SECONDS):
+            await stream.send_all(view[start:start + SEND_SLICE])
+            continue
+        return False
+    return True
 
 
 class _Discard:
@@ -145,11 +177,32 @@ class FixedTCPServer(TCPServer):
         await self.idle_task.stop()  # the client is gone: nothing is left for the keep-alive timer to end
 
     async def protocol_send(self, event) -> None:
-        if isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
+        if isinstance(event, RawData):  # hypercorn's write, bounded (fix 5)
+            async with self.send_lock:
+                try:
+                    with trio.CancelScope(shield=True):  # as hypercorn's: a write is never left half done
+                        if await send_bounded(self.stream, event.data):
+                            return
+                        await self._abort()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+                await self.protocol.handle(Closed())
+        elif isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
             with trio.CancelScope(shield=True, deadline=trio.current_time() + RECYCLE_SECONDS):
                 await super().protocol_send(event)
         else:
             await super().protocol_send(event)
+
+    async def _abort(self) -> None:
+        """Close at once with a reset, dropping what the stalled peer never took. The TCP socket under TLS
+        too: a TLS close would first try to send its close_notify to that same peer."""
+        sock = socket_of(self.stream)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            except OSError:
+                pass
+        await getattr(self.stream, "transport_stream", self.stream).aclose()
 
 
 def install(server: type[TCPServer] = FixedTCPServer) -> None:

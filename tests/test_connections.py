@@ -13,19 +13,26 @@ real `collie serve` with a low descriptor limit and checks that `collie status` 
 
 from __future__ import annotations
 
+import os
 import resource
 import selectors
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import time
+from functools import partial
 
 import httpx
 import pytest
 import trio
 
 from lead.connections import PRESSURE_IDLE_SECONDS, ConnectionBudget, Limits
-from lead.http import KEEP_ALIVE_SECONDS, SWEEP_SECONDS, create_app, serve_http
+from lead.events import HEARTBEAT
+from lead.http import (KEEP_ALIVE_SECONDS, KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_PROBES,
+                       SWEEP_SECONDS, USER_TIMEOUT_SECONDS, create_app, serve_http)
+from lead.hypercorn_fix import SEND_STALL_SECONDS
 from tests.conftest import REPO, BridgeProcess, collie_env, run_collie
 
 
@@ -285,3 +292,154 @@ def test_held_connections_leave_status_and_dashboard_answering(paths):
         lead.stop()
         lead.proc.stdout.close()
     assert "Too many open files" not in paths.log.read_text()
+
+
+# --- a gone or stalled peer does not hold its connection (issue 11: radio drops) -----------------------------
+def _server_end(match) -> socket.socket | None:
+    """The lead's own end of a connection as the kernel holds it: the server runs in this process, so its
+    accepted socket is one of our descriptors; `match(sock)` picks it, read through a duplicate."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:
+            continue
+        try:
+            if match(sock):
+                return sock
+        except OSError:
+            pass
+        sock.close()
+    return None
+
+
+def _keepalive_options(sock: socket.socket) -> dict:
+    return {"keepalive": sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+            "idle": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+            "interval": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+            "probes": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+            "user_timeout_ms": sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)}
+
+
+WANTED = {"keepalive": 1, "idle": KEEPALIVE_IDLE_SECONDS, "interval": KEEPALIVE_INTERVAL_SECONDS,
+          "probes": KEEPALIVE_PROBES, "user_timeout_ms": USER_TIMEOUT_SECONDS * 1000}
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or not hasattr(socket, "TCP_USER_TIMEOUT"),
+                    reason="reads the server's socket through /proc (Linux)")
+async def test_accepted_connections_find_a_gone_peer_plain_and_tls_but_not_unix(tmp_path):
+    """Issue 11 (W5): a phone whose radio drops sends no FIN, so the lead must find out itself. Every TCP
+    connection the lead's server accepts — plain, TLS, and so also a member's crew link, served by the same
+    server on `/crew/v1` — has TCP keep-alive (an idle dead peer is dropped within 30 + 3 x 10 s) and a
+    30 s user timeout (sent data unacknowledged that long ends it). A Unix socket gets none of it and is
+    served as before. Read from the kernel on the server's own end of each connection."""
+    from lead.tls import make_certificate
+
+    cert, key = make_certificate(["127.0.0.1"])
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    unix_path = str(tmp_path / "lead.sock")
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        plain = await nursery.start(serve_http, create_app(), ["127.0.0.1:0"], shutdown)
+        tls = await nursery.start(partial(serve_http, certfile=str(tmp_path / "cert.pem"),
+                                          keyfile=str(tmp_path / "key.pem")),
+                                  create_app(), ["127.0.0.1:0"], shutdown)
+        unix = await nursery.start(serve_http, create_app(), [f"unix:{unix_path}"], shutdown)
+        assert tls[0].startswith("https://") and unix
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        streams = {"plain": await trio.open_tcp_stream("127.0.0.1", int(plain[0].rsplit(":", 1)[1])),
+                   "tls": await trio.open_ssl_over_tcp_stream("127.0.0.1", int(tls[0].rsplit(":", 1)[1]),
+                                                              ssl_context=ctx),
+                   "unix": await trio.open_unix_socket(unix_path)}
+        for stream in streams.values():
+            await stream.send_all(request)
+            with trio.fail_after(5):
+                assert (await stream.receive_some(4096)).startswith(b"HTTP/1.1 200")
+        for kind in ("plain", "tls"):
+            client = getattr(streams[kind], "transport_stream", streams[kind]).socket
+            mine, port = client.getsockname(), client.getpeername()[1]
+            server = _server_end(lambda s: s.family == socket.AF_INET and s.getpeername() == mine
+                                 and s.getsockname()[1] == port)
+            assert server is not None, kind
+            with server:
+                assert _keepalive_options(server) == WANTED, kind
+        accepted = _server_end(lambda s: s.family == socket.AF_UNIX and s.getsockname() == unix_path
+                               and not s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+        assert accepted is not None
+        with accepted:
+            assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0
+        for stream in streams.values():
+            await stream.aclose()
+        shutdown.set()
+
+
+async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(autojump_clock):
+    """Issue 11 (W5, I7): a phone that stops reading its live channel (a frozen app, or gone where the
+    kernel has no TCP_USER_TIMEOUT) ends that channel once it has taken nothing for SEND_STALL_SECONDS —
+    and with it the viewing that keeps its agent on 2 s polling. Another phone reading its own channel
+    keeps it. Before, hypercorn's write waited for the stalled peer forever."""
+    from lead.events import Feed, install_events
+
+    viewing: list = []
+
+    async def set_viewing(machine, agent, on):
+        viewing.append((trio.current_time(), agent, on))
+
+    class Bridge:
+        readers: dict = {}
+        on_agent_change: list = []
+
+    feed = Feed(Bridge(), set_viewing=set_viewing)
+    app = create_app(lambda a: install_events(a, feed, owner_check=lambda: True))
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve_http, app, ["127.0.0.1:0"], shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+
+        async def open_channel(agent: str, rcvbuf: int | None = None) -> trio.SocketStream:
+            sock = trio.socket.socket()
+            if rcvbuf:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)  # a small window: fills sooner
+            await sock.connect(("127.0.0.1", port))
+            stream = trio.SocketStream(sock)
+            await stream.send_all(b"GET /api/events?agent=%s HTTP/1.1\r\nHost: x\r\n\r\n" % agent.encode())
+            return stream
+
+        frozen = await open_channel("desk", rcvbuf=4096)  # never reads
+        reading = await open_channel("lab")
+        taken = 0
+
+        async def read_all():
+            nonlocal taken
+            try:
+                while chunk := await reading.receive_some(1 << 20):
+                    taken += len(chunk)
+            except trio.ClosedResourceError:  # closed below, at the end of the test
+                pass
+        nursery.start_soon(read_all)
+        try:
+            with trio.fail_after(5):
+                while len(viewing) < 2:
+                    await trio.sleep(0.01)
+            t0 = trio.current_time()
+            for i in range(200):  # 200 events of ~64 KiB: far more than the socket buffers hold
+                feed._publish("row", {"machine": "local", "agent": "lab", "row": {"line2": "x" * 65536, "i": i}})
+                await trio.sleep(0)
+            with trio.fail_after(10 * SEND_STALL_SECONDS):
+                while len(viewing) < 3:
+                    await trio.sleep(0.5)
+            ended_at, agent, on = viewing[2]
+            assert (agent, on) == ("desk", False)
+            assert ended_at - t0 == SEND_STALL_SECONDS, ended_at - t0
+            assert [ch.view[1] for ch in feed.channels.values()] == ["lab"]  # the reading phone keeps its channel
+            assert taken > 200 * 65536
+            await trio.sleep(HEARTBEAT * 2)
+            assert [ch.view[1] for ch in feed.channels.values()] == ["lab"]
+        finally:  # (before the fix, only the frozen phone closing its end lets the server stop)
+            for stream in (frozen, reading):
+                await stream.aclose()
+            shutdown.set()
