@@ -23,7 +23,8 @@ Viewing: a channel says what it views (`?machine=&agent=&conversation=` or `POST
 polling. A comment line every 15 s keeps proxies and phone radios from cutting an idle channel.
 
 Bounds: a channel holds at most `QUEUE` events; a phone too slow to take them gets a fresh snapshot
-instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once.
+instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once. A write the phone
+takes nothing of for `SEND_STALL` seconds (it stopped reading, or is gone) ends the channel.
 
 `EventLog` and `diff_rows` are plain (no trio); `Feed` moves the data.
 """
@@ -50,6 +51,7 @@ MAX_CHANNELS = 200
 PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
 BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
 HEARTBEAT = 15.0
+SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
@@ -567,6 +569,7 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None
+        resp.send_stall_seconds = SEND_STALL
         return resp
 
     @app.post("/api/events/<channel>/view")

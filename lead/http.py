@@ -14,6 +14,7 @@ keep-alive and a user timeout (`prepare_socket`), and a write the peer takes not
 
 from __future__ import annotations
 
+import math
 import resource
 import socket
 from contextvars import ContextVar
@@ -24,6 +25,7 @@ from hypercorn.config import Config
 from hypercorn.events import Updated
 from hypercorn.trio import serve
 from quart_trio import QuartTrio
+from quart_trio.asgi import TrioASGIHTTPConnection
 
 from crew import crewwire
 from lead import hypercorn_fix
@@ -137,9 +139,29 @@ async def _sweep(budget: ConnectionBudget) -> None:
             conn.budget_scope.cancel()
 
 
+class BoundedSendConnection(TrioASGIHTTPConnection):
+    """quart-trio's HTTP handling, with a bound on each write of a response that sets `send_stall_seconds`
+    (the live channel): a write that does not finish in time ends that response only — its body's
+    `finally` runs and, over HTTP/2, the stream is reset (`hypercorn_fix`, fixes 6 and 7) while the
+    connection's other streams go on. Over HTTP/1.1 the connection's own bound (fix 5) ends it."""
+
+    async def _send_response(self, send, response) -> None:
+        bound = getattr(response, "send_stall_seconds", None)
+        if bound is None:
+            await super()._send_response(send, response)
+            return
+        with trio.CancelScope() as scope:
+            async def bounded(message) -> None:
+                scope.deadline = trio.current_time() + bound
+                await send(message)
+                scope.deadline = math.inf
+            await super()._send_response(bounded, response)
+
+
 def create_app(install=None) -> QuartTrio:
     """The lead's app; `install(app)` adds the API routes (the daemon passes them in)."""
     app = QuartTrio("collie")
+    app.asgi_http_class = BoundedSendConnection
     app.config["MAX_CONTENT_LENGTH"] = 256 * 1024
     if install is not None:
         install(app)

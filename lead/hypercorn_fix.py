@@ -40,9 +40,20 @@ keep-alive timer, which runs while the body drains.
    count. Now a write the peer takes no `SEND_SLICE` of for `SEND_STALL_SECONDS` ends the connection at
    once (a reset: what it never took is dropped).
 
-`install()` puts both in place (before serving); `lead.http` passes its own subclass of
+6. **An HTTP/2 stream the client takes nothing of buffers without bound.** hypercorn lets the app's
+   write go on once the send task has popped less than half its buffer — and a stream whose window is
+   shut pops nothing (`pop(0)`) each time the app writes, so a phone that keeps its connection but
+   stops reading one stream (a frozen app) made the lead buffer that stream's output in memory for good,
+   and the live channel never stalled. Now the app waits until the buffer itself is below the low mark.
+
+7. **An HTTP/2 response the app ends early stays open.** When the app stops before the end of its body
+   (the live channel ended by its bound, `lead.http.BoundedSendConnection`), hypercorn forgets the
+   stream but never resets it: the client waits on it for good. Now the stream is reset (RST_STREAM,
+   CANCEL) and its unsent data dropped.
+
+`install()` puts them in place (before serving); `lead.http` passes its own subclass of
 `FixedTCPServer`. `tests/test_http_server.py` fails without each of parts 1-4, and
-`tests/test_connections.py` (a phone that stops reading) without part 5.
+`tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7.
 """
 
 from __future__ import annotations
@@ -50,11 +61,16 @@ from __future__ import annotations
 import socket
 import struct
 
+import h2.errors
+import h2.exceptions
 import h11
+import priority
 import trio
 from hypercorn import protocol as hypercorn_protocol
 from hypercorn.events import Closed, RawData, Updated
 from hypercorn.protocol.events import Body, EndBody, Response, StreamClosed
+from hypercorn.protocol import h2 as hypercorn_h2
+from hypercorn.protocol.h2 import BUFFER_LOW_WATER, H2Protocol, StreamBuffer
 from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio.tcp_server import TCPServer
@@ -168,6 +184,36 @@ class FixedH11Protocol(H11Protocol):
                 await super()._maybe_recycle()
 
 
+class FixedStreamBuffer(StreamBuffer):
+    async def pop(self, max_length: int) -> bytes:
+        length = min(len(self.buffer), max_length)
+        data = bytes(self.buffer[:length])
+        del self.buffer[:length]
+        if len(self.buffer) < BUFFER_LOW_WATER:  # what is left, not what was taken (fix 6)
+            await self._paused.set()
+        if len(self.buffer) == 0:
+            await self._is_empty.set()
+        return data
+
+
+class FixedH2Protocol(H2Protocol):
+    async def stream_send(self, event) -> None:
+        buffer = self.stream_buffers.get(event.stream_id) if isinstance(event, StreamClosed) else None
+        if buffer is not None and not buffer._complete:  # the app ended before its body did (fix 7)
+            try:
+                self.connection.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
+            except h2.exceptions.ProtocolError:
+                pass  # closed meanwhile
+            await buffer.close()  # its unsent data dropped; the send task forgets the stream (StreamClosedError)
+            try:
+                self.priority.unblock(event.stream_id)
+            except priority.MissingStreamError:
+                pass
+            await self.has_data.set()
+            await self._flush()
+        await super().stream_send(event)
+
+
 class FixedTCPServer(TCPServer):
     """Shields the connection-level events a cancelled request task could otherwise lose, and lets a
     connection end when its client closed it (fix 3)."""
@@ -208,4 +254,6 @@ class FixedTCPServer(TCPServer):
 def install(server: type[TCPServer] = FixedTCPServer) -> None:
     """Serve every hypercorn connection of this process with `server` (a `FixedTCPServer`) and the fixed protocol."""
     hypercorn_protocol.H11Protocol = FixedH11Protocol
+    hypercorn_protocol.H2Protocol = FixedH2Protocol
+    hypercorn_h2.StreamBuffer = FixedStreamBuffer
     hypercorn_run.TCPServer = server

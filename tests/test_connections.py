@@ -443,3 +443,72 @@ async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(aut
             for stream in (frozen, reading):
                 await stream.aclose()
             shutdown.set()
+
+
+async def test_an_http2_channel_the_phone_takes_nothing_of_ends_alone(autojump_clock):
+    """Issue 11 (W5): over HTTP/2 a phone can keep its connection alive while it takes nothing of its live
+    channel's stream (its window stays shut: a frozen app). That channel ends after SEND_STALL seconds —
+    its viewing too, and the stream is reset so the phone knows — and the connection's other requests
+    are still answered."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    from lead.events import SEND_STALL, Feed, install_events
+
+    viewing: list = []
+
+    async def set_viewing(machine, agent, on):
+        viewing.append((trio.current_time(), agent, on))
+
+    class Bridge:
+        readers: dict = {}
+        on_agent_change: list = []
+
+    feed = Feed(Bridge(), set_viewing=set_viewing)
+    app = create_app(lambda a: install_events(a, feed, owner_check=lambda: True))
+    shutdown = trio.Event()
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    reset_at: list = []
+    answers: dict = {}
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve_http, app, ["127.0.0.1:0"], shutdown)
+        stream = await trio.open_tcp_stream("127.0.0.1", int(binds[0].rsplit(":", 1)[1]))
+        conn.initiate_connection()  # HTTP/2 with prior knowledge (h2c)
+        conn.send_headers(1, [(":method", "GET"), (":scheme", "http"), (":authority", "x"),
+                              (":path", "/api/events?agent=desk")], end_stream=True)
+        await stream.send_all(conn.data_to_send())
+
+        async def read():
+            while data := await stream.receive_some(1 << 20):
+                for ev in conn.receive_data(data):
+                    if isinstance(ev, h2.events.DataReceived):
+                        if ev.stream_id == 1:  # the connection's window only: the channel's stays shut
+                            conn.increment_flow_control_window(ev.flow_controlled_length)
+                        else:
+                            conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                            answers[ev.stream_id] = answers.get(ev.stream_id, b"") + ev.data
+                    elif isinstance(ev, h2.events.StreamReset) and ev.stream_id == 1:
+                        reset_at.append(trio.current_time())
+                await stream.send_all(conn.data_to_send())
+        nursery.start_soon(read)
+        with trio.fail_after(5):
+            while not viewing:
+                await trio.sleep(0.01)
+        t0 = trio.current_time()
+        for i in range(8):  # 512 KiB: far beyond the stream's 64 KiB window and the server's buffer
+            feed._publish("row", {"machine": "local", "agent": "desk", "row": {"line2": "x" * 65536, "i": i}})
+            await trio.sleep(0)
+        with trio.fail_after(10 * SEND_STALL):
+            while len(viewing) < 2 or not reset_at:
+                await trio.sleep(0.5)
+        assert viewing[1] == (t0 + SEND_STALL, "desk", False) and reset_at == [t0 + SEND_STALL]
+        assert feed.channels == {}
+        conn.send_headers(3, [(":method", "GET"), (":scheme", "http"), (":authority", "x"),
+                              (":path", "/healthz")], end_stream=True)
+        await stream.send_all(conn.data_to_send())
+        with trio.fail_after(5):
+            while b"ok" not in answers.get(3, b""):
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    await stream.aclose()
