@@ -111,67 +111,80 @@ async def floor_burst(floor: Floor, n: int, rounds: int) -> dict:
     return {"per_s": n * rounds / took, "p50": pct(lat, 50), "p99": pct(lat, 99)}
 
 
-async def phone(address: str, token: str, member: str, agents: int, convs: int, rounds: int, socks: list[Path]) -> dict:
-    n = agents * convs
-    latencies: list[float] = []
-    outcomes: dict[str, int] = {}
-    errors: list = []
-    receipt_time = 0.0
-    applied_time = 0.0
-    async with clients(address, n, {"authorization": f"Bearer {token}"}) as cs:
-        c = cs[0]
+class Phones:
+    """The senders: one httpx client per conversation (as many phones would be), each send quoting its
+    conversation's turn as the last receipt left it; records every receipt's latency and outcome."""
+
+    def __init__(self, cs: list, member: str, turns: dict[tuple[int, int], int | None]) -> None:
+        self.member, self.turns = member, turns
+        self.phones = dict(zip(turns, cs))
+        self.latencies: list[float] = []
+        self.outcomes: dict[str, int] = {}
+        self.errors: list = []
+        self.acknowledged = 0
+
+    @classmethod
+    async def ready(cls, cs: list, member: str, agents: int, convs: int) -> Phones:
+        """Once every conversation's pane is there, with the turn it shows."""
         turns: dict[tuple[int, int], int | None] = {}
         for a in range(agents):
             for i in range(convs):
                 url = f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}"
-                while (pane := await c.get(url)).status_code != 200:
+                while (pane := await cs[0].get(url)).status_code != 200:
                     await trio.sleep(0.1)
                 turns[(a, i)] = pane.json()["turn"]
+        return cls(cs, member, turns)
+
+    async def send(self, a: int, i: int, text: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            resp = await self.phones[(a, i)].post("/api/send", json={
+                "request_id": str(uuid.uuid4()), "machine": self.member, "agent": f"a{a:02d}",
+                "conversation": f"c{i:03d}", "text": text, "turn": self.turns[(a, i)]})
+            got = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            self.errors.append((text, a, i, type(exc).__name__, str(exc)[:80]))
+            return
+        self.latencies.append(time.perf_counter() - t0)
+        outcome = got.get("outcome", f"HTTP {resp.status_code}")
+        shown = f"refused {got.get('reason')}" if outcome == "refused" else outcome
+        self.outcomes[shown] = self.outcomes.get(shown, 0) + 1
+        if outcome in ("sent", "queued"):
+            self.acknowledged += 1
+        if outcome == "sent" and got.get("turn") is not None:
+            self.turns[(a, i)] = got["turn"]
+        elif outcome == "queued":
+            self.turns[(a, i)] = None  # its turn is not known yet: the next send quotes none
+
+    def figures(self) -> dict:
+        return {"latencies": self.latencies, "outcomes": self.outcomes, "errors": self.errors,
+                "acknowledged": self.acknowledged}
+
+
+async def phone(address: str, token: str, member: str, agents: int, convs: int, rounds: int, socks: list[Path]) -> dict:
+    receipt_time = 0.0
+    applied_time = 0.0
+    async with clients(address, agents * convs, {"authorization": f"Bearer {token}"}) as cs:
+        phones = await Phones.ready(cs, member, agents, convs)
         agents_ = Agents(socks)
         base = await agents_.applied()
-        acknowledged = 0
-
-        phones = dict(zip(turns, cs))  # each conversation's sender has its own client
-
-        async def one(a: int, i: int, r: int) -> None:
-            nonlocal acknowledged
-            t0 = time.perf_counter()
-            try:
-                resp = await phones[(a, i)].post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": member,
-                                                       "agent": f"a{a:02d}", "conversation": f"c{i:03d}",
-                                                       "text": f"round {r}", "turn": turns[(a, i)]})
-                got = resp.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                errors.append((r, a, i, type(exc).__name__, str(exc)[:80]))
-                return
-            latencies.append(time.perf_counter() - t0)
-            outcome = got.get("outcome", f"HTTP {resp.status_code}")
-            shown = f"refused {got.get('reason')}" if outcome == "refused" else outcome
-            outcomes[shown] = outcomes.get(shown, 0) + 1
-            if outcome in ("sent", "queued"):
-                acknowledged += 1
-            if outcome == "sent" and got.get("turn") is not None:
-                turns[(a, i)] = got["turn"]
-            elif outcome == "queued":
-                turns[(a, i)] = None  # its turn is not known yet: the next send quotes none
-
         per_round = []
         for r in range(rounds):
             t0 = time.perf_counter()
             async with trio.open_nursery() as nursery:
-                for key in turns:
-                    nursery.start_soon(one, *key, r)
+                for key in phones.turns:
+                    nursery.start_soon(phones.send, *key, f"round {r}")
             t1 = time.perf_counter()
             receipt_time += t1 - t0
-            while (await agents_.applied()) - base < acknowledged and time.perf_counter() - t0 < 120:
+            while (await agents_.applied()) - base < phones.acknowledged and time.perf_counter() - t0 < 120:
                 await trio.sleep(0.02)
             t2 = time.perf_counter()
             applied_time += t2 - t0
             per_round.append((t1 - t0, t2 - t0))
         count = await agents_.applied() - base
         await agents_.aclose()
-    return {"latencies": latencies, "outcomes": outcomes, "errors": errors, "receipt_time": receipt_time,
-            "applied_time": applied_time, "applied": count, "acknowledged": acknowledged, "per_round": per_round}
+    return {**phones.figures(), "receipt_time": receipt_time, "applied_time": applied_time, "applied": count,
+            "per_round": per_round}
 
 
 async def open_loop(address: str, token: str, member: str, agents: int, convs: int, rate: float, seconds: float,
@@ -182,49 +195,14 @@ async def open_loop(address: str, token: str, member: str, agents: int, convs: i
     a receipt waits 100 / throughput on average by Little's law (333 ms at 300/s), so a p99 of 50 ms
     at 300/s means an offered 300/s answered with at most 15 in flight."""
     n = agents * convs
-    latencies: list[float] = []
-    outcomes: dict[str, int] = {}
-    errors: list = []
     lag: list[float] = []
     async with clients(address, n, {"authorization": f"Bearer {token}"}) as cs:
-        c = cs[0]
-        turns: dict[tuple[int, int], int | None] = {}
-        for a in range(agents):
-            for i in range(convs):
-                url = f"/api/agents/{member}/a{a:02d}/conversations/c{i:03d}"
-                while (pane := await c.get(url)).status_code != 200:
-                    await trio.sleep(0.1)
-                turns[(a, i)] = pane.json()["turn"]
+        phones = await Phones.ready(cs, member, agents, convs)
         for cl in cs:  # open every sender's connection first, as a phone's is
             await cl.get("/healthz")
         agents_ = Agents(socks)
         base = await agents_.applied()
-        acknowledged = 0
-        keys = list(turns)
-        phones = dict(zip(keys, cs))
-
-        async def one(a: int, i: int, k: int) -> None:
-            nonlocal acknowledged
-            t0 = time.perf_counter()
-            try:
-                resp = await phones[(a, i)].post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": member,
-                                                                    "agent": f"a{a:02d}", "conversation": f"c{i:03d}",
-                                                                    "text": f"send {k}", "turn": turns[(a, i)]})
-                got = resp.json()
-            except (httpx.HTTPError, ValueError) as exc:
-                errors.append((k, a, i, type(exc).__name__, str(exc)[:80]))
-                return
-            latencies.append(time.perf_counter() - t0)
-            outcome = got.get("outcome", f"HTTP {resp.status_code}")
-            shown = f"refused {got.get('reason')}" if outcome == "refused" else outcome
-            outcomes[shown] = outcomes.get(shown, 0) + 1
-            if outcome in ("sent", "queued"):
-                acknowledged += 1
-            if outcome == "sent" and got.get("turn") is not None:
-                turns[(a, i)] = got["turn"]
-            elif outcome == "queued":
-                turns[(a, i)] = None
-
+        keys = list(phones.turns)
         total = int(rate * seconds)
         t_start = trio.current_time()
         w0 = time.perf_counter()
@@ -233,15 +211,14 @@ async def open_loop(address: str, token: str, member: str, agents: int, convs: i
                 due = t_start + k / rate
                 await trio.sleep_until(due)
                 lag.append(trio.current_time() - due)
-                nursery.start_soon(one, *keys[k % n], k)
+                nursery.start_soon(phones.send, *keys[k % n], f"send {k}")
         w1 = time.perf_counter()
-        while (await agents_.applied()) - base < acknowledged and time.perf_counter() - w0 < 120:
+        while (await agents_.applied()) - base < phones.acknowledged and time.perf_counter() - w0 < 120:
             await trio.sleep(0.02)
         w2 = time.perf_counter()
         count = await agents_.applied() - base
         await agents_.aclose()
-    return {"latencies": latencies, "outcomes": outcomes, "errors": errors, "receipt_time": w1 - w0,
-            "applied_time": w2 - w0, "applied": count, "acknowledged": acknowledged,
+    return {**phones.figures(), "receipt_time": w1 - w0, "applied_time": w2 - w0, "applied": count,
             "offered": total, "lag_p99": pct(lag, 99) if lag else 0.0}
 
 
