@@ -142,14 +142,22 @@ class Writer:
 
     async def _keep_refusal(self, req: WriteRequest, rec: Receipt) -> Receipt:
         """Journal a refusal decided before anything was sent, so a repeat of the id answers it (not
-        for sends and starters: the inbox keeps theirs). A full disk only costs the memory of it."""
+        for sends and starters: the inbox keeps theirs). When it cannot be journaled (the disk is full)
+        the write is refused `disk_full` instead: nothing was sent and nothing is remembered, so a repeat
+        is judged afresh — as that refusal says, and as the lead does for a member's agent."""
         if req.op in INBOX_OPS or rec.replay:
             return rec
         row = Row(request_id=req.request_id, agent=req.agent, op=req.op,
                   target=req.conversation or req.ask_id or req.starter_id, fingerprint=req.fingerprint(),
                   wire_path="", wire_body={}, ask_id=None, state="done", receipt=_plain(rec), attempts=0,
                   created_at=self.wall())
-        await self._record(req, self.journal.refusal, row, self.wall())
+        try:
+            await self.journal.run(self.journal.refusal, row, self.wall())
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("[durable] %s: %s %s: the refusal %s could not be journaled (%s: %s); refused, nothing "
+                        "was sent", req.agent, req.op, req.request_id, rec.reason, type(exc).__name__, exc)
+            return not_recorded(req.request_id, req.op, exc, channel="program" if req.op == "answer" else None,
+                                digest=req.digest if req.op == "answer" else None)
         return rec
 
     async def _record(self, req: WriteRequest, fn, *args) -> bool:

@@ -227,3 +227,23 @@ async def test_an_owner_change_while_the_inbox_disk_is_full_says_so(tmp, autojum
         gate.open.set()
         await trio.sleep(5)
         assert gate.texts == ["busy"]
+
+
+async def test_a_refusal_that_cannot_be_journaled_says_disk_full_and_a_repeat_is_judged_again(tmp, autojump_clock):
+    """B2, wire §8: a session write refused before sending is journaled so that a repeat answers the
+    same refusal. With the journal's disk full that memory cannot be kept, so the write is refused
+    `disk_full` (nothing sent, nothing remembered) rather than with a reason a repeat would not get
+    again; with space back the repeat is judged afresh and goes through once."""
+    gate = Gate()
+    async with lab(tmp, gate) as (collie, pane, b, writer, inbox, client):
+        assert (await inbox.submit("local", send("go", turn=0), sender=None)).outcome == "sent"
+        full = Full(writer.journal)
+        full.fill()
+        stale = WriteRequest(request_id=rid(), op="steer", agent="a0", conversation="c", text="faster", turn=0)
+        got = await writer.write(stale)  # quotes the turn before the send's: refused before anything is sent
+        assert (got.outcome, got.reason) == ("refused", "disk_full")
+        full.free()
+        again = await writer.write(stale)
+        assert (again.outcome, again.reason, again.replay) == ("refused", "turn_moved", False)  # judged afresh
+        assert (await writer.write(stale)).replay is True  # and remembered now
+        assert not [c for c in collie.recorder.calls if c[2].endswith("/steer")]
