@@ -377,11 +377,9 @@ async def test_accepted_connections_find_a_gone_peer_plain_and_tls_but_not_unix(
         shutdown.set()
 
 
-async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(autojump_clock):
-    """Issue 11 (W5, I7): a phone that stops reading its live channel (a frozen app, or gone where the
-    kernel has no TCP_USER_TIMEOUT) ends that channel once it has taken nothing for SEND_STALL_SECONDS —
-    and with it the viewing that keeps its agent on 2 s polling. Another phone reading its own channel
-    keeps it. Before, hypercorn's write waited for the stalled peer forever."""
+def _live_channel_app():
+    """A lead app serving only the live channel, over a bridge with no agents; `viewing` records
+    (time, agent, on) each time the feed turns an agent's viewed polling on or off."""
     from lead.events import Feed, install_events
 
     viewing: list = []
@@ -394,7 +392,15 @@ async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(aut
         on_agent_change: list = []
 
     feed = Feed(Bridge(), set_viewing=set_viewing)
-    app = create_app(lambda a: install_events(a, feed, owner_check=lambda: True))
+    return create_app(lambda a: install_events(a, feed, owner_check=lambda: True)), feed, viewing
+
+
+async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(autojump_clock):
+    """Issue 11 (W5, I7): a phone that stops reading its live channel (a frozen app, or gone where the
+    kernel has no TCP_USER_TIMEOUT) ends that channel once it has taken nothing for SEND_STALL_SECONDS —
+    and with it the viewing that keeps its agent on 2 s polling. Another phone reading its own channel
+    keeps it. Before, hypercorn's write waited for the stalled peer forever."""
+    app, feed, viewing = _live_channel_app()
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve_http, app, ["127.0.0.1:0"], shutdown)
@@ -454,19 +460,9 @@ async def test_an_http2_channel_the_phone_takes_nothing_of_ends_alone(autojump_c
     import h2.connection
     import h2.events
 
-    from lead.events import SEND_STALL, Feed, install_events
+    from lead.events import SEND_STALL
 
-    viewing: list = []
-
-    async def set_viewing(machine, agent, on):
-        viewing.append((trio.current_time(), agent, on))
-
-    class Bridge:
-        readers: dict = {}
-        on_agent_change: list = []
-
-    feed = Feed(Bridge(), set_viewing=set_viewing)
-    app = create_app(lambda a: install_events(a, feed, owner_check=lambda: True))
+    app, feed, viewing = _live_channel_app()
     shutdown = trio.Event()
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     reset_at: list = []

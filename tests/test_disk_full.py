@@ -233,7 +233,7 @@ async def test_a_refusal_that_cannot_be_journaled_says_disk_full_and_a_repeat_is
     """B2, wire §8: a session write refused before sending is journaled so that a repeat answers the
     same refusal. With the journal's disk full that memory cannot be kept, so the write is refused
     `disk_full` (nothing sent, nothing remembered) rather than with a reason a repeat would not get
-    again; with space back the repeat is judged afresh and goes through once."""
+    again; with space back the repeat is judged afresh (its own refusal) and remembered from then on."""
     gate = Gate()
     async with lab(tmp, gate) as (collie, pane, b, writer, inbox, client):
         assert (await inbox.submit("local", send("go", turn=0), sender=None)).outcome == "sent"
