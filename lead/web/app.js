@@ -199,7 +199,8 @@ let needsTimer = null;
 function refreshNeeds() {
   clearTimeout(needsTimer);
   needsTimer = setTimeout(async () => {
-    try { app.needs = (await api("/api/needs")).asks; closeAnsweredNotifications(); if (isRoute("dash")) renderDashboard(); }
+    const asked = Date.now();
+    try { app.needs = (await api("/api/needs")).asks; closeAnsweredNotifications(asked); if (isRoute("dash")) renderDashboard(); }
     catch (_) { /* keep */ }
   }, 50);
 }
@@ -631,11 +632,13 @@ async function turnOnPush() {
   } catch (e) { pushState.note = S.notifyFailed; }
   renderDashboard();
 }
-function closeAnsweredNotifications() {
+// P3: a notification whose ask is no longer open is closed. Only one shown before the list was asked
+// for: a newer one is for an ask this list may not hold yet, and closing it would lose the ask's alert.
+function closeAnsweredNotifications(asked) {
   if (!("serviceWorker" in navigator)) return;
   navigator.serviceWorker.ready.then((reg) => reg.getNotifications()).then((list) => {
     const open = new Set(app.needs.map((n) => `ask:${n.machine}/${n.agent}/${n.ask}`));
-    for (const n of list) if (n.tag && n.tag.startsWith("ask:") && !open.has(n.tag)) n.close();
+    for (const n of list) if (n.tag && n.tag.startsWith("ask:") && !open.has(n.tag) && n.timestamp < asked) n.close();
   }).catch(() => {});
 }
 
