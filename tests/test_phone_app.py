@@ -127,7 +127,7 @@ def agent_items(crew: Crew, machine: str, agent: str, conv: str) -> list[dict]:
 def test_pair_from_the_printed_link_and_see_needs_you_across_two_machines(page):
     """D1, D5: one Durable agents section per machine with the Experimental badge; above them one Needs
     you list with every open ask on every machine; one tap opens that ask's card."""
-    needs = page.locator("section.section-needs").first
+    needs = page.locator("section[aria-labelledby='needs-h']")
     needs.get_by_text("Deploy to staging?").first.wait_for()
     entries = needs.locator("a.row")
     texts = entries.all_inner_texts()
@@ -345,7 +345,9 @@ def test_a_section_moves_above_when_an_ask_arrives(browser):
         order = lambda: page.locator("main section[data-machine]").evaluate_all(  # noqa: E731
             "els => els.map(e => e.dataset.machine)")
         wait_for(lambda: order() == ["workshop", "local"], what="the waiting member's section first")
-        page.locator("section.section-needs a.row").first.click()
+        # the Needs you list, not the waiting machine section (it has the class too, and comes first until
+        # the list arrives): a tap there opens the agent, not the ask
+        page.locator("section[aria-labelledby='needs-h'] a.row").first.click()
         page.locator(".card button:has-text('Ship it')").click()
         page.locator(".item.reply:has-text('Deployed to staging.')").wait_for()
         goto(page, "#/")
