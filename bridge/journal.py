@@ -20,6 +20,7 @@ Wall-clock times are stored (they must mean something after a restart or a sleep
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import attrs
@@ -64,14 +65,99 @@ class Row:
     created_at: float
 
 
-class Journal:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.db = open_db(path)  # WAL, synchronous=FULL
-        self.db.executescript(SCHEMA)
+class GroupCommit:
+    """One SQLite connection driven from one worker thread, with group commit: the journal's calls
+    made while a batch is on disk wait and go together in the next one. A subclass sets `self.db` and
+    names in `_batchable` the calls that may share one transaction."""
+
+    db: sqlite3.Connection
+
+    def __init__(self) -> None:
         self.limiter = trio.CapacityLimiter(1)
         self._queue: list[_Call] = []  # calls waiting for the next batch
         self._flushing: trio.Event | None = None  # a batch is in the worker thread
+
+    def _batchable(self) -> dict:
+        """The calls that may share one transaction (none of them opens or ends one itself), and
+        what to call inside it."""
+        raise NotImplementedError
+
+    def _run_batch(self, batch: list) -> None:
+        """In the worker thread: every call queued while the previous batch ran, in order. Runs of
+        batchable calls share one transaction, so one fsync makes all of them durable; any other
+        call runs on its own. When a shared transaction fails (disk full, …) it is rolled back
+        whole and its calls are run again one by one, each its own transaction, so each caller
+        gets its own outcome and nothing is applied twice."""
+        inside = self._batchable()
+        i = 0
+        while i < len(batch):
+            j = i
+            while j < len(batch) and batch[j].fn in inside:
+                j += 1
+            group = batch[i:j] if j > i + 1 else []
+            if group:
+                try:
+                    self.db.execute("BEGIN IMMEDIATE")
+                    try:
+                        results = [inside[c.fn](*c.args) for c in group]
+                        self.db.execute("COMMIT")
+                    except BaseException:
+                        self.db.execute("ROLLBACK")
+                        raise
+                except Exception:
+                    group = []  # each on its own, below
+                else:
+                    for c, result in zip(group, results):
+                        c.result = (True, result)
+                    i = j
+                    continue
+            for c in batch[i:max(j, i + 1)]:
+                try:
+                    c.result = (True, c.fn(*c.args))
+                except Exception as exc:
+                    c.result = (False, exc)
+            i = max(j, i + 1)
+
+    async def run(self, fn, *args):
+        """Run `fn(*args)` in the journal's worker thread. Calls made while a batch is on disk wait
+        and go together in the next one (group commit: one fsync for all the journal writes ready
+        in a tick, issue 15.1); each returns once its own change is on disk."""
+        call = _Call(fn, args)
+        self._queue.append(call)
+        try:
+            while call.result is None:
+                if self._flushing is not None:
+                    await self._flushing.wait()
+                    continue
+                batch, self._queue = self._queue, []
+                self._flushing = done = trio.Event()
+                try:
+                    await trio.to_thread.run_sync(self._run_batch, batch, limiter=self.limiter)
+                except BaseException as exc:  # not run (cancelled waiting for the thread): nobody waits forever
+                    for c in batch:
+                        if c.result is None:
+                            c.result = (False, exc if isinstance(exc, Exception) else RuntimeError("not run"))
+                    raise
+                finally:
+                    self._flushing = None
+                    done.set()
+        except BaseException:
+            if call.result is None and call in self._queue:
+                self._queue.remove(call)  # cancelled before its batch started: it never runs
+            raise
+        ok, value = call.result
+        if not ok:
+            raise value
+        return value
+
+
+
+class Journal(GroupCommit):
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.db = open_db(path)  # WAL, synchronous=FULL
+        self.db.executescript(SCHEMA)
 
     def close(self) -> None:
         self.db.close()
@@ -150,79 +236,9 @@ class Journal:
 
     # --- group commit ---------------------------------------------------------------------------
     def _batchable(self) -> dict:
-        """The calls that may share one transaction (none of them opens or ends one itself), and
-        what to call inside it."""
         return {self.begin: self._begin, self.attempt: self.attempt, self.finish: self.finish,
                 self.unknown: self.unknown, self.get: self.get, self.accepted_answer: self.accepted_answer,
                 self.tapped_asks: self.tapped_asks}
-
-    def _run_batch(self, batch: list) -> None:
-        """In the worker thread: every call queued while the previous batch ran, in order. Runs of
-        batchable calls share one transaction, so one fsync makes all of them durable; any other
-        call runs on its own. When a shared transaction fails (disk full, …) it is rolled back
-        whole and its calls are run again one by one, each its own transaction, so each caller
-        gets its own outcome and nothing is applied twice."""
-        inside = self._batchable()
-        i = 0
-        while i < len(batch):
-            j = i
-            while j < len(batch) and batch[j].fn in inside:
-                j += 1
-            group = batch[i:j] if j > i + 1 else []
-            if group:
-                try:
-                    self.db.execute("BEGIN IMMEDIATE")
-                    try:
-                        results = [inside[c.fn](*c.args) for c in group]
-                        self.db.execute("COMMIT")
-                    except BaseException:
-                        self.db.execute("ROLLBACK")
-                        raise
-                except Exception:
-                    group = []  # each on its own, below
-                else:
-                    for c, result in zip(group, results):
-                        c.result = (True, result)
-                    i = j
-                    continue
-            for c in batch[i:max(j, i + 1)]:
-                try:
-                    c.result = (True, c.fn(*c.args))
-                except Exception as exc:
-                    c.result = (False, exc)
-            i = max(j, i + 1)
-
-    async def run(self, fn, *args):
-        """Run `fn(*args)` in the journal's worker thread. Calls made while a batch is on disk wait
-        and go together in the next one (group commit: one fsync for all the journal writes ready
-        in a tick, issue 15.1); each returns once its own change is on disk."""
-        call = _Call(fn, args)
-        self._queue.append(call)
-        try:
-            while call.result is None:
-                if self._flushing is not None:
-                    await self._flushing.wait()
-                    continue
-                batch, self._queue = self._queue, []
-                self._flushing = done = trio.Event()
-                try:
-                    await trio.to_thread.run_sync(self._run_batch, batch, limiter=self.limiter)
-                except BaseException as exc:  # not run (cancelled waiting for the thread): nobody waits forever
-                    for c in batch:
-                        if c.result is None:
-                            c.result = (False, exc if isinstance(exc, Exception) else RuntimeError("not run"))
-                    raise
-                finally:
-                    self._flushing = None
-                    done.set()
-        except BaseException:
-            if call.result is None and call in self._queue:
-                self._queue.remove(call)  # cancelled before its batch started: it never runs
-            raise
-        ok, value = call.result
-        if not ok:
-            raise value
-        return value
 
 
 @attrs.define(eq=False)

@@ -29,9 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import attrs
-import trio
 
-from bridge.journal import Journal
+from bridge.journal import GroupCommit
 from crew.fsutil import open_db
 
 KEEP = 24 * 3600.0
@@ -57,15 +56,13 @@ class Seen:
     receipt: dict | None
 
 
-class Refusals:
+class Refusals(GroupCommit):
     def __init__(self, path: Path, *, wall: Callable[[], float] = time.time) -> None:
+        super().__init__()
         self.path = path
         self.wall = wall
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
-        self.limiter = trio.CapacityLimiter(1)
-        self._queue: list = []
-        self._flushing: trio.Event | None = None
 
     def close(self) -> None:
         self.db.close()
@@ -110,6 +107,3 @@ class Refusals:
     # --- group commit: the bridge journal's own batching (bridge/journal.py), over this table ----
     def _batchable(self) -> dict:
         return {self.get: self.get, self.refuse: self._refuse, self.forwarded: self._forwarded}
-
-    _run_batch = Journal._run_batch
-    run = Journal.run
