@@ -175,10 +175,10 @@ class CutProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(a, b) -> None:
+    def _pump(self, a, b) -> None:
         try:
             while data := a.recv(65536):
+                self._passing(a, data)
                 b.sendall(data)
         except OSError:
             pass
@@ -188,6 +188,9 @@ class CutProxy:
                     s.close()
                 except OSError:
                     pass
+
+    def _passing(self, source, data: bytes) -> None:
+        """Called with every chunk before it goes on (`source` is the socket it came from)."""
 
     def cut(self) -> None:
         import socket

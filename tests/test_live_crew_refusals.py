@@ -45,21 +45,9 @@ class CountingProxy(CutProxy):
         self.to_member = 0
         super().__init__(target_port)
 
-    def _pump(self, a, b) -> None:
-        from_lead = a.getpeername()[1] == self.target
-        try:
-            while data := a.recv(65536):
-                if from_lead:
-                    self.to_member += len(data)
-                b.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (a, b):
-                try:
-                    s.close()
-                except OSError:
-                    pass
+    def _passing(self, source, data: bytes) -> None:
+        if source.getpeername()[1] == self.target:
+            self.to_member += len(data)
 
 
 def join(crew: Crew, label: str, address: str) -> Machine:
