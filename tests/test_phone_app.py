@@ -451,7 +451,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
 
 
 def test_the_page_closes_the_notification_of_an_answered_ask_and_keeps_a_newer_one(crew, browser):
-    """P3: when the Needs you list comes, a notification whose ask is no longer open is closed, one for
+    """P2: when the Needs you list comes, a notification whose ask is no longer open is closed, one for
     an ask still open stays, and so does one shown after the list was asked for (its ask may be newer
     than the list). The browser's notification list is replaced by one the test holds, so each
     notification's age is exact."""

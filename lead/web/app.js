@@ -632,7 +632,7 @@ async function turnOnPush() {
   } catch (e) { pushState.note = S.notifyFailed; }
   renderDashboard();
 }
-// P3: a notification whose ask is no longer open is closed. Only one shown before the list was asked
+// P2 (docs/push.md): a notification whose ask is no longer open is closed. Only one shown before the list was asked
 // for: a newer one is for an ask this list may not hold yet, and closing it would lose the ask's alert.
 function closeAnsweredNotifications(asked) {
   if (!("serviceWorker" in navigator)) return;
