@@ -471,7 +471,7 @@ class AgentReader:
             runtime=hello.runtime if hello else None,
             open_count=len(self.conversations), waiting_count=waiting, token_set=self.token_set, origin=self.origin,
             wire=str(hello.wire) if hello else None, caps=list(hello.caps) if hello else [],
-            subtitle=self.subtitle, instance=self.instance, last_ok=self.last_ok,
+            subtitle=self.subtitle, instance=self.instance,
         )
 
     # --- internals ----------------------------------------------------------------------------

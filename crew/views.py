@@ -41,4 +41,6 @@ class AgentStatus:
     caps: list[str] = attrs.Factory(list)
     subtitle: str | None = None
     instance: str | None = None
-    last_ok: float | None = None  # trio time of the last good answer
+    # No "last good answer" time here: it moved at every idle read, so each one counted as a change
+    # of the agent (the live channel's pass, the inbox, and a whole view frame over the crew link,
+    # rebuilt by the lead) — every 30 s per idle agent (issue 16, idle CPU). The reader keeps it.

@@ -60,6 +60,9 @@ LOCAL = "local"
 TTL_DEFAULT = 24 * 3600.0
 KEEP_FINISHED = 24 * 3600.0
 TICK = 1.0
+# nothing waiting and nothing to commit: only the purge of old finished items (every 60 s) is due, so the
+# loop sleeps this long (an idle lead wakes once a minute here, not every second: issue 16, idle CPU)
+IDLE_TICK = 60.0
 WAITING_MAX = 1000  # waiting (pending + approved) items per sender
 FINISHED_IN_MEMORY = 5000  # finished items kept in memory; older ones are read from the database
 RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio seconds)
@@ -343,6 +346,7 @@ class Inbox:
         self._all = True
         self._keys: set[tuple[str, str]] = set()
         self._next_full = 0.0
+        self._resting = False  # the loop sleeps IDLE_TICK: an item that turns active must wake it
         self._load()
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
@@ -378,6 +382,9 @@ class Inbox:
         self.by_id[item.id] = item
         if item.state in ACTIVE:
             self.active.setdefault((item.machine, item.agent), {})[item.id] = item
+            if self._resting:
+                self._resting = False
+                self.wake.set()
             if item.state == "pending":
                 self.pending.setdefault((item.machine, item.agent), {})[item.id] = item
             elif item.state == "running":
@@ -863,8 +870,11 @@ class Inbox:
         async with trio.open_nursery() as nursery:
             while True:
                 self._tick(nursery)
-                with trio.move_on_after(TICK):
+                self._resting = (not self.active and not self._keys and not self._all
+                                 and self._flushed >= self._gen and self._flushing is None)
+                with trio.move_on_after(IDLE_TICK if self._resting else TICK):
                     await self.wake.wait()
+                self._resting = False
                 self.wake = trio.Event()
 
     def statistics(self) -> dict:

@@ -319,3 +319,27 @@ async def test_a_burst_of_changes_writes_the_cache_once_a_second_and_the_last_st
             assert 1 <= len(saves) <= span + 1, (len(saves), span)
     async with bridge_for([cfg], tmp, use_cache=True) as b:
         assert b.items("desk", "c")[-1]["text"] == "line 39"
+
+
+async def test_an_unchanged_idle_read_is_not_a_change(tmp, autojump_clock):
+    """Issue 16 (idle CPU): an idle agent's reads (a long-poll ending unchanged every 30 s) tell nobody
+    anything — no change is announced, so the live channel, the inbox and the crew link (a whole view
+    frame to the lead) stay asleep. Before, the time of the last good answer was part of the status,
+    and every idle read was a change."""
+    sock = tmp / "a.sock"
+    async with agent(sock) as collie:
+        pane = collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for([AgentConfig("desk", socket=str(sock))], tmp) as b:
+            while b.status("desk").status != "ready":
+                await b.wait_changed()
+            await trio.sleep(5)
+            changes: list[float] = []
+            b.on_agent_change.append(lambda name: changes.append(trio.current_time()))
+            start = trio.current_time()
+            await trio.sleep(300)
+            assert len([t for t in collie.recorder.times("/v1/state") if t >= start]) >= 9  # it was read
+            assert changes == []
+            pane.reply("a real change")  # is still announced at once
+            await trio.sleep(0.01)
+            assert len(changes) >= 1 and changes[0] - start == pytest.approx(300, abs=0.01)

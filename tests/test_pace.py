@@ -146,3 +146,40 @@ async def test_a_waiter_without_watch_sees_the_turn_end_within_a_gap(tmp, autoju
         before = len(collie.recorder.times("/v1/state"))
         await trio.sleep(9.5)
         assert len(collie.recorder.times("/v1/state")) == before  # back to the 10 s cadence
+
+
+async def test_an_idle_inbox_rests_and_wakes_for_the_next_queued_send(tmp, autojump_clock):
+    """Issue 16 (idle CPU), I2: with nothing waiting and nothing to commit the inbox looks once a minute,
+    not every second; after such a rest a send queued behind a running turn still goes to the agent
+    the moment that turn ends."""
+    from lead import inbox as inbox_mod
+    from tests.live import inbox_lab
+
+    gate = trio.Event()
+    texts: list[tuple[float, str]] = []
+
+    async def on_send(pane, text):
+        texts.append((trio.current_time(), text))
+        await gate.wait()
+        pane.reply(f"got {text}")
+
+    async with inbox_lab(tmp, on_send=on_send) as (collie, pane, b, writer, inbox):
+        ticks: list[float] = []
+        tick = inbox._tick
+        inbox._tick = lambda nursery: (ticks.append(trio.current_time()), tick(nursery))[1]
+        await trio.sleep(300)
+        assert 4 <= len(ticks) <= 6  # every IDLE_TICK (60 s), not 300 times
+        assert inbox_mod.IDLE_TICK == 60.0
+
+        def send(text):
+            return WriteRequest(request_id=str(uuid.uuid4()), op="send", agent="a0", conversation="c", text=text)
+        first = await inbox.submit("local", send("first"), sender=None)
+        second = await inbox.submit("local", send("second"), sender=None)
+        assert (first.outcome, second.outcome) == ("sent", "queued")
+        await trio.sleep(5)
+        opened = trio.current_time()
+        gate.set()
+        while (await inbox.get(second.request_id)).state != "done":
+            await trio.sleep(0.001)
+        assert [t for _, t in texts] == ["first", "second"]
+        assert texts[1][0] - opened < 0.01  # at once, not at the next rest's end
