@@ -407,11 +407,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
         cdp.on("ServiceWorker.workerRegistrationUpdated",
                lambda ev: regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
         cdp.send("ServiceWorker.enable")
-        for _ in range(100):  # Playwright delivers events while the test calls into it
-            if regs:
-                break
-            page.wait_for_timeout(100)
-        assert regs, "the service worker's registration"
+        pump_until(page, lambda: regs, what="the service worker's registration")
         with httpx.Client(base_url=address, timeout=10,
                           headers={"authorization": f"Bearer {(paths.state_dir / 'api-token').read_text().strip()}"}) as c:
             pane = c.get("/api/agents/local/forms/conversations/choice").json()
@@ -421,11 +417,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
         got = service.wait(lambda r: r["path"] == "/ok/chromium")
         payload = sub.decrypt(got["body"])
         assert payload["title"] == "Permission needed in Pick one"
-        for _ in range(100):
-            if ctx.service_workers:
-                break
-            page.wait_for_timeout(100)
-        [worker] = ctx.service_workers
+        [worker] = pump_until(page, lambda: ctx.service_workers, what="the service worker")
         worker.evaluate("""(() => {
           self.SHOWN = [];
           const show = ServiceWorkerRegistration.prototype.showNotification;
@@ -440,7 +432,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
         # notification from getNotifications() at once (seen under load: showNotification resolved, the
         # list read right after it was empty), so the list cannot be the witness
         shown = lambda: worker.evaluate("self.SHOWN")  # noqa: E731
-        wait_for(lambda: shown(), what="the notification")
+        wait_for(shown, what="the notification")
         assert shown() == [{"title": "Permission needed in Pick one", "tag": payload["tag"], "url": "/#/c/local/forms/choice"}]
         assert errors == []
         ctx.close()
