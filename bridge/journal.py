@@ -76,6 +76,7 @@ class GroupCommit:
         self.limiter = trio.CapacityLimiter(1)
         self._queue: list[_Call] = []  # calls waiting for the next batch
         self._flushing: trio.Event | None = None  # a batch is in the worker thread
+        self.calls = 0  # calls made through `run`: unchanged, nothing was read or written since
 
     def _batchable(self) -> dict:
         """The calls that may share one transaction (none of them opens or ends one itself), and
@@ -123,6 +124,7 @@ class GroupCommit:
         and go together in the next one (group commit: one fsync for all the journal writes ready
         in a tick, issue 15.1); each returns once its own change is on disk."""
         call = _Call(fn, args)
+        self.calls += 1
         self._queue.append(call)
         try:
             while call.result is None:

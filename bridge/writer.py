@@ -314,13 +314,18 @@ class Writer:
         """Forever: resolve every request left without an outcome (a crash, or `unknown`) and not in
         flight — by the agent's items, else by resending it under its own request id."""
         task_status.started()
+        clean_at = None  # the journal's call count after a look that found no open row
         while True:
-            for row in await self.journal.run(self.journal.open_rows):
-                if row.request_id in self.inflight or row.agent not in self.bridge.readers:
-                    continue
-                if self.bridge.status(row.agent).status != READY:
-                    continue
-                await self._recover_row(row)
+            if self.journal.calls != clean_at:  # idle, nothing was journaled: no thread hop, no read
+                ours = self.journal.calls + 1  # the count once this look is made (no checkpoint between)
+                rows = await self.journal.run(self.journal.open_rows)
+                clean_at = None if rows else ours  # a call made meanwhile counts, and is looked at next time
+                for row in rows:
+                    if row.request_id in self.inflight or row.agent not in self.bridge.readers:
+                        continue
+                    if self.bridge.status(row.agent).status != READY:
+                        continue
+                    await self._recover_row(row)
             await trio.sleep(RECOVER_EVERY)
 
     async def _recover_row(self, row: Row) -> None:

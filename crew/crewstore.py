@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import time
 from pathlib import Path
 
@@ -28,9 +29,11 @@ def token_hash(token: str) -> str:
 
 class CrewStore:
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
         self._tokens: dict[str, tuple[str, str]] | None = None  # token hash -> (name, approval), once loaded
+        self._loaded_from: tuple | None = None  # files_signature() when the tokens were loaded
 
     def close(self) -> None:
         self.db.close()
@@ -61,15 +64,34 @@ class CrewStore:
     # The running lead keeps the tokens' hashes in memory (`load_tokens`), the database being the
     # record: a sender's request then costs no SQLite read on the event loop (issue 16). The `collie
     # tokens` verbs write the database and tell the lead to load it again (`tokens_changed` on the
-    # control socket); the lead also reloads it every few seconds in a worker thread, so a revocation
-    # holds even when that call could not be made.
+    # control socket); the lead also looks every few seconds whether the file changed (`files_changed`,
+    # one stat each of the database and its WAL, no SQLite read) and reloads it then in a worker
+    # thread, so a revocation holds even when that call could not be made.
     def add_token(self, name: str, token: str, approval: str) -> None:
         self.db.execute("INSERT INTO api_tokens VALUES (?, ?, ?, ?)", (name, token_hash(token), approval, time.time()))
         if self._tokens is not None:
             self.load_tokens()
 
+    def files_signature(self) -> tuple:
+        """What changes when another process commits to the database: the database file's and its WAL's
+        inode, size and modification time."""
+        sig = []
+        for path in (self.path, self.path.with_name(self.path.name + "-wal")):
+            try:
+                st = os.stat(path)
+            except OSError:
+                sig.append(None)
+            else:
+                sig.append((st.st_ino, st.st_size, st.st_mtime_ns))
+        return tuple(sig)
+
+    def files_changed(self) -> bool:
+        """Whether the files changed since the tokens were last loaded (so they should be loaded again)."""
+        return self.files_signature() != self._loaded_from
+
     def load_tokens(self) -> None:
         """Read every token's hash into memory (a worker thread in the running lead)."""
+        self._loaded_from = self.files_signature()  # before the read: a commit after it shows as a change
         self._tokens = {h: (n, a) for n, a, h in self.db.execute("SELECT name, approval, token_hash FROM api_tokens")}
 
     def token_for(self, token: str) -> tuple[str, str] | None:

@@ -16,7 +16,7 @@ Plain class: no trio; `now` is passed in. `lead.http` moves the sockets.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 
 import attrs
 
@@ -50,6 +50,7 @@ class ConnectionBudget:
         self.refused = 0
         self.evicted = 0
         self.lingering = 0  # refused connections still being closed (lead.http)
+        self.on_pressure: Callable[[], None] | None = None  # called when an admission brings pressure
 
     def admit(self, conn: Hashable, client: Hashable, now: float) -> tuple[bool, Hashable | None]:
         """(admitted, a connection to close for it). A client under its share is admitted even when the total is
@@ -69,6 +70,9 @@ class ConnectionBudget:
         self.client_of[conn] = client
         self.per_client[client] += 1
         self.idle_since[conn] = now
+        if self.on_pressure is not None and (len(self.client_of) > self.limits.pressure
+                                             or self.per_client[client] > self.limits.per_client // 2):
+            self.on_pressure()  # only an admission can bring pressure: the sweeper sleeps until then
         return True, evicted
 
     def _victim(self, newcomer: Hashable) -> Hashable | None:

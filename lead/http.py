@@ -131,8 +131,15 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
 
 
 async def _sweep(budget: ConnectionBudget) -> None:
-    """Under pressure, close connections idle for `PRESSURE_IDLE_SECONDS` (trio closes their sockets)."""
+    """Under pressure, close connections idle for `PRESSURE_IDLE_SECONDS` (trio closes their sockets).
+    Without pressure it sleeps until an admission brings some (an idle lead does not wake for it)."""
+    pressed = trio.Event()
+    budget.on_pressure = pressed.set
     while True:
+        if not budget.under_pressure():
+            await pressed.wait()
+            pressed = trio.Event()
+            budget.on_pressure = pressed.set
         await trio.sleep(SWEEP_SECONDS)
         for conn in budget.to_close(trio.current_time()):
             budget.mark(conn, idle=False, now=trio.current_time())  # picked once

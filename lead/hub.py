@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import sqlite3
 import sys
 import time
@@ -70,6 +71,10 @@ HELLO_TIMEOUT = 10.0
 PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
 PROBE_AGENT = "collie-link-probe"  # the read that probes a link names this agent (none has that name)
 SAVE_EVERY = 2.0
+# A change to the token table made by another process is seen by the files' stat (every SAVE_EVERY); two
+# commits within one tick of the file system's clock that leave the WAL's size as it was look alike, so
+# the tokens are also read again at least this often whatever the stat says.
+TOKENS_RELOAD_MAX = 30.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
 PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
@@ -234,6 +239,7 @@ class Hub:
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
         self.token_limiter = trio.CapacityLimiter(1)
+        self.tokens_loaded_at = -math.inf  # trio time of the last load (the one above: when `run` starts)
         # (label, agent): which agent's view changed, None for the whole member (the live channel
         # and push look at that agent only: issue 15.1)
         self.on_view_change: list[Callable[[str, str | None], None]] = []
@@ -499,6 +505,7 @@ class Hub:
 
     async def reload_tokens(self) -> None:
         """The API tokens from the database into memory, in a worker thread (issue 16)."""
+        self.tokens_loaded_at = trio.current_time()
         await trio.to_thread.run_sync(self.store.load_tokens, limiter=self.token_limiter)
 
     async def _feed(self, member: Member, conn: Conn) -> None:
@@ -531,11 +538,14 @@ class Hub:
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
         members' last views, at most every few seconds."""
+        self.tokens_loaded_at = trio.current_time()
         while True:
             await trio.sleep(SAVE_EVERY)
             if self.dirty:
                 await self._save_views()
-            await self.reload_tokens()  # a `collie tokens` change the control socket did not carry
+            # a `collie tokens` change the control socket did not carry; idle, this costs one stat a tick
+            if self.store.files_changed() or trio.current_time() - self.tokens_loaded_at >= TOKENS_RELOAD_MAX:
+                await self.reload_tokens()
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn

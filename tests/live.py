@@ -73,6 +73,7 @@ class InlineJournal(Journal):
     """The journal's SQL run inline (no worker thread), so virtual times stay exact."""
 
     async def run(self, fn, *args):
+        self.calls += 1
         await trio.lowlevel.checkpoint()  # like the real one (a worker thread), every call yields
         return fn(*args)
 

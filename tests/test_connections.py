@@ -508,3 +508,23 @@ async def test_an_http2_channel_the_phone_takes_nothing_of_ends_alone(autojump_c
                 await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     await stream.aclose()
+
+
+async def test_an_idle_server_does_not_wake_to_sweep(autojump_clock):
+    """Issue 16 (idle CPU): with no pressure the sweeper sleeps until an admission brings some, so a lead
+    nobody talks to is not woken every second (over 5 idle minutes: no task step at all)."""
+    steps: list[str] = []
+
+    class Steps(trio.abc.Instrument):
+        def before_task_step(self, task) -> None:
+            steps.append(task.name)
+
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial_serve(Limits(total=20, per_client=20, pressure=5)), shutdown)
+        await trio.sleep(1)
+        me = trio.lowlevel.current_task().name
+        trio.lowlevel.add_instrument(Steps())
+        await trio.sleep(300)
+        assert [name for name in steps if name != me] == []
+        shutdown.set()

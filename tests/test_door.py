@@ -209,3 +209,41 @@ async def test_api_tokens_are_checked_in_memory_and_a_change_by_the_cli_holds(pa
         d.inbox.db.close()
         d.hub.store.close()
         d.journal.close()
+
+
+async def test_a_token_change_the_cli_could_not_announce_holds_and_idle_ticks_read_nothing(paths, autojump_clock):
+    """Issue 16 (I10, idle CPU): while nothing changes, the lead's 2 s ticks read nothing from SQLite (no
+    thread hop, no query: one stat of the files); when `collie tokens revoke` could not reach the
+    control socket, the files' stat shows the change at the next tick and the revoked token is refused."""
+    import time
+
+    import trio
+
+    from crew.crewstore import CrewStore
+    from lead.hub import TOKENS_RELOAD_MAX
+
+    prepare_state(paths)
+    cli = CrewStore(paths.state_dir / "crew.sqlite")  # what the `collie tokens` verbs use
+    cli.add_token("slack", STANDING, "standing")
+    d = LeadDaemon(parser().parse_args([]), paths, BridgeConfig(agents=(), programs_off=False, sources_count=0))
+    app = d.make_app()
+    statements: list[str] = []
+    d.hub.store.db.set_trace_callback(statements.append)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(d.hub.run)
+            await trio.sleep(TOKENS_RELOAD_MAX - 1)  # 14 ticks
+            assert statements == []  # idle: nothing read
+            assert (await call(app, "GET", "/api/inbox/i1", {"authorization": f"Bearer {STANDING}"}))[0] == 404
+            cli.revoke_token("slack")  # and no `tokens_changed` call
+            until = time.monotonic() + 30  # the reload runs in a worker thread: bounded in real time
+            while (await call(app, "GET", "/api/inbox/i1", {"authorization": f"Bearer {STANDING}"}))[0] != 401:
+                assert time.monotonic() < until, "the revoked token is still let in"
+                await trio.sleep(0.5)
+            assert any("api_tokens" in s for s in statements)
+            nursery.cancel_scope.cancel()
+    finally:
+        cli.close()
+        d.inbox.db.close()
+        d.hub.store.close()
+        d.journal.close()

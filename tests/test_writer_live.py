@@ -140,6 +140,18 @@ async def test_recovery_resolves_unknowns_by_itself(tmp, autojump_clock):
         assert [u["text"] for u in user] == ["eventually"]
 
 
+async def test_an_idle_writer_does_not_look_for_open_requests_again(tmp, autojump_clock):
+    """Issue 16 (idle CPU): once a look found no request left open, the recovery loop reads the journal
+    again only after something was journaled — idle, a minute passes with no journal call (it was a
+    worker-thread hop and a query every 5 s)."""
+    async with setup(tmp) as (collie, pane, b, w):
+        await trio.sleep(writer_mod.RECOVER_EVERY + 1)
+        calls = w.journal.calls
+        await trio.sleep(60)
+        assert w.journal.calls == calls
+        assert (await w.write(send("hello", 0))).outcome == "sent"
+
+
 async def test_answer_flow_single_use_and_r3(tmp, autojump_clock):
     """B5, O, R3: accepted once; a second answer is `answered` without reaching the agent; an ask the
     agent decided with no tap leaves one chat line."""
