@@ -183,16 +183,16 @@ class AgentPoller:
         self.polls += 1
         self._starting()
         answer = await self.client.request("GET", path, headers=headers, timeout=timeout, cap=STATE_CAP)
-        before = reader.status_view()
         if answer.status == 304:
             self.not_modified += 1
+            was = reader.status  # a 304 changes nothing else of the status (`on_not_modified`)
             self._emit(reader.on_not_modified(trio.current_time()))
             stale = reader.stale_conversations()  # a state read just before a write may have left these
             for conv_id in stale:
                 await self._read_items(conv_id)
             if stale:
                 await self._save()
-            changed = reader.status_view() != before or bool(stale)
+            changed = reader.status != was or bool(stale)
             if changed:
                 self._changed()
             self.pace.finished(changed)

@@ -159,6 +159,9 @@ class AgentReader:
         self.conversations: dict[str, ConversationView] = {}
         self.starters: list[dict] = []
         self.logs: dict[str, ItemLog] = {}
+        # False once `stale_conversations` found none and no state, items page or cache was applied
+        # since: an idle long-poll answered 304 then costs no walk over every conversation (issue 16)
+        self._maybe_stale = True
         self.last_ok: float | None = None
         self.cut_logged: set[str] = set()
         self.raw_hello: object | None = None
@@ -257,6 +260,7 @@ class AgentReader:
         self.reparsed = prepared.reparsed
         self.conversations = views
         self._parsed = prepared.parsed
+        self._maybe_stale = True
         if isinstance(data, dict) and len(data.get("conversations", ())) > MAX_CONVERSATIONS:
             data = {**data, "conversations": data["conversations"][:MAX_CONVERSATIONS]}  # keep no more than is read
         self.raw_state = data
@@ -334,6 +338,7 @@ class AgentReader:
             log.put(seq, clean, cost)
             log.seen.setdefault(seq, now)
         log.since = page.next_since
+        self._maybe_stale = True
         lines = self._trim(conv_id, log)
         return lines, page.more
 
@@ -376,7 +381,11 @@ class AgentReader:
 
     def stale_conversations(self) -> list[str]:
         """Open conversations whose items changed since the bridge last read them."""
-        return [cid for cid, v in self.conversations.items() if self.items_since(cid) != v.items_rev]
+        if not self._maybe_stale:
+            return []
+        stale = [cid for cid, v in self.conversations.items() if self.items_since(cid) != v.items_rev]
+        self._maybe_stale = bool(stale)
+        return stale
 
     def items_since(self, conv_id: str) -> int:
         log = self.logs.get(conv_id)
@@ -416,6 +425,7 @@ class AgentReader:
         state = prepared.state
         self.instance, self.subtitle, self.raw_hello, self.raw_state = state.instance, state.subtitle, cached["hello"], cached["state"]
         self.conversations, self._parsed = prepared.views, prepared.parsed
+        self._maybe_stale = True
         self.starters = [unstructure(s) for s in state.starters]
         self.rev = state.rev
         self.etag = cached.get("etag")
@@ -490,6 +500,7 @@ class AgentReader:
     def _forget_positions(self) -> None:
         for log in self.logs.values():
             log.since = 0
+        self._maybe_stale = True
         self._parsed = {}
 
     def _cut_once(self, key: str, line: str) -> list[str]:

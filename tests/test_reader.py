@@ -197,3 +197,23 @@ def test_links_must_be_https():
     assert sanitize_item({"kind": "link", "url": "http://evil", "label": "x"})["url"] is None
     assert sanitize_item({"kind": "link", "url": "javascript:alert(1)"})["cut"] is True
     assert sanitize_item({"kind": "link", "url": "https://ok"})["url"] == "https://ok"
+
+
+def test_the_conversations_left_to_read_follow_every_state_and_items_page(reader):
+    """What a 304 long-poll still reads (W2, issue 16): a conversation whose items moved and were not
+    read yet stays listed until read — asked twice, it is listed twice — and a later state that
+    moves it again lists it again (the answer is remembered between looks only while nothing changed)."""
+    reader.on_hello(hello(), 0)
+    reader.on_state(state(), None, 1)  # items_rev 3, nothing read
+    assert reader.stale_conversations() == ["c"] and reader.stale_conversations() == ["c"]
+    reader.on_items("c", page([item(1), item(2, rev=3)]))
+    assert reader.stale_conversations() == [] and reader.stale_conversations() == []
+    moved = state(rev=6, convs=[{"id": "c", "title": "Chat", "state": "idle", "turn": 1, "items_rev": 4}])
+    reader.on_state(moved, None, 2)
+    assert reader.stale_conversations() == ["c"]
+    reader.on_items("c", page([item(3, rev=4)]))
+    assert reader.stale_conversations() == []
+    reader.on_state(state("i2", rev=1), None, 3)  # a restart: everything is read again from 0
+    reader.on_hello(hello("i2"), 3)
+    reader.on_state(moved, None, 4)
+    assert reader.stale_conversations() == ["c"]
