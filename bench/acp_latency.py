@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -189,6 +190,7 @@ def main() -> int:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        shutil.rmtree(run, ignore_errors=True)
     return 0
 
 

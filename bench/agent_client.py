@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -135,6 +136,7 @@ async def main() -> None:
             proc.kill()
             proc.wait()
             proc.stdout.close()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -169,6 +170,7 @@ def run(quick: bool = False, loopwatch: bool = False, **sizes) -> dict:
     finally:
         floor.close()
         crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)
     r["floor"] = {"p50": min(r["floor_before"]["p50"], r["floor_after"]["p50"]),
                   "p99": min(r["floor_before"]["p99"], r["floor_after"]["p99"])}
     r["load"] = os.getloadavg()

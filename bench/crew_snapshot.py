@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,7 @@ def main() -> None:
             member.kill()
             member.wait()
         crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)
 
 
 def member_agents(c: httpx.Client) -> int:

@@ -14,6 +14,7 @@ machine's at the end. `--repo PATH` runs the lead from another checkout (to meas
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def main() -> None:
                     proc.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+        shutil.rmtree(base, ignore_errors=True)
         floor.close()
         subprocess.run(["rm", "-rf", str(base)])
 

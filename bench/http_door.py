@@ -17,6 +17,7 @@ import argparse
 import os
 import resource
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
@@ -205,6 +206,7 @@ def held_connections(hold: int, nofile: int) -> None:
             s.close()
         proc.terminate()
         proc.wait(15)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -259,6 +260,7 @@ def main() -> None:
     finally:
         stop.set()
         crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)
 
 
 if __name__ == "__main__":
