@@ -18,6 +18,16 @@ from crew.paths import Paths
 REPO = Path(__file__).resolve().parent.parent
 
 
+def pytest_sessionfinish(session, exitstatus):
+    """The short folders the tests made in /tmp (`tests.live.short_dir`: a crew's state, sockets, logs)
+    go when every test passed; after a failure they stay, for a look at what the processes wrote."""
+    from tests.live import MADE, cleanup
+
+    if exitstatus == 0:
+        for d in MADE:
+            cleanup(d)
+
+
 @pytest.fixture
 def tmp():
     """A private folder with a short path (for sockets), removed after the test."""

@@ -20,10 +20,15 @@ from crew.sdk import open_collie
 ALL_CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
 
 
-def short_dir() -> Path:
-    """A private folder with a short path (socket paths must stay under 103 bytes)."""
-    d = Path(tempfile.mkdtemp(prefix="c", dir="/tmp"))
+MADE: list[Path] = []  # folders short_dir made in this test session (tests/conftest.py removes them)
+
+
+def short_dir(prefix: str = "c") -> Path:
+    """A private folder with a short path (socket paths must stay under 103 bytes). It is removed when
+    the test session ends with every test passed, and kept for a look otherwise."""
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
     os.chmod(d, 0o700)
+    MADE.append(d)
     return d
 
 

@@ -11,7 +11,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -20,13 +19,14 @@ import httpx
 import pytest
 
 from tests.crewlab import REPO, Crew, wait_for
+from tests.live import short_dir
 from tests.pushlab import FakePushService, Subscriber
 
 pytestmark = pytest.mark.slow
 
 
 def test_no_token_leaks_anywhere():
-    base = Path(tempfile.mkdtemp(prefix="cy", dir="/tmp"))
+    base = short_dir("cy")
     crew = Crew(base)
     service = FakePushService()
     agent_token = "canaryA" + secrets.token_hex(28)

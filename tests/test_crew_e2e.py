@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -11,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from tests.crewlab import Crew, user_request_ids, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="cc", dir="/tmp")))
+    c = Crew(short_dir("cc"))
     c.lead.agent("desk", "deployer")
     yield c
     c.stop()

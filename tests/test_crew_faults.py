@@ -14,7 +14,6 @@ Stale runs (an expired approval that ran) are covered by tests/test_crew_e2e.py'
 from __future__ import annotations
 
 import signal
-import tempfile
 import threading
 import time
 import uuid
@@ -23,13 +22,14 @@ from pathlib import Path
 import pytest
 
 from tests.crewlab import Crew, CutProxy, user_request_ids, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 BURST = 10
 
 
 def trial(fault: str) -> dict:
-    crew = Crew(Path(tempfile.mkdtemp(prefix="cx", dir="/tmp")))
+    crew = Crew(short_dir("cx"))
     proxy = None
     try:
         crew.start_lead()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from crew.crewstore import token_hash
 from crew.crewwire import FrameError, parse_member_frame
 from member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
+from tests.live import short_dir
 
 TOKEN = "0123456789abcdef" * 4
 GOOD_RECEIPT = {"request_id": "r1", "op": "send", "outcome": "sent", "turn": 4}
@@ -273,7 +273,7 @@ async def test_a_view_too_big_for_the_link_says_so_instead_of_breaking_it():
 
 @pytest.fixture
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="cl", dir="/tmp")))
+    c = Crew(short_dir("cl"))
     yield c
     c.stop()
 

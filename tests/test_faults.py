@@ -5,12 +5,12 @@ let retries run; count what the agent applied. The full matrix with figures: ben
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.faultlab import trial
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ CASES += [(None, delay, restart) for delay in (0.15, 0.4) for restart in (False,
 @pytest.mark.parametrize(("crash_at", "random_kill", "restart_agent"), CASES)
 def test_no_duplicate_and_no_lost_acknowledged_write(crash_at, random_kill, restart_agent):
     """A request id is applied at most once and every acknowledged write is applied, whatever crashes."""
-    base = Path(tempfile.mkdtemp(prefix="cf", dir="/tmp"))
+    base = short_dir("cf")
     os.chmod(base, 0o700)
     result = trial(base, crash_at=crash_at, random_kill=random_kill, restart_agent=restart_agent, seed=hash(
         (crash_at, random_kill, restart_agent)) & 0xFFFF, burst=40)

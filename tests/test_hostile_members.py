@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import gc
 import json
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from crew import crewwire
 from lead.hub import MAX_BAD_FRAMES
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ DEEP = 900  # nested JSON a little under the parser's own limit
 
 @pytest.fixture
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="ch", dir="/tmp")))
+    c = Crew(short_dir("ch"))
     yield c
     c.stop()
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.faultlab import Lab, Phone, drain, read_agent
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +59,7 @@ def judge(phone: Phone, finals: dict[str, dict], items: dict) -> dict:
 
 
 def trial(crash_at: str, seed: int, burst: int = 24) -> dict:
-    base = Path(tempfile.mkdtemp(prefix="ic", dir="/tmp"))
+    base = short_dir("ic")
     os.chmod(base, 0o700)
     lab = Lab(base)
     try:

@@ -4,7 +4,6 @@ from the inbox reach the phone without polling (issue 11; D5, I7, W5)."""
 from __future__ import annotations
 
 import signal
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 from crew import control
 from tests.crewlab import Crew, wait_for
+from tests.live import short_dir
 from tests.test_pairing import Stream
 
 pytestmark = pytest.mark.slow
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="cd", dir="/tmp")))
+    c = Crew(short_dir("cd"))
     c.lead.agent("desk", "streamer")
     yield c
     c.stop()

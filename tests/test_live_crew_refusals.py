@@ -13,7 +13,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -22,13 +21,14 @@ import pytest
 
 from fixtures.tally import read_ledger
 from tests.crewlab import REPO, Crew, CutProxy, Machine, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="cr", dir="/tmp")))
+    c = Crew(short_dir("cr"))
     yield c
     c.stop()
 

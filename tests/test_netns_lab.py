@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import trustme
 
 from crew import control
 from tests.crewlab import REPO, Machine, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 LEAD_IP, MEMBER_IP = "10.211.0.1", "10.211.0.2"
@@ -61,7 +61,7 @@ def namespaces():
 
 def test_lead_and_member_in_separate_network_namespaces(namespaces):
     lead_ns, member_ns = namespaces
-    base = Path(tempfile.mkdtemp(prefix="cn", dir="/tmp"))
+    base = short_dir("cn")
     os.chmod(base, 0o700)
     ca = trustme.CA()
     cert = ca.issue_cert(LEAD_IP)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 
 from tests.browser import launch
 from tests.crewlab import Crew, wait_for
+from tests.live import short_dir
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 360, "height": 780}
@@ -54,7 +54,7 @@ AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("st
 
 @pytest.fixture(scope="module")
 def crew():
-    c = Crew(Path(tempfile.mkdtemp(prefix="cp", dir="/tmp")))
+    c = Crew(short_dir("cp"))
     for name, kind, *extra in AGENTS:
         c.lead.agent(name, kind, *extra)
     # an entry whose agent is not running: Unreachable, with the reason (D1)
@@ -331,7 +331,7 @@ def test_the_shell_opens_offline_and_says_so(sw_page):
 def test_a_section_moves_above_when_an_ask_arrives(browser):
     """D2, D5: the section of the machine whose agent waits for you sits above the others; when its ask
     is answered it moves back down, and when a new ask arrives it moves above again — live, no reload."""
-    c = Crew(Path(tempfile.mkdtemp(prefix="cq", dir="/tmp")))
+    c = Crew(short_dir("cq"))
     try:
         c.lead.agent("writer", "streamer")
         c.start_lead()
