@@ -10,6 +10,9 @@ to JSON (`--json`, default bench/results.json, or bench/results-quick.json with 
     wire     bench/wire_idle.py     idle requests per agent per day and bytes per idle poll (polling vs
                                     watch, virtual time); ask -> the phone's pane route (one agent, 100
                                     open conversations)
+    idle     bench/many_agents.py   one real bridge with 50 agents x 100 open conversations, idle (watch
+                                    long-poll): its CPU per idle poll beside the client CPU of one round
+                                    trip over a Unix socket, its RSS (--quick: 20 x 10, polling)
     live     bench/live_channel.py  ask raised on a member's agent -> `pane` event on the phone's live
                                     channel (and -> push request, full run only)
     writes   bench/crew_writes.py   writes phone -> lead -> member -> agent across many agents at once,
@@ -40,7 +43,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
-BENCHES = {"wire": "wire_idle", "live": "live_channel", "writes": "crew_writes", "scale": "crew_scale"}
+BENCHES = {"wire": "wire_idle", "idle": "many_agents", "live": "live_channel", "writes": "crew_writes",
+           "scale": "crew_scale"}
 MS = 1000.0
 
 
@@ -73,6 +77,17 @@ def rows_wire(r: dict) -> list[dict]:
             row("wire.ask_to_pane.p99", "ask -> pane route, p99", p["p99"], "ms", floor=f,
                 target="<= 10x floor", met=p["p99"] <= 10 * f)]
     return out
+
+
+def rows_idle(r: dict) -> list[dict]:
+    f = r["floor"]["cpu"]
+    per = r["cpu_per_poll"]
+    what = f"{r['agents']} agents x {r['conversations']} conversations, {'watch' if r['watch'] else 'polling'}"
+    full = not r["quick"]  # a quick run has too few polls for the ratio to be judged
+    return [row("idle.cpu_share", f"idle bridge CPU, share of one core ({what})", r["cpu_share"] * 100, "%"),
+            row("idle.cpu_per_poll", "idle bridge CPU per idle poll (floor: client CPU of one round trip)", per, "ms",
+                floor=f, target="<= 1.5x floor" if full else "", met=per <= 1.5 * f if full else None),
+            row("idle.rss", "idle bridge RSS", r["rss_mib"], "MiB")]
 
 
 def rows_live(r: dict) -> list[dict]:
@@ -125,12 +140,13 @@ def rows_scale(r: dict) -> list[dict]:
                 "ms", floor=f)]
 
 
-ROWS = {"wire": rows_wire, "live": rows_live, "writes": rows_writes, "scale": rows_scale}
+ROWS = {"wire": rows_wire, "idle": rows_idle, "live": rows_live, "writes": rows_writes, "scale": rows_scale}
 # the keys every run (quick or full) has when nothing failed: tests/test_bench_runner.py checks them
 KEYS = {
     "wire": ["wire.requests_per_day.polling_idle", "wire.requests_per_day.polling_viewed", "wire.requests_per_day.watch",
              "wire.bytes_per_idle_poll.polling", "wire.bytes_per_idle_poll.watch", "wire.ask_to_pane.p50",
              "wire.ask_to_pane.p99"],
+    "idle": ["idle.cpu_share", "idle.cpu_per_poll", "idle.rss"],
     "live": ["live.ask_to_channel.p50", "live.ask_to_channel.p99"],
     "writes": ["writes.receipts_per_s", "writes.p50", "writes.p99", "writes.applied"],
     "scale": ["scale.conversations", "scale.load_s", "scale.cpu_idle", "scale.cpu_busy", "scale.rss_peak",

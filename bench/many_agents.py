@@ -1,6 +1,7 @@
 """One bridge, 50 agents x 100 open conversations, idle: the bridge process's CPU and memory (issue 3).
 
     .venv/bin/python bench/many_agents.py [--agents 50] [--conversations 100] [--seconds 60] [--no-watch] [--repo PATH]
+    .venv/bin/python -m bench --only idle      (`run()`: 120 s idle; `--quick`: 20 x 10 polling, 25 s)
 
 The agents run in one separate process (50 SDK agents on 50 sockets); the bridge is a real
 `collie serve` process reading them through sources.json. The idle window starts only once every agent
@@ -44,10 +45,6 @@ trio.run(main)
 """
 
 
-
-
-
-
 def cached(state: Path, name: str) -> int:
     """How many conversations the agent's cache holds (0 while it does not exist yet)."""
     path = state / "durable" / name / "cache.sqlite"
@@ -63,6 +60,62 @@ def cached(state: Path, name: str) -> int:
         return 0
 
 
+def run(quick: bool = False, *, agents: int | None = None, conversations: int | None = None,
+        seconds: float | None = None, watch: bool | None = None, repo: str | Path = REPO) -> dict:
+    """The figures as a dict (CPU in seconds). Full: 50 agents x 100 conversations, `watch`, 120 s idle;
+    `quick`: 20 x 10 polling every 10 s, 25 s (a smoke run for CI: about 50 polls, and the CPU clock
+    counts in 10 ms steps, so its ratio is rough)."""
+    agents = agents or (20 if quick else 50)
+    conversations = conversations or (10 if quick else 100)
+    seconds = seconds or (25.0 if quick else 120.0)
+    watch = (not quick) if watch is None else watch
+    lead_repo = Path(repo).resolve()
+    base = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
+    _cfg, state, run_dir, env = lead_folder(base, {f"a{a:02d}": base / "run" / f"a{a:02d}.sock" for a in range(agents)})
+    host = subprocess.Popen([sys.executable, "-c", HOST, str(run_dir), str(agents), str(conversations),
+                             "1" if watch else "0"], env=env, stdout=subprocess.PIPE, text=True)
+    bridge = floor = None
+    try:
+        assert host.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        bridge, _pong = start_lead(env, state, lead_repo)
+        floor = Floor(f"unix:{base / 'floor.sock'}")
+        while True:
+            try:
+                listed = control.call(state / "bridge.sock", "agents", timeout=2)["agents"]
+                if listed and all(a["status"] == "ready" for a in listed):
+                    break
+            except NotRunningError:
+                pass
+            time.sleep(0.1)
+        ready_s = time.monotonic() - t0
+        opened = sum(a["open_count"] for a in listed)
+        names = [f"a{a:02d}" for a in range(agents)]
+        while not all(cached(state, n) >= conversations for n in names):
+            time.sleep(0.2)  # warm-up: every conversation's items read and written to the cache
+        warm_s = time.monotonic() - t0
+        time.sleep(1)
+        f = trio.run(floor.measure, 500)
+        r0 = control.call(state / "bridge.sock", "program", timeout=5)["reads"]
+        c0, w0 = cpu_seconds(bridge.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, w1 = cpu_seconds(bridge.pid), time.monotonic()
+        r1 = control.call(state / "bridge.sock", "program", timeout=5)["reads"]
+        polls = max(r1 - r0, 1)
+        return {"agents": agents, "conversations": conversations, "open": opened, "watch": watch,
+                "quick": quick, "ready_s": ready_s, "warm_s": warm_s, "window_s": w1 - w0, "cpu_s": c1 - c0,
+                "cpu_share": (c1 - c0) / (w1 - w0), "polls": r1 - r0, "cpu_per_poll": (c1 - c0) / polls,
+                "floor": f, "rss_mib": rss_mib(bridge.pid), "repo": str(lead_repo), "load": loadavg()}
+    finally:
+        if floor is not None:
+            floor.close()
+        for proc in (bridge, host):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=20)
+        subprocess.run(["rm", "-rf", str(base)])
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--agents", type=int, default=50)
@@ -71,57 +124,20 @@ def main() -> None:
     p.add_argument("--no-watch", action="store_true")
     p.add_argument("--repo", default=str(REPO), help="run the bridge from this checkout")
     args = p.parse_args()
-    lead_repo = Path(args.repo).resolve()
-    base = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))
-    _cfg, state, run, env = lead_folder(base, {f"a{a:02d}": base / "run" / f"a{a:02d}.sock" for a in range(args.agents)})
-    host = subprocess.Popen([sys.executable, "-c", HOST, str(run), str(args.agents), str(args.conversations),
-                             "0" if args.no_watch else "1"], env=env, stdout=subprocess.PIPE, text=True)
-    assert host.stdout.readline().strip() == "ready"
-    t0 = time.monotonic()
-    bridge, _pong = start_lead(env, state, lead_repo)
-    floor = Floor(f"unix:{base / 'floor.sock'}")
-    try:
-        while True:
-            try:
-                agents = control.call(state / "bridge.sock", "agents", timeout=2)["agents"]
-                if agents and all(a["status"] == "ready" for a in agents):
-                    break
-            except NotRunningError:
-                pass
-            time.sleep(0.1)
-        ready_s = time.monotonic() - t0
-        opened = sum(a["open_count"] for a in agents)
-        names = [f"a{a:02d}" for a in range(args.agents)]
-        while not all(cached(state, n) >= args.conversations for n in names):
-            time.sleep(0.2)  # warm-up: every conversation's items read and written to the cache
-        warm_s = time.monotonic() - t0
-        time.sleep(1)
-        f = trio.run(floor.measure, 500)
-        r0 = control.call(state / "bridge.sock", "program", timeout=5)["reads"]
-        c0, w0 = cpu_seconds(bridge.pid), time.monotonic()
-        time.sleep(args.seconds)
-        c1, w1 = cpu_seconds(bridge.pid), time.monotonic()
-        r1 = control.call(state / "bridge.sock", "program", timeout=5)["reads"]
-        polls = max(r1 - r0, 1)
-        mode = "polling every 10 s" if args.no_watch else "watch long-poll"
-        print(f"{args.agents} agents x {args.conversations} open conversations ({opened} in all), {mode}")
-        print(f"every agent ready after {ready_s:.2f} s (bridge start, hello and first state read)")
-        print(f"idle bridge CPU: {100 * (c1 - c0) / (w1 - w0):.2f} % of one core over {w1 - w0:.0f} s "
-              f"({c1 - c0:.2f} CPU-s)")
-        print(f"every cache written after {warm_s:.2f} s; the idle window starts after that")
-        per_poll = (c1 - c0) / polls
-        print(f"idle polls: {r1 - r0} in {w1 - w0:.0f} s; CPU per idle poll {per_poll * 1000:.2f} ms "
-              f"({per_poll / f['cpu']:.2f}x floor); floor: httpx client CPU per round trip over a Unix socket "
-              f"{f['cpu'] * 1000:.2f} ms (round trip p50 {f['p50'] * 1000:.2f} ms)")
-        print(f"bridge RSS: {rss_mib(bridge.pid):.1f} MiB; bridge from {lead_repo}")
-        print(loadavg())
-    finally:
-        floor.close()
-        bridge.terminate()
-        bridge.wait(timeout=20)
-        host.terminate()
-        host.wait(timeout=20)
-        subprocess.run(["rm", "-rf", str(base)])
+    r = run(agents=args.agents, conversations=args.conversations, seconds=args.seconds, watch=not args.no_watch,
+            repo=args.repo)
+    f = r["floor"]
+    mode = "watch long-poll" if r["watch"] else "polling every 10 s"
+    print(f"{r['agents']} agents x {r['conversations']} open conversations ({r['open']} in all), {mode}")
+    print(f"every agent ready after {r['ready_s']:.2f} s (bridge start, hello and first state read)")
+    print(f"idle bridge CPU: {100 * r['cpu_share']:.2f} % of one core over {r['window_s']:.0f} s "
+          f"({r['cpu_s']:.2f} CPU-s)")
+    print(f"every cache written after {r['warm_s']:.2f} s; the idle window starts after that")
+    print(f"idle polls: {r['polls']} in {r['window_s']:.0f} s; CPU per idle poll {r['cpu_per_poll'] * 1000:.2f} ms "
+          f"({r['cpu_per_poll'] / f['cpu']:.2f}x floor); floor: httpx client CPU per round trip over a Unix socket "
+          f"{f['cpu'] * 1000:.2f} ms (round trip p50 {f['p50'] * 1000:.2f} ms)")
+    print(f"bridge RSS: {r['rss_mib']:.1f} MiB; bridge from {r['repo']}")
+    print(r["load"])
 
 
 if __name__ == "__main__":
