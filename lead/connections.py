@@ -70,8 +70,7 @@ class ConnectionBudget:
         self.client_of[conn] = client
         self.per_client[client] += 1
         self.idle_since[conn] = now
-        if self.on_pressure is not None and (len(self.client_of) > self.limits.pressure
-                                             or self.per_client[client] > self.limits.per_client // 2):
+        if self.on_pressure is not None and (self._crowded() or self._crowding(self.per_client[client])):
             self.on_pressure()  # only an admission can bring pressure: the sweeper sleeps until then
         return True, evicted
 
@@ -95,14 +94,21 @@ class ConnectionBudget:
         if conn in self.idle_since:
             self.idle_since[conn] = now if idle else None
 
+    def _crowded(self) -> bool:
+        """More connections open in all than the pressure mark."""
+        return len(self.client_of) > self.limits.pressure
+
+    def _crowding(self, held: int) -> bool:
+        """A client holding this many connections is past half its share."""
+        return held > self.limits.per_client // 2
+
     def under_pressure(self) -> bool:
-        return len(self.client_of) > self.limits.pressure or any(
-            n > self.limits.per_client // 2 for n in self.per_client.values())
+        return self._crowded() or any(self._crowding(n) for n in self.per_client.values())
 
     def to_close(self, now: float) -> list[Hashable]:
         """Idle connections to close now: all long-idle ones under total pressure, else those of crowding clients."""
-        everyone = len(self.client_of) > self.limits.pressure
-        crowding = {c for c, n in self.per_client.items() if n > self.limits.per_client // 2}
+        everyone = self._crowded()
+        crowding = {c for c, n in self.per_client.items() if self._crowding(n)}
         if not everyone and not crowding:
             return []
         return [conn for conn, since in self.idle_since.items()

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import sqlite3
 import sys
 import time
@@ -239,7 +238,7 @@ class Hub:
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
         self.token_limiter = trio.CapacityLimiter(1)
-        self.tokens_loaded_at = -math.inf  # trio time of the last load (the one above: when `run` starts)
+        self.tokens_loaded_at = 0.0  # trio time of the last load (the one above counts from when `run` starts)
         # (label, agent): which agent's view changed, None for the whole member (the live channel
         # and push look at that agent only: issue 15.1)
         self.on_view_change: list[Callable[[str, str | None], None]] = []
