@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import ssl
 import struct
 from contextlib import asynccontextmanager
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-import httpcore
-import httpx
+import h11
 import trio
 
 from crew import __version__
@@ -52,30 +52,10 @@ MAX_CONNECTIONS = 6
 THROUGH_LANES = 2  # of MAX_CONNECTIONS: the rest stay free for the poller (state, items, hello) and writes
 AGENT_CODES = ("unauthorized", "bad_request", "not_found", "unsupported", "no_list", "conflict", "version", "internal")
 MESSAGE_MAX = 500
-
-
-class _Body(httpx.AsyncByteStream):
-    """A request body that is a real async iterator, not an async generator.
-
-    httpx's own `ByteStream.__aiter__` is an async generator; when the peer breaks the connection
-    before reading the request, trio reports it garbage-collected unexhausted (httpx issue #3686,
-    fix not released). An iterator object has nothing to finalize.
-    """
-
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
-
-    def __aiter__(self) -> _Body:
-        return self
-
-    async def __anext__(self) -> bytes:
-        if self._data is None:
-            raise StopAsyncIteration
-        data, self._data = self._data, None
-        return data
-
-    async def aclose(self) -> None:
-        self._data = None
+KEEP_IDLE = 2  # kept-alive connections kept idle
+IDLE_EXPIRY = 30.0  # seconds an idle connection is kept
+HEAD_MAX = 64 * 1024  # bytes: an answer's status line and headers
+RECEIVE_SIZE = 64 * 1024
 
 
 class AgentUnreachable(Exception):
@@ -89,7 +69,7 @@ class AgentRefused(AgentUnreachable):
 
 
 class Answer:
-    def __init__(self, status: int, headers: httpx.Headers, body: object | None) -> None:
+    def __init__(self, status: int, headers: Headers, body: object | None) -> None:
         self.status, self.headers, self.body = status, headers, body
 
 
@@ -115,45 +95,6 @@ def check_peer(path: str, sock: socket.socket) -> None:
         raise AgentUnreachable("peer-not-you", f"the process listening on {path} runs as uid {uid}")
 
 
-class _PeerCheckedBackend(httpcore.AsyncNetworkBackend):
-    """httpcore's trio backend, with the peer check made the moment a socket connection opens —
-    before httpcore writes a byte of the request on it."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._inner = httpcore.TrioBackend()
-
-    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        stream = await self._inner.connect_unix_socket(path, timeout=timeout, socket_options=socket_options)
-        try:
-            check_peer(self._path, stream.get_extra_info("socket"))
-        except BaseException:
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            raise
-        return stream
-
-    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        return await self._inner.connect_tcp(host, port, timeout=timeout, local_address=local_address,
-                                             socket_options=socket_options)
-
-    async def sleep(self, seconds: float) -> None:
-        await trio.sleep(seconds)
-
-
-class _SocketTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport over a Unix socket, its pool using `_PeerCheckedBackend`. httpx takes no
-    network backend, so the pool it made is replaced by the same pool with ours (httpx 0.28)."""
-
-    def __init__(self, path: str, limits: httpx.Limits) -> None:
-        # plain HTTP over a private socket: no certificate store to load (it cost 40-120 ms on the loop per agent)
-        super().__init__(uds=path, limits=limits, retries=0, verify=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry, uds=path, retries=0,
-            network_backend=_PeerCheckedBackend(path))
-
-
 def _cause(exc: BaseException) -> BaseException:
     while exc.__cause__ is not None or exc.__context__ is not None:
         exc = exc.__cause__ or exc.__context__
@@ -165,31 +106,88 @@ async def _no_lane():
     yield
 
 
+class Headers:
+    """An answer's header fields (names lower-case, as h11 gives them); `get` by any case."""
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: list[tuple[bytes, bytes]]) -> None:
+        self._fields = fields
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        key = name.lower().encode("latin-1")
+        for k, v in self._fields:
+            if k == key:
+                return v.decode("latin-1")
+        return default
+
+
+def _readable(sock: trio.socket.SocketType) -> bool:
+    """True when an idle kept-alive connection has something to read: the agent closed it (or sent
+    bytes nobody asked for). Either way it must not carry the next request."""
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR)
+    return bool(poller.poll(0))
+
+
+class _Conn:
+    __slots__ = ("stream", "sock", "h11", "idle_since")
+
+    def __init__(self, stream: trio.abc.Stream, sock: trio.socket.SocketType) -> None:
+        self.stream, self.sock = stream, sock
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_MAX)
+        self.idle_since = 0.0
+
+
 class AgentClient:
-    """Requests go straight to httpx's transport (its connection pool), not through `httpx.AsyncClient`:
-    the client's layers (URL merging, cookies, auth, redirects, event hooks) are nothing the wire uses
-    and cost most of the CPU of a request (issue 15.1: 0.78 ms a state read, against 0.1 ms for the same
-    request written by hand)."""
+    """HTTP/1.1 to one agent, written with h11 over trio streams, with a small pool of kept-alive
+    connections (at most `MAX_CONNECTIONS` at once, `KEEP_IDLE` kept idle for `IDLE_EXPIRY` s).
+
+    Not httpx: its transport and pool (httpcore, which parses with the same h11) cost 0.63-0.66 ms of
+    CPU per state read here against 0.27 ms for this client, and a write makes 4-5 requests to the
+    agent (the send, the reads after it, the long-poll re-armed after each change) — the largest part
+    of a member's CPU per write (issue 15.1; bench/agent_client.py prints both beside the floor).
+
+    Where each failure happens decides its reason, and the writer's receipt relies on it: a failure
+    while connecting (`no-socket`, `connection-refused`, `peer-not-you`, `tls`) means not a byte of
+    the request was written; anything after (`closed`, `protocol`, `timeout`, `too-large`) may have
+    reached the agent. A kept-alive connection is reused only if nothing is waiting to be read on it
+    (an agent that closed it is noticed before the request is written)."""
 
     def __init__(self, agent: AgentConfig, *, ssl_context: ssl.SSLContext | None = None) -> None:
         self.agent = agent
-        limits = httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=2, keepalive_expiry=30)
-        self.base = "http://durable-agent" if agent.socket else agent.url.rstrip("/")
-        headers = [(b"host", httpx.URL(self.base).netloc), (b"user-agent", f"collie/{__version__}".encode()),
-                   (b"accept", b"application/json")]
+        self.prefix = ""
         if agent.socket:
-            self.transport: httpx.AsyncBaseTransport = _SocketTransport(agent.socket, limits)
+            host = b"durable-agent"
+            self.tls: ssl.SSLContext | None = None
         else:
+            parts = urlsplit(agent.url)
+            self.https = parts.scheme.lower() == "https"
+            self.host = parts.hostname or ""
+            self.port = parts.port or (443 if self.https else 80)
+            self.prefix = parts.path.rstrip("/")
+            try:
+                host = parts.netloc.encode("ascii")
+            except UnicodeEncodeError:
+                host = parts.netloc.encode("idna")
+            self.tls = (ssl_context or ssl.create_default_context()) if self.https else None
+        headers = [(b"host", host), (b"user-agent", f"collie/{__version__}".encode()), (b"accept", b"application/json")]
+        if not agent.socket:
             headers.append((b"authorization", f"Bearer {agent.token}".encode()))
-            verify = ssl_context or ssl.create_default_context()
-            self.transport = httpx.AsyncHTTPTransport(verify=verify, limits=limits, retries=0, trust_env=False)
         self.headers = headers
+        self.slots = trio.Semaphore(MAX_CONNECTIONS)
+        self.idle: list[_Conn] = []
+        self.closed = False
         self.through = trio.Semaphore(THROUGH_LANES)
         self.requests = 0
         self.bytes_in = 0
 
     async def aclose(self) -> None:
-        await self.transport.aclose()
+        self.closed = True
+        idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.sock.close()
+        await trio.lowlevel.checkpoint()
 
     def _check_path(self) -> None:
         if self.agent.socket:
@@ -206,11 +204,67 @@ class AgentClient:
         self._check_path()
         with trio.move_on_after(timeout):
             async with self.through if through else _no_lane():
-                return await self._exchange(method, path, json_body, headers, timeout, cap)
+                return await self._exchange(method, path, json_body, headers, cap)
         raise AgentUnreachable("timeout", f"no complete answer to {method} {path} within {timeout:g} s")
 
+    # -- connections -----------------------------------------------------------------------------
+
+    def _take_idle(self) -> _Conn | None:
+        now = trio.current_time()
+        while self.idle:
+            conn = self.idle.pop()
+            if now - conn.idle_since <= IDLE_EXPIRY and not _readable(conn.sock):
+                return conn
+            conn.sock.close()
+        return None
+
+    def _park(self, conn: _Conn) -> None:
+        if self.closed or len(self.idle) >= KEEP_IDLE:
+            conn.sock.close()
+            return
+        conn.idle_since = trio.current_time()
+        self.idle.append(conn)
+
+    async def _connect(self) -> _Conn:
+        """A new connection, checked (T3 peer, TLS) before a byte of any request is written on it."""
+        try:
+            if self.agent.socket:
+                stream = await trio.open_unix_socket(self.agent.socket)
+                try:
+                    check_peer(self.agent.socket, stream.socket)
+                except BaseException:
+                    stream.socket.close()
+                    raise
+                return _Conn(stream, stream.socket)
+            tcp = await trio.open_tcp_stream(self.host, self.port)
+        except FileNotFoundError:
+            raise AgentUnreachable("no-socket", f"{self.agent.socket} does not exist: start the agent") from None
+        except ConnectionRefusedError:
+            raise AgentUnreachable("connection-refused", "connection refused: nothing listens there (a stale "
+                                                         "socket, or the agent is down)") from None
+        except OSError as exc:
+            if "refused" in str(exc).lower():
+                raise AgentUnreachable("connection-refused", "connection refused: nothing listens there (the "
+                                                             "agent is down)") from None
+            raise AgentUnreachable("connection-refused", f"cannot connect: {exc}") from None
+        if self.tls is None:
+            return _Conn(tcp, tcp.socket)
+        stream = trio.SSLStream(tcp, self.tls, server_hostname=self.host, https_compatible=True)
+        try:
+            await stream.do_handshake()
+        except trio.BrokenResourceError as exc:
+            tcp.socket.close()
+            root = _cause(exc)
+            raise AgentUnreachable("tls", f"TLS failed: {root}") from None
+        except BaseException:
+            tcp.socket.close()
+            raise
+        return _Conn(stream, tcp.socket)
+
+    # -- one exchange ----------------------------------------------------------------------------
+
     async def _exchange(self, method: str, path: str, json_body: object | None, headers: dict[str, str] | None,
-                        timeout: float, cap: int) -> Answer:
+                        cap: int) -> Answer:
         self.requests += 1
         content = json.dumps(json_body, separators=(",", ":")).encode() if json_body is not None else None
         hdrs = list(self.headers)
@@ -220,42 +274,20 @@ class AgentClient:
             hdrs.append((b"content-type", b"application/json; charset=utf-8"))
         if content or method in ("POST", "PUT", "PATCH"):
             hdrs.append((b"content-length", str(len(content or b"")).encode()))
-        request = httpx.Request(method, self.base + path, headers=hdrs, stream=_Body(content or b""),
-                                extensions={"timeout": {"connect": timeout, "read": timeout, "write": timeout,
-                                                        "pool": timeout}})
-        try:
-            resp = await self.transport.handle_async_request(request)
+        async with self.slots:
+            conn = self._take_idle() or await self._connect()
+            reusable = False
             try:
-                declared = resp.headers.get("content-length")
-                if declared and declared.isdigit() and int(declared) > cap:
-                    raise AgentUnreachable("too-large", f"the answer to {path} is {declared} bytes; the limit is {cap}")
-                body = bytearray()
-                async for chunk in resp.aiter_raw():
-                    body += chunk
-                    if len(body) > cap:
-                        raise AgentUnreachable("too-large", f"the answer to {path} is over {cap} bytes")
+                status, fields, body, reusable = await self._round_trip(conn, method, self.prefix + path, hdrs,
+                                                                        content, cap)
             finally:
-                await resp.aclose()
-        except httpx.TimeoutException:
-            raise AgentUnreachable("timeout", f"no answer to {method} {path} within {timeout:g} s") from None
-        except httpx.ConnectError as exc:
-            root = _cause(exc)
-            if isinstance(root, ssl.SSLError):
-                raise AgentUnreachable("tls", f"TLS failed: {root}") from None
-            if isinstance(root, ConnectionRefusedError) or "refused" in str(exc).lower():
-                raise AgentUnreachable("connection-refused", "connection refused: nothing listens there (a stale "
-                                                             "socket, or the agent is down)") from None
-            if isinstance(root, FileNotFoundError):
-                raise AgentUnreachable("no-socket", f"{self.agent.socket} does not exist: start the agent") from None
-            raise AgentUnreachable("connection-refused", f"cannot connect: {root or exc}") from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise AgentUnreachable("closed", f"the agent closed the connection ({type(_cause(exc)).__name__})") from None
-        except httpx.HTTPError as exc:
-            raise AgentUnreachable("protocol", f"{type(exc).__name__}: {exc}") from None
+                if reusable:
+                    self._park(conn)
+                else:
+                    conn.sock.close()
         self.bytes_in += len(body)
-        status = resp.status_code
         if status == 304:
-            return Answer(status, resp.headers, None)
+            return Answer(status, fields, None)
         try:
             if len(body) > BIG_BODY:  # a large state: decoded in a worker thread, never on the event loop (9.6)
                 parsed = await trio.to_thread.run_sync(json.loads, body)
@@ -278,4 +310,55 @@ class AgentClient:
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}" + (f": {message}" if message else ""))
         if status != 200:
             raise AgentUnreachable("protocol", f"{method} {path} answered {status}")
-        return Answer(status, resp.headers, parsed)
+        return Answer(status, fields, parsed)
+
+    async def _round_trip(self, conn: _Conn, method: str, target: str, hdrs: list[tuple[bytes, bytes]],
+                          content: bytes | None, cap: int) -> tuple[int, Headers, bytearray, bool]:
+        """Write the request (one send) and read the whole answer; the connection is reusable only
+        when both sides ended their message cleanly and nobody asked to close it."""
+        h = conn.h11
+        eof = False
+        try:
+            try:
+                data = h.send(h11.Request(method=method, target=target.encode("ascii"), headers=hdrs))
+                if content:
+                    data += h.send(h11.Data(data=content))
+                data += h.send(h11.EndOfMessage())
+            except h11.LocalProtocolError as exc:
+                raise AgentUnreachable("protocol", f"cannot write {method} {target}: {exc}") from None
+            try:
+                await conn.stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # an agent may answer (and close) before it read the request: read what it said
+            status, fields, body = 0, Headers([]), bytearray()
+            while True:
+                event = h.next_event()
+                if event is h11.NEED_DATA:
+                    chunk = await conn.stream.receive_some(RECEIVE_SIZE)
+                    eof = not chunk
+                    h.receive_data(chunk)
+                elif isinstance(event, h11.Response):
+                    status, fields = event.status_code, Headers(list(event.headers))
+                    declared = fields.get("content-length")
+                    if declared and declared.isdigit() and int(declared) > cap:
+                        raise AgentUnreachable("too-large", f"the answer to {target} is {declared} bytes; "
+                                                            f"the limit is {cap}")
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                    if len(body) > cap:
+                        raise AgentUnreachable("too-large", f"the answer to {target} is over {cap} bytes")
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise AgentUnreachable("closed", "the agent closed the connection before it answered")
+                # h11.InformationalResponse (1xx): the answer follows
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise AgentUnreachable("closed", f"the agent closed the connection ({type(_cause(exc)).__name__})") from None
+        except h11.RemoteProtocolError as exc:
+            if eof:  # the agent closed the connection before its answer was whole
+                raise AgentUnreachable("closed", "the agent closed the connection mid-answer") from None
+            raise AgentUnreachable("protocol", f"the answer to {method} {target} is not HTTP/1.1: {exc}") from None
+        reusable = not eof and h.our_state is h11.DONE and h.their_state is h11.DONE
+        if reusable:
+            h.start_next_cycle()
+        return status, fields, body, reusable
