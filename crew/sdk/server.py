@@ -86,12 +86,6 @@ def error(status: int, code: str, message: str) -> Response:
     return Response(status, {"error": code, "message": message})
 
 
-async def _send(conn: h11.Connection, stream: trio.abc.Stream, event) -> None:
-    data = conn.send(event)
-    if data:
-        await stream.send_all(data)
-
-
 async def handle_connection(stream: trio.abc.Stream, handler: Handler, inflight: Inflight | None = None) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
     peer = peer_of(stream)
@@ -169,7 +163,9 @@ async def _respond(conn: h11.Connection, stream: trio.abc.Stream, request: h11.R
         headers.append((b"content-type", b"application/json; charset=utf-8"))
     headers += [(k.encode(), v.encode()) for k, v in response.headers]
     phrase = HTTPStatus(response.status).phrase.encode() if response.status in HTTPStatus._value2member_map_ else b""
-    await _send(conn, stream, h11.Response(status_code=response.status, headers=headers, reason=phrase))
+    # head, body and end in one write: the client wakes once per answer, not once per part
+    data = conn.send(h11.Response(status_code=response.status, headers=headers, reason=phrase)) or b""
     if payload:
-        await _send(conn, stream, h11.Data(data=payload))
-    await _send(conn, stream, h11.EndOfMessage())
+        data += conn.send(h11.Data(data=payload)) or b""
+    data += conn.send(h11.EndOfMessage()) or b""
+    await stream.send_all(data)
