@@ -4,7 +4,6 @@ let retries run; count what the agent applied. The full matrix with figures: ben
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ CASES += [(None, delay, restart) for delay in (0.15, 0.4) for restart in (False,
 def test_no_duplicate_and_no_lost_acknowledged_write(crash_at, random_kill, restart_agent):
     """A request id is applied at most once and every acknowledged write is applied, whatever crashes."""
     base = short_dir("cf")
-    os.chmod(base, 0o700)
     result = trial(base, crash_at=crash_at, random_kill=random_kill, restart_agent=restart_agent, seed=hash(
         (crash_at, random_kill, restart_agent)) & 0xFFFF, burst=40)
     assert result["duplicates"] == 0, result

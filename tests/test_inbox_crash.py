@@ -17,7 +17,6 @@ the exact request is recorded in the inbox before it is sent and resumed as reco
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -60,7 +59,6 @@ def judge(phone: Phone, finals: dict[str, dict], items: dict) -> dict:
 
 def trial(crash_at: str, seed: int, burst: int = 24) -> dict:
     base = short_dir("ic")
-    os.chmod(base, 0o700)
     lab = Lab(base)
     try:
         lab.start_agent()

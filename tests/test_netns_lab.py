@@ -62,7 +62,6 @@ def namespaces():
 def test_lead_and_member_in_separate_network_namespaces(namespaces):
     lead_ns, member_ns = namespaces
     base = short_dir("cn")
-    os.chmod(base, 0o700)
     ca = trustme.CA()
     cert = ca.issue_cert(LEAD_IP)
     ca_file, cert_file, key_file = base / "ca.pem", base / "cert.pem", base / "key.pem"
