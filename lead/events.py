@@ -25,6 +25,9 @@ polling. A comment line every 15 s keeps proxies and phone radios from cutting a
 Bounds: a channel holds at most `QUEUE` events; a phone too slow to take them gets a fresh snapshot
 instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once. A write the phone
 takes nothing of for `SEND_STALL` seconds (it stopped reading, or is gone) ends the channel.
+A member's viewed conversation is read (its recent-send lines and items, a round trip to the member)
+beside the pass, one read at a time per conversation: a member slow to answer, or that never answers,
+holds up only the views of its own conversations, never every phone's rows and panes.
 
 `EventLog` and `diff_rows` are plain (no trio); `Feed` moves the data.
 """
@@ -228,6 +231,8 @@ class Feed:
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
         self.everything = True
         self._wake = trio.Event()
+        self.to_read: dict[tuple, None] = {}  # members' viewed conversations to read again (see _read_members)
+        self._read_wake = trio.Event()
         self.set_viewing = set_viewing
         self.events_sent = 0
         self.leases: dict[tuple, float] = {}
@@ -423,6 +428,7 @@ class Feed:
         bridge_changed = getattr(self.bridge, "wait_changed", None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_leases)
+            nursery.start_soon(self._read_members)
             if bridge_changed is not None and getattr(self.bridge, "on_agent_change", None) is None:
                 nursery.start_soon(self._follow, bridge_changed)
             while True:
@@ -476,13 +482,16 @@ class Feed:
             self.heads = heads
             self._publish("sections", {"sections": heads})
         # panes and items: only what some channel views, and only on the agents that changed
-        viewed = {ch.conv_key for ch in self.channels.values() if ch.conv_key}
+        viewed = self._viewed()
         for key in viewed:
             _, machine, agent, conv = key
             if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
                 continue
             reader = self.reader_of(machine, agent)
-            if machine != LOCAL and key in self.recent and reader is not None:
+            if machine == LOCAL:
+                await self._refresh(key)
+                continue
+            if key in self.recent and reader is not None:
                 # the member's view is here already: show it now with the recent-send lines last read, then
                 # read those (a round trip to the member) and correct the pane if they moved
                 quick = self._pane(reader, machine, conv, self.recent[key])
@@ -490,19 +499,10 @@ class Feed:
                     self.panes[key] = quick
                     self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
                                   key)
-            pane = await self.pane_of(machine, agent, conv)
-            if pane != self.panes.get(key):
-                self.panes[key] = pane
-                self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
-            items = await self.items_of(machine, agent, conv)
-            if items is None:
-                continue
-            marks = self.item_marks.get(key, {})
-            new = [i for i in items if marks.get(i.get("seq")) != i]
-            if new:
-                self.item_marks[key] = {i.get("seq"): i for i in items}
-                self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": new,
-                                        "full": False}, key)
+            # the round trips to the member run beside this pass, never in it: a member slow to answer (or
+            # that never does) must not hold up every other phone's rows and panes
+            self.to_read[key] = None
+            self._read_wake.set()
         for key in list(self.panes):
             if key not in viewed:
                 self.panes.pop(key, None)
@@ -510,6 +510,56 @@ class Feed:
                 self.published.pop(key, None)
         for key in [k for k in self.recent if k not in viewed]:
             del self.recent[key]
+
+    def _viewed(self) -> set:
+        return {ch.conv_key for ch in self.channels.values() if ch.conv_key}
+
+    async def _refresh(self, key: tuple) -> None:
+        """Read a viewed conversation's pane and items again and publish what moved."""
+        _, machine, agent, conv = key
+        pane = await self.pane_of(machine, agent, conv)
+        items = await self.items_of(machine, agent, conv)
+        if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
+            return
+        if pane != self.panes.get(key):
+            self.panes[key] = pane
+            self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
+        if items is None:
+            return
+        marks = self.item_marks.get(key, {})
+        new = [i for i in items if marks.get(i.get("seq")) != i]
+        if new:
+            self.item_marks[key] = {i.get("seq"): i for i in items}
+            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": new,
+                                    "full": False}, key)
+
+    async def _read_members(self) -> None:
+        """The reads of members' viewed conversations, each in its own task: at most one at a time per
+        conversation (a change meanwhile reads it once more after), so a member that never answers holds
+        only its own conversations (at most READ_TIMEOUT a read), never the pass or another member."""
+        reading: set = set()
+
+        async def one(key: tuple) -> None:
+            try:
+                while True:
+                    self.to_read.pop(key, None)
+                    try:
+                        await self._refresh(key)
+                    except Exception:  # one bad view must not end the live channel for everyone
+                        log.exception("[bridge] the live channel could not read %s/%s", key[1], key[2])
+                    if key not in self.to_read:
+                        return
+            finally:
+                reading.discard(key)
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                await self._read_wake.wait()
+                self._read_wake = trio.Event()
+                for key in list(self.to_read):
+                    if key not in reading:
+                        reading.add(key)
+                        nursery.start_soon(one, key)
 
     def _heads(self) -> list[dict]:
         """The section heads, from the rows this feed keeps current (not every reader's row again)."""

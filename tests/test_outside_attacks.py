@@ -1,0 +1,84 @@
+"""Attacks from outside on a running crew (a member holding a valid token, an API-token sender, anybody
+on the network), found by the outside check of issue 9 and fixed at the root (crew.md §2, W4, W5).
+
+Invariants:
+- a member that never answers the lead's reads holds up only the views of its own conversations: every
+  other phone's live channel (rows of other machines, the lead's own agents) keeps moving at once;
+- one member cannot make the lead's log grow without bound: however fast it reconnects (or is refused),
+  the link lines it causes are bounded, and the log itself keeps to a size cap.
+"""
+
+from __future__ import annotations
+
+import trio
+
+
+class FakeBridge:
+    readers: dict = {}
+
+    def __init__(self) -> None:
+        self.on_agent_change = []
+
+
+async def test_a_member_that_never_answers_a_read_does_not_hold_up_other_phones(monkeypatch, autojump_clock):
+    """W4/W5, crew.md §2 ("nothing a member sends can stop the lead or another member's link"): phone A views
+    a conversation of member `mute`, which never answers the lead's reads (it keeps its link alive and its
+    view changing). Phone B, on the dashboard, still gets the row of member `ok`'s change in the same pass
+    — at the virtual instant it happened — not after A's reads of `mute` time out (2 x 5 s a pass)."""
+    from lead import events
+
+    monkeypatch.setattr(events, "pane_state", lambda reader, conv, *, recent_sends, machine, online: {
+        "rev": reader.rev})
+    monkeypatch.setattr(events, "member_row", lambda member, name, reader: {"name": name, "rev": reader.rev,
+                                                                           "waiting": None})
+
+    class Reader:
+        def __init__(self):
+            self.rev = 0
+            self.conversations = {"chat": object()}
+
+    class Member:
+        online, offline_since = True, None
+
+        def __init__(self):
+            self.readers = {"lab": Reader()}
+
+    class Hub:
+        def __init__(self):
+            self.members = {"mute": Member(), "ok": Member()}
+            self.on_member_change, self.on_view_change = [], []
+            self.reads: list = []
+
+        def reader(self, machine, agent):
+            return self.members[machine].readers.get(agent)
+
+        async def read(self, machine, agent, what, args):
+            self.reads.append((trio.current_time(), machine, what))
+            if machine == "mute":
+                await trio.sleep_forever()  # the member keeps beating but answers no read
+            return {"lines": []} if what == "recent_sends" else {"items": [], "open": True}
+
+    hub = Hub()
+    feed = events.Feed(FakeBridge(), hub)
+    a, b = feed.open(None), feed.open(None)
+    a.view = ("mute", "lab", "chat")
+    rows: list = []
+    async with trio.open_nursery() as n:
+        await n.start(feed.run)
+
+        async def watch():
+            async for ev in b.receive:
+                if ev.kind == "row":
+                    rows.append((trio.current_time(), ev.data["machine"], ev.data["row"]["rev"]))
+        n.start_soon(watch)
+        for step in range(1, 4):
+            hub.members["mute"].readers["lab"].rev = step  # mute's view changes: A's pane must be read again
+            feed.touch("mute", "lab")
+            await trio.sleep(0.5)
+            t = trio.current_time()
+            hub.members["ok"].readers["lab"].rev = step
+            feed.touch("ok", "lab")
+            await trio.sleep(30)
+            assert (t, "ok", step) in rows, rows  # at once, whatever A's reads of `mute` are doing
+        assert any(m == "mute" for _t, m, _w in hub.reads)  # A's conversation was read (and never answered)
+        n.cancel_scope.cancel()
