@@ -10,6 +10,10 @@ Every record's final text — message, arguments and traceback alike — passes 
   form and in the escaped forms an error message may quote it in. Secrets are registered as soon as
   they are read (sources.json tokens, the .env token, crew.json, API credentials).
 
+The log is bounded: past `LOG_MAX` bytes `bridge.log` becomes `bridge.log.1` (the one before is
+dropped) and a new `bridge.log` starts, 0600 like the first — so no peer, however many lines it causes,
+can fill the state folder's disk (where the journals and the inbox live). `collie logs` reads both.
+
 The CLI prints peer values through the same `printable`. Line prefixes are the product's:
 ``[bridge] …`` for the daemon, ``[durable] …`` for agent traffic.
 """
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
 import sys
 import threading
 from pathlib import Path
@@ -25,6 +31,7 @@ from pathlib import Path
 from crew.fsutil import touch_private
 
 REDACTED = "[redacted]"
+LOG_MAX = 10 * 1024 * 1024  # bytes of bridge.log before it becomes bridge.log.1 (so at most twice this on disk)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -70,6 +77,19 @@ class Redactor:
 redactor = Redactor()
 
 
+class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
+    """A size-capped log whose every new file is created 0600 (not by the process umask)."""
+
+    def _open(self):
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+
+def rotated(path: Path) -> Path:
+    """Where the previous part of the log at `path` is kept."""
+    return path.with_name(path.name + ".1")
+
+
 class _Formatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         saved = record.msg, record.args
@@ -101,7 +121,7 @@ def setup(log_path: Path | None, *, stderr: bool = True, level: int = logging.IN
     fmt = _Formatter("%(asctime)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S%z")
     if log_path is not None:
         touch_private(log_path)
-        fh = logging.FileHandler(log_path, encoding="utf-8")
+        fh = _PrivateRotatingHandler(log_path, maxBytes=LOG_MAX, backupCount=1, encoding="utf-8")
         fh.setFormatter(fmt)
         logger.addHandler(fh)
     if stderr:

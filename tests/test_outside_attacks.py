@@ -82,3 +82,34 @@ async def test_a_member_that_never_answers_a_read_does_not_hold_up_other_phones(
             assert (t, "ok", step) in rows, rows  # at once, whatever A's reads of `mute` are doing
         assert any(m == "mute" for _t, m, _w in hub.reads)  # A's conversation was read (and never answered)
         n.cancel_scope.cancel()
+
+
+def test_the_bridge_log_keeps_to_its_size_cap(tmp_path, monkeypatch, capsys):
+    """Whatever a peer makes the bridge log (a member's reconnect storm, a sender's requests), the log on
+    disk stays bounded: past `LOG_MAX` bytes `bridge.log` becomes `bridge.log.1` (the one before is
+    dropped); both stay 0600; `collie logs` shows the newest lines across the two, in order."""
+    import argparse
+    import os
+
+    from crew import logs
+    from crew.cli import logs_cmd
+    from crew.paths import Paths
+
+    monkeypatch.setattr(logs, "LOG_MAX", 10_000)
+    paths = Paths(config_dir=tmp_path / "cfg", state_dir=tmp_path)
+    logs.setup(paths.log, stderr=False)
+    try:
+        for i in range(2_000):
+            logs.get("crew").info("[crew] evil: connected (Collie 0.1.0) %04d", i)
+    finally:
+        logs.setup(None, stderr=False)
+    files = sorted(tmp_path.glob("bridge.log*"))
+    assert [f.name for f in files] == ["bridge.log", "bridge.log.1"]
+    assert all(f.stat().st_size <= 10_000 + 200 for f in files)
+    assert all(os.stat(f).st_mode & 0o777 == 0o600 for f in files)
+    assert logs_cmd.run(argparse.Namespace(lines=3, follow=False), paths) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert [line[-4:] for line in shown] == ["1997", "1998", "1999"]
+    assert logs_cmd.run(argparse.Namespace(lines=0, follow=False), paths) == 0
+    numbers = [int(line[-4:]) for line in capsys.readouterr().out.splitlines()]
+    assert numbers == list(range(numbers[0], 2_000)) and len(numbers) > 100  # both files, oldest first

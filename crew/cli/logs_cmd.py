@@ -6,12 +6,13 @@ escape sequences to the terminal (issue 9.5).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import deque
 
 from crew.errors import CollieError
-from crew.logs import printable
+from crew.logs import printable, rotated
 
 
 def register(sub) -> None:
@@ -25,13 +26,23 @@ def _shown(line: str) -> str:
     return printable(line.removesuffix("\n")) + "\n"
 
 
+def _open(path):
+    return open(path, encoding="utf-8", errors="replace", newline="\n")  # a lone \r is no line break
+
+
 def run(args, paths) -> int:
     try:
-        fh = open(paths.log, encoding="utf-8", errors="replace", newline="\n")  # a lone \r is no line break
+        fh = _open(paths.log)
     except FileNotFoundError:
         raise CollieError(f"no log yet at {paths.log}: the bridge has not run here (start it with `collie serve`)") from None
     with fh:
-        lines = fh.readlines() if args.lines <= 0 else deque(fh, maxlen=args.lines)
+        lines = deque(maxlen=args.lines if args.lines > 0 else None)
+        try:  # the part before the last rotation (crew.logs.LOG_MAX) comes first
+            with _open(rotated(paths.log)) as older:
+                lines.extend(older)
+        except FileNotFoundError:
+            pass
+        lines.extend(fh)
         sys.stdout.writelines(_shown(line) for line in lines)
         sys.stdout.flush()
         while args.follow:
@@ -39,6 +50,14 @@ def run(args, paths) -> int:
             if line:
                 sys.stdout.write(_shown(line))
                 sys.stdout.flush()
+                continue
+            try:
+                moved = os.stat(paths.log).st_ino != os.fstat(fh.fileno()).st_ino
+            except FileNotFoundError:
+                moved = False
+            if moved:  # rotated: what is left of the old file was read above; follow the new one
+                fh.close()
+                fh = _open(paths.log)
             else:
                 time.sleep(0.2)
     return 0
