@@ -15,6 +15,9 @@
   logged (escaped, once per link and then counted), skipped, and — when it answered a request —
   makes that request's receipt `unknown`. Too many bad frames close the link (`protocol`). Whatever
   fails inside one member's link ends that link only, never the lead.
+- Log lines about one member's links (connected, offline, refused, bad frames) are at most `LINK_LINES` of
+  each kind a minute, the next saying how many were held: a member reconnecting in a loop wrote two
+  lines a connection, without end.
 - Views: a member sends the raw hello and state its bridge read; the lead feeds them to a fresh
   `AgentReader` of its own (digests, trimming and pane state computed exactly as for its own agents).
   Frames carrying views are parsed (when large) and fed in a worker thread, one frame at a time in
@@ -80,6 +83,7 @@ PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker th
 DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
 MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
+LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
@@ -272,14 +276,22 @@ class Hub:
             for name in agents if agents is not None else [None]:
                 fn(label, name)
 
-    def _say(self, key: str, line: str, *args, now: float) -> None:
-        """Log a refusal that a peer can repeat at will at most once a minute, with the count since."""
-        last, since = self.said.get(key, (None, 0))
-        if last is not None and now - last < SAY_AGAIN_AFTER:
-            self.said[key] = (last, since + 1)
+    def _say(self, key: str, line: str, *args, now: float, burst: int = 1) -> None:
+        """Log a line that a peer can repeat at will at most `burst` times a minute; the first one after
+        says how many were held."""
+        start, logged, held = self.said.get(key, (None, 0, 0))
+        if start is None or now - start >= SAY_AGAIN_AFTER:
+            start, logged = now, 0
+        if logged >= burst:
+            self.said[key] = (start, logged, held + 1)
             return
-        self.said[key] = (now, 0)
-        log.info(line + (f" ({since} more since)" if since else ""), *args)
+        self.said[key] = (start, logged + 1, 0)
+        log.info(line + (f" ({held} more since)" if held else ""), *args)
+
+    def _link_line(self, kind: str, label: str, line: str, *args) -> None:
+        """A line about one member's link (connected, offline, refused, bad frames): a member that
+        reconnects in a loop would otherwise write two lines a connection, without end."""
+        self._say(f"{kind}:{label}", line, label, *args, now=trio.current_time(), burst=LINK_LINES)
 
     def _restore_views(self, member: Member) -> None:
         """The last views a member sent survive a lead restart: its agents show offline, and sends to
@@ -385,7 +397,8 @@ class Hub:
             return
         admission = crewwire.admit(hello.crew_wire)
         if not admission.accepted:
-            log.info("[crew] %s: refused: crew wire %s is outside %s", label, hello.crew_wire, crewwire.CREW_WIRE)
+            self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
+                            crewwire.CREW_WIRE)
             await self._close(ws, crewwire.VERSION)
             return
         if hello.label != label:
@@ -417,8 +430,8 @@ class Hub:
             self._forget_invite(label)
             await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
                              "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
-            log.info("[crew] %s: connected (Collie %s%s)", label, member.version,
-                     ", read-only" if admission.read_only else "")
+            self._link_line("connected", label, "[crew] %s: connected (Collie %s%s)", member.version,
+                            ", read-only" if admission.read_only else "")
             for (m, agent), count in list(self.viewers.items()):
                 if m == label and count:
                     await conn.send({"type": "viewing", "agent": agent, "on": True})
@@ -454,12 +467,12 @@ class Hub:
         finally:
             conn.closed.set()
             if conn.bad_frames > 1:
-                log.info("[crew] %s: %d bad frames on this link in all", label, conn.bad_frames)
+                self._link_line("bad-count", label, "[crew] %s: %d bad frames on this link in all", conn.bad_frames)
             if member.conn is conn:
                 member.conn = None
                 self.store.seen(label, None, member.last_seen or time.time())
                 self._mark_offline(member)
-                log.info("[crew] %s: offline since %s", label, hhmm(member.offline_since))
+                self._link_line("offline", label, "[crew] %s: offline since %s", hhmm(member.offline_since))
                 self._notify(label)
             await self._close(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
@@ -468,7 +481,8 @@ class Hub:
         """Logged once per link (escaped), counted; a bad answer to a request makes it `unknown`."""
         conn.bad_frames += 1
         if conn.bad_frames == 1:
-            log.info("[crew] %s: a frame that does not fit the crew wire was ignored: %s", conn.label, exc.args[0])
+            self._link_line("bad", conn.label, "[crew] %s: a frame that does not fit the crew wire was ignored: %s",
+                            exc.args[0])
         request_id = crewwire.frame_id(exc)
         if request_id is not None:
             conn.resolve(request_id, exc)

@@ -10,7 +10,19 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
+import json
+from functools import partial
+
+import pytest
 import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
+
+from lead.hub import LINK_LINES
+from tests.crewlab import Crew, wait_for
+from tests.live import short_dir
+
+STORM = 150  # links of each kind a hostile member opens in a row
 
 
 class FakeBridge:
@@ -113,3 +125,52 @@ def test_the_bridge_log_keeps_to_its_size_cap(tmp_path, monkeypatch, capsys):
     assert logs_cmd.run(argparse.Namespace(lines=0, follow=False), paths) == 0
     numbers = [int(line[-4:]) for line in capsys.readouterr().out.splitlines()]
     assert numbers == list(range(numbers[0], 2_000)) and len(numbers) > 100  # both files, oldest first
+
+
+@pytest.fixture
+def crew():
+    c = Crew(short_dir("oa"))
+    yield c
+    c.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # trio-websocket, a link the lead closed
+async def test_a_reconnect_storm_cannot_flood_the_leads_log(crew):
+    """crew.md §2, V2: a member holding a valid token that reconnects in a loop — the same process
+    coming back, a wrong crew-wire version, a bad frame on every link — adds at most `LINK_LINES` lines
+    a minute of each kind to the lead's log (the next one says how many were held), not two lines a
+    connection; the lead goes on serving, and another member stays online throughout."""
+    from tests.crewlab import hello_frame, invite, sim_member
+
+    crew.start_lead()
+    evil, ok = invite(crew, "evil"), invite(crew, "ok")
+    url = crew.address.replace("http://", "ws://") + "/crew/v1"
+    before = crew.lead.log().count("\n")
+
+    async def link(frames: list[str]) -> None:
+        try:
+            async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {evil}".encode())]) as ws:
+                for frame in frames:
+                    await ws.send_message(frame)
+                await ws.get_message()
+        except ConnectionClosed:
+            pass
+
+    wrong = json.dumps({"type": "hello", "label": "evil", "collie": "9", "crew_wire": {"min": 7, "max": 7}})
+    with trio.fail_after(120):
+        async with trio.open_nursery() as n:
+            n.start_soon(partial(sim_member, url, "ok", ok, agents=1, conversations=1, beat=2))
+            await trio.to_thread.run_sync(wait_for, lambda: crew.online("ok"))
+            for i in range(STORM):
+                await link([hello_frame("evil", boot="same"), "not json"])
+                await link([wrong])
+            assert crew.online("ok")
+            n.cancel_scope.cancel()
+    added = crew.lead.log().split("\n")[before:]
+    about_evil = [line for line in added if "[crew] evil:" in line]
+    assert len(about_evil) <= 4 * LINK_LINES, "\n".join(about_evil[-20:])
+    assert any("connected" in line for line in about_evil) and any("refused: crew wire" in line for line in about_evil)
+    with crew.client() as c:
+        assert c.get("/api/dashboard").status_code == 200
+    gc.collect()  # the fake member's leaked sockets (above) are collected under this test's filter
