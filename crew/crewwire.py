@@ -145,6 +145,10 @@ class Snapshot:
     agents: list[AgentView] = attrs.field(validator=_max_agents)
     more: list[str] = attrs.field(factory=list, validator=_max_agents)  # agents whose views follow as `agent` frames
 
+    def __attrs_post_init__(self) -> None:
+        if len(self.names()) > MAX_AGENTS:  # those carried and those to follow count together
+            raise ValueError(f"more than {MAX_AGENTS} agents")
+
     def names(self) -> set[str]:
         return {v.name for v in self.agents} | set(self.more)
 

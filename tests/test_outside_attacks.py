@@ -174,3 +174,24 @@ async def test_a_reconnect_storm_cannot_flood_the_leads_log(crew):
     with crew.client() as c:
         assert c.get("/api/dashboard").status_code == 200
     gc.collect()  # the fake member's leaked sockets (above) are collected under this test's filter
+
+
+def test_a_snapshot_cannot_name_more_agents_than_a_member_may_show():
+    """crew.md §2 ("at most 100 agents a member"): the agents a snapshot carries and those it names in
+    `more` (whose views follow as `agent` frames) count together; 100 carried plus 100 more other names
+    let one member show 200 agents (and hold twice the views on the lead). The same names in both count once."""
+    import pytest
+
+    from crew import crewwire
+    from tests.crewlab import fake_view
+
+    carried = [fake_view(f"a{i}", 1) for i in range(crewwire.MAX_AGENTS)]
+    with pytest.raises(crewwire.FrameError, match="more than 100 agents"):
+        crewwire.parse_member_frame(json.dumps({"type": "snapshot", "agents": carried,
+                                                "more": [f"m{i}" for i in range(crewwire.MAX_AGENTS)]}))
+    with pytest.raises(crewwire.FrameError, match="more than 100 agents"):
+        crewwire.parse_member_frame(json.dumps({"type": "snapshot", "agents": carried[:60],
+                                                "more": [f"m{i}" for i in range(41)]}))
+    _kind, snap = crewwire.parse_member_frame(json.dumps({"type": "snapshot", "agents": carried[:60],
+                                                          "more": [f"a{i}" for i in range(50)] + ["m0", "m1"]}))
+    assert len(snap.names()) == 62
