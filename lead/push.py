@@ -16,7 +16,10 @@ P1–P4, X1; crew.md §5; docs/push.md).
   the ask still shows on the phone and in the Needs you list. `PushLimiter` is plain (the clock is
   passed in) and its state is saved, so a lead restart changes nothing.
 - **Once per ask** (P3): `(machine, agent, tool_call_id)` is remembered on disk (30 days) whether or not
-  it pushed, so an ask raised again after an agent, member or lead restart shows but does not push.
+  it pushed, so an ask raised again after an agent, member or lead restart shows but does not push. At
+  most `REMEMBER_PER_MACHINE` asks a machine are kept (the oldest go first): a member raising asks with
+  ever-new ids cannot grow the file without bound. The new asks of one agent view are judged and kept
+  in one commit, so such a flood costs one fsync a view and does not hold up other machines' pushes.
 - **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
   by `crew.redact` unless `COLLIE_REDACT=off`.
 """
@@ -47,6 +50,7 @@ AGENT_PER_HOUR = 30
 MINUTE, HOUR = 60.0, 3600.0
 SILENCE = HOUR
 REMEMBER = 30 * 86400.0
+REMEMBER_PER_MACHINE = 20_000  # asks remembered for one machine (100 agents x 200 conversations open at once)
 TTL = 4 * 3600  # seconds a push service keeps an undelivered ask push
 MANY = "A durable agent on {host} is raising many asks"
 TITLE_MAX, LINE_MAX = 60, 120
@@ -232,6 +236,23 @@ class PushStore:
             self.db.execute("DELETE FROM pushed WHERE at < ?", (now - REMEMBER,))
         return cur.rowcount == 1
 
+    def unseen(self, machine: str, agent: str, keys: list[str]) -> set[str]:
+        return {k for k in keys if not self.seen(machine, agent, k)}
+
+    def remember_all(self, machine: str, agent: str, keys: list[str], now: float, limiter: dict) -> None:
+        """Mark asks seen and save the limiter, in one commit; keep at most REMEMBER_PER_MACHINE of the
+        machine's asks (the oldest go)."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self.db.executemany("INSERT OR IGNORE INTO pushed VALUES (?, ?, ?, ?)",
+                                [(machine, agent, k, now) for k in keys])
+            self.db.execute("INSERT OR REPLACE INTO limiter VALUES (1, ?)", (json.dumps(limiter),))
+            self.db.execute("DELETE FROM pushed WHERE at < ?", (now - REMEMBER,))
+            (count,) = self.db.execute("SELECT count(*) FROM pushed WHERE machine=?", (machine,)).fetchone()
+            if count > REMEMBER_PER_MACHINE:
+                self.db.execute("DELETE FROM pushed WHERE rowid IN (SELECT rowid FROM pushed WHERE machine=? "
+                                "ORDER BY at, rowid LIMIT ?)", (machine, count - REMEMBER_PER_MACHINE))
+
     def add(self, sub: Subscription, now: float) -> None:
         mine = [s for s in self.subs.values() if s.device == sub.device and s.endpoint != sub.endpoint]
         for old in sorted(mine, key=lambda s: s.endpoint)[: max(0, len(mine) - MAX_SUBSCRIPTIONS + 1)]:
@@ -351,6 +372,7 @@ class Pusher:
 
     async def _scan(self, machine: str, agent: str | None) -> None:
         for reader in self._readers(machine, agent):
+            new = []  # (conversation, ask, key) not looked at before
             for conv in list(reader.conversations.values()):
                 for ask in list(conv.asks):
                     key = ask.tool_call_id or f"ask:{ask.id}"
@@ -359,27 +381,31 @@ class Pusher:
                     if len(self.known) > 100_000:
                         self.known.clear()
                     self.known.add((machine, reader.name, key))
-                    if await trio.to_thread.run_sync(self.store.seen, machine, reader.name, key,
-                                                     limiter=self.limiter_disk):
-                        continue
-                    now = time.time()
-                    decision = self.limiter.admit(machine, reader.name, conv.id, now)
-                    fresh = await trio.to_thread.run_sync(self.store.remember, machine, reader.name, key, now,
-                                                          self.limiter.state(now), limiter=self.limiter_disk)
-                    if not fresh:
-                        continue
-                    self.stats[decision if decision != "push" else "pushed"] += 1
-                    self.sent_log.append((now, machine, reader.name, ask.id, decision))
-                    if decision == "push":
-                        payload = ask_payload(machine=machine, agent=reader.name, conversation=conv.id,
-                                              pane=conv.title or "Untitled conversation",
-                                              ask={"id": ask.id, "push_title": ask.push_title,
-                                                   "push_line": ask.push_line}, redact_on=self.redact_on)
-                        self._send_all(payload, urgency="high", topic=None)
-                    elif decision == "many":
-                        host = self.host if machine == "local" else machine
-                        self._send_all(many_payload(machine, reader.name, host), urgency="high",
-                                       topic="many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24])
+                    new.append((conv, ask, key))
+            if not new:
+                continue
+            unseen = await trio.to_thread.run_sync(self.store.unseen, machine, reader.name, [k for *_, k in new],
+                                                   limiter=self.limiter_disk)
+            new = [(conv, ask, key) for conv, ask, key in new if key in unseen]
+            if not new:
+                continue
+            now = time.time()
+            decisions = [self.limiter.admit(machine, reader.name, conv.id, now) for conv, _ask, _key in new]
+            await trio.to_thread.run_sync(self.store.remember_all, machine, reader.name, [k for *_, k in new], now,
+                                          self.limiter.state(now), limiter=self.limiter_disk)
+            for (conv, ask, _key), decision in zip(new, decisions):
+                self.stats[decision if decision != "push" else "pushed"] += 1
+                self.sent_log.append((now, machine, reader.name, ask.id, decision))
+                if decision == "push":
+                    payload = ask_payload(machine=machine, agent=reader.name, conversation=conv.id,
+                                          pane=conv.title or "Untitled conversation",
+                                          ask={"id": ask.id, "push_title": ask.push_title,
+                                               "push_line": ask.push_line}, redact_on=self.redact_on)
+                    self._send_all(payload, urgency="high", topic=None)
+                elif decision == "many":
+                    host = self.host if machine == "local" else machine
+                    self._send_all(many_payload(machine, reader.name, host), urgency="high",
+                                   topic="many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24])
 
     def _send_all(self, payload: dict, *, urgency: str, topic: str | None) -> None:
         body = json.dumps(payload, separators=(",", ":")).encode()

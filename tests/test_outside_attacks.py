@@ -195,3 +195,70 @@ def test_a_snapshot_cannot_name_more_agents_than_a_member_may_show():
     _kind, snap = crewwire.parse_member_frame(json.dumps({"type": "snapshot", "agents": carried[:60],
                                                           "more": [f"a{i}" for i in range(50)] + ["m0", "m1"]}))
     assert len(snap.names()) == 62
+
+
+async def test_a_flood_of_asks_from_one_member_keeps_the_push_memory_bounded_and_cheap(tmp_path, monkeypatch):
+    """P3, crew.md §5 ("nothing unbounded grows"): a member whose agent raises asks with ever-new ids (1,000
+    in one view here) makes the lead remember at most `REMEMBER_PER_MACHINE` of that machine's asks on disk
+    (the oldest go first; the lead's own and other machines' memories are untouched), and the whole view
+    costs one disk commit, not one fsync per ask — so the flood cannot hold up other machines' pushes
+    for seconds. Each ask is still judged by the limits (30 an hour per agent) exactly once."""
+    import sqlite3
+    from types import SimpleNamespace as NS
+
+    from lead import push
+
+    monkeypatch.setattr(push, "REMEMBER_PER_MACHINE", 300)
+
+    def reader(name: str, asks: list[str]):
+        conv = NS(id="c0", title="Pane", asks=[NS(id=a, tool_call_id=None, push_title=None, push_line=None)
+                                                  for a in asks])
+        return NS(name=name, conversations={"c0": conv})
+
+    bridge = NS(readers={"desk": reader("desk", ["mine"])}, on_agent_change=[])
+    hub = NS(members={"calm": NS(readers={"b": reader("b", ["theirs"])}),
+                      "evil": NS(readers={"a0": reader("a0", [f"x{i}" for i in range(1_000)])})}, on_view_change=[])
+    pusher = push.Pusher(bridge, hub, tmp_path / "push", host="lead", client_factory=FakeClient)
+    commits = []
+    db = pusher.store.db
+    pusher.store.db = CountingDb(db, commits)
+    with trio.fail_after(60):
+        async with trio.open_nursery() as n:
+            await n.start(pusher.run)
+            while sum(pusher.stats[k] for k in ("pushed", "quiet", "many")) < 1_002:
+                await trio.sleep(0.01)
+            n.cancel_scope.cancel()
+    rows = dict(sqlite3.connect(tmp_path / "push" / "push.sqlite").execute(
+        "SELECT machine, count(*) FROM pushed GROUP BY machine").fetchall())
+    assert rows == {"local": 1, "calm": 1, "evil": 300}
+    assert pusher.stats["pushed"] + pusher.stats["many"] <= push.AGENT_PER_HOUR + 2 + 1  # the limits held
+    assert len(commits) <= 3, len(commits)  # one per agent view that brought new asks
+
+
+class CountingDb:
+    """The push store's database, counting its write transactions (each one an fsync)."""
+
+    def __init__(self, db, commits: list) -> None:
+        self._db, self._commits = db, commits
+
+    def execute(self, sql, *args):
+        if sql.strip().upper().startswith("BEGIN"):
+            self._commits.append(sql)
+        return self._db.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self._db, name)
+
+    def __enter__(self):
+        return self._db.__enter__()
+
+    def __exit__(self, *exc):
+        return self._db.__exit__(*exc)
+
+
+class FakeClient:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
