@@ -33,7 +33,7 @@ from crew.paths import Paths
 from crew.receipts import NO_STARTERS
 from crew.security import same_secret
 from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
-from lead.inbox import STORE_ERRORS
+from lead.inbox import STORE_ERRORS, TextTooLong
 from lead.inbox import item_id as scoped_id
 
 log = logs.get("api")
@@ -515,7 +515,10 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
             raise BadRequest("text must be a non-empty string")
 
         async def fn(item):
-            changed = await inbox.message(item, data["text"])
+            try:
+                changed = await inbox.message(item, data["text"])
+            except TextTooLong as exc:
+                return error(400, "bad_request", str(exc))
             if changed is None:
                 return error(409, "not_waiting", f"the item is {item.state}: only a waiting send takes a message")
             return jsonify(inbox.view(changed))

@@ -59,6 +59,7 @@ log = logs.get("inbox")
 LOCAL = "local"
 TTL_DEFAULT = 24 * 3600.0
 KEEP_FINISHED = 24 * 3600.0
+TEXT_CEILING = 256 * 1024  # a send's text while its agent's own limit is not known (the API's body limit)
 TICK = 1.0
 # nothing waiting and nothing to commit: only the purge of old finished items (every 60 s) is due, so the
 # loop sleeps this long (an idle lead wakes once a minute here, not every second: issue 16, idle CPU)
@@ -299,6 +300,10 @@ class InboxCore:
                 and item.approved_at > item.created_at:
             fields.update(state="pending", approved_at=None)
         return fields
+
+
+class TextTooLong(ValueError):
+    """A message would take a waiting send over its agent's `text_max` (the item is unchanged)."""
 
 
 class Inbox:
@@ -573,6 +578,9 @@ class Inbox:
         if existing is not None:
             return await self._repeat(existing, req, fingerprint)
         if req.op == "send":
+            limit = self.text_max(machine, req.agent)
+            if isinstance(req.text, str) and len(req.text) > limit:  # the agent would refuse it: never kept
+                return refused(req.request_id, req.op, "too_long", f"{len(req.text)} characters; at most {limit}")
             reader = self._reader(machine, req.agent)
             conv = reader.conversations.get(req.conversation or "") if reader is not None else None
             if conv is not None and self.core.passed_turn(req.turn, conv.turn):
@@ -679,11 +687,23 @@ class Inbox:
         await self._sync()
         return len(waiting)
 
+    def text_max(self, machine: str, agent: str) -> int:
+        """The longest send text the agent takes (its hello's `limits.text_max`); while its hello is not
+        known, the API's body limit. A sender's text is held to it when it enters and with each message,
+        so no item grows past what the agent would take."""
+        hello = getattr(self._reader(machine, agent), "hello", None)
+        return hello.limits.text_max if hello is not None else TEXT_CEILING
+
     async def message(self, item: Item, text: str) -> Item | None:
-        """None when the item no longer waits (the change is refused)."""
+        """None when the item no longer waits (the change is refused); TextTooLong when the send would
+        be longer than its agent takes."""
         fields = self.core.message(item, text)
         if fields is None:
             return None
+        limit = self.text_max(item.machine, item.agent)
+        if len(fields["text"]) > limit:
+            raise TextTooLong(f"with this message the send would be {len(fields['text'])} characters; the agent "
+                              f"takes at most {limit}")
         self._set(item, **fields)
         await self._sync()
         return item

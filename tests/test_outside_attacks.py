@@ -262,3 +262,37 @@ class FakeClient:
 
     async def __aexit__(self, *exc):
         return False
+
+
+async def test_a_senders_text_is_held_to_the_agents_limit_on_entry_and_with_every_message(tmp_path):
+    """I7, I10, wire §limits (`text_max`, 2000 for an SDK agent by default): an API-token sender could put
+    256 KiB in every item (kept 24 h, 5,000 of them in the lead's memory: ~8 MB/s of inbox.sqlite and 800 MB
+    of RSS measured) and grow a waiting item without end by adding messages — text the agent would refuse
+    `too_long` anyway. Now a send over the agent's limit is refused `too_long` when it enters (nothing
+    kept, nothing reaches the agent), and a message that would take the send over it is refused 400
+    with the item unchanged."""
+    from tests.test_inbox_live import lead, rid
+
+    with trio.fail_after(30):
+        async with lead(tmp_path) as lab:
+            lab.hub.store.add_token("slack", "s" * 40, "required")
+            slack = {"authorization": "Bearer " + "s" * 40}
+            long = rid()
+            status, got = await lab.post("/api/agents/local/a0/inbox",
+                                         {"request_id": long, "conversation": "c", "text": "x" * 2001}, slack)
+            assert status == 200 and (got["outcome"], got["reason"]) == ("refused", "too_long"), got
+            assert "at most 2000" in got["text"]
+            assert await lab.state(long, slack) is None  # not kept
+            mine = rid()
+            status, got = await lab.post("/api/agents/local/a0/inbox",
+                                         {"request_id": mine, "conversation": "c", "text": "x" * 1000}, slack)
+            assert got["outcome"] == "queued"  # pending: it waits for the owner's approval
+            status, _ = await lab.post(f"/api/inbox/{mine}/message", {"text": "y" * 900}, slack)
+            assert status == 200
+            for _ in range(3):
+                status, refused = await lab.post(f"/api/inbox/{mine}/message", {"text": "z" * 200}, slack)
+                assert status == 400 and refused["error"] == "bad_request", refused
+                assert "at most 2000" in refused["message"]
+            status, item = await lab.get(f"/api/inbox/{mine}", slack)
+            assert item["text"] == "x" * 1000 + "\n\n" + "y" * 900 and item["state"] == "pending"
+            assert lab.turns.texts == []
