@@ -29,7 +29,9 @@ Rules:
   recognise it and answer what the agent did (B3, O); it never becomes a refusal of its own.
 - Pending items expire after the TTL (24 h; `COLLIE_INBOX_TTL` seconds in `.env`), judged by
   wall-clock times stored on disk; approved items never expire. Finished items (done, expired,
-  cancelled, failed) are kept with their receipts for `KEEP_FINISHED` (24 h) (I7, I9).
+  cancelled, failed) are kept with their receipts for `KEEP_FINISHED` (24 h) (I7, I9), at most
+  `FINISHED_PER_SENDER` of one API token's (its newest). A send's text is held to its agent's `text_max`
+  when it enters and with each message: nothing a sender does grows the record without bound.
 - The event loop never waits on the disk: items live in memory, the database is the record, and
   every change is committed in a worker thread, grouped (one commit for a burst of changes). An
   answer that acknowledges a change waits until the change is on disk.
@@ -59,6 +61,7 @@ log = logs.get("inbox")
 LOCAL = "local"
 TTL_DEFAULT = 24 * 3600.0
 KEEP_FINISHED = 24 * 3600.0
+FINISHED_PER_SENDER = 1000  # finished items kept for one API token (its newest); the owner's are not counted
 TEXT_CEILING = 256 * 1024  # a send's text while its agent's own limit is not known (the API's body limit)
 TICK = 1.0
 # nothing waiting and nothing to commit: only the purge of old finished items (every 60 s) is due, so the
@@ -845,20 +848,44 @@ class Inbox:
                 self._forget(item)
                 self._gone.add(item.id)
                 self._gen += 1
-            if not self.complete:
+            if not self.complete or self._over_share():
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
         if self._flushed < self._gen and self._flushing is None:
             nursery.start_soon(self._sync_later)
 
+    def _over_share(self) -> bool:
+        """Does a sender hold more finished items than FINISHED_PER_SENDER? (All of them are in memory.)"""
+        counts: dict[str, int] = {}
+        for item in self.finished.values():
+            if item.sender is not None:
+                counts[item.sender] = counts.get(item.sender, 0) + 1
+        return any(n > FINISHED_PER_SENDER for n in counts.values())
+
     async def _purge_record(self, before: float) -> None:
-        def purge():
+        """Finished items older than `before` leave the record, and so do a sender's finished items beyond
+        its newest FINISHED_PER_SENDER: a sender that enqueues and cancels in a loop cannot fill the disk."""
+        def purge() -> list[str]:
             with self.db:
                 self.db.execute("DELETE FROM items WHERE state IN ('done','expired','cancelled','failed') "
                                 "AND updated_at < ?", (before,))
+                over = [row[0] for row in self.db.execute(
+                    "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY sender ORDER BY updated_at DESC, "
+                    "seq DESC) AS n FROM items WHERE sender IS NOT NULL AND state IN "
+                    "('done','expired','cancelled','failed')) WHERE n > ?", (FINISHED_PER_SENDER,))]
+                self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in over])
+            return over
         try:
-            await self._db(purge)
+            over = await self._db(purge)
         except STORE_ERRORS:
             self._store_failed()
+            return
+        for iid in over:
+            item = self.by_id.get(iid)
+            if item is not None and item.state in FINISHED:
+                self._forget(item)
+            if self._dirty.pop(iid, None) is not None:  # a write still to come would bring it back
+                self._gone.add(iid)
+                self._gen += 1
 
     async def _sync_later(self) -> None:
         """A commit nobody waits for (changes made by the tick): a failure is logged once, and the

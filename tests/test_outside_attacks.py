@@ -296,3 +296,49 @@ async def test_a_senders_text_is_held_to_the_agents_limit_on_entry_and_with_ever
             status, item = await lab.get(f"/api/inbox/{mine}", slack)
             assert item["text"] == "x" * 1000 + "\n\n" + "y" * 900 and item["state"] == "pending"
             assert lab.turns.texts == []
+
+
+async def test_a_sender_cannot_fill_the_disk_with_finished_items(tmp_path, monkeypatch):
+    """I7, I10 (a sender has at most 1,000 waiting items; finished ones stay listed 24 h): an API-token
+    sender that enqueues and cancels in a loop left every cancelled item on disk for 24 h — ~160 a second,
+    0.7 MB/s of inbox.sqlite measured. Now each sender keeps at most `FINISHED_PER_SENDER` finished items
+    (its newest; the oldest go at the next purge, in memory and on disk). The owner's are not counted
+    against a sender, and another sender's stay."""
+    import sqlite3
+
+    from lead import inbox as inbox_mod
+    from tests.test_inbox_live import lead, rid
+
+    monkeypatch.setattr(inbox_mod, "FINISHED_PER_SENDER", 5)
+    clock = [1_000_000.0]
+    with trio.fail_after(30):
+        async with lead(tmp_path, wall=lambda: clock[0]) as lab:
+            for name in ("flood", "calm"):
+                lab.hub.store.add_token(name, name[0] * 40, "required")
+            flood, calm = {"authorization": "Bearer " + "f" * 40}, {"authorization": "Bearer " + "c" * 40}
+            ids: dict[str, list] = {"flood": [], "calm": []}
+            for who, headers, n in (("flood", flood, 12), ("calm", calm, 2)):
+                for _ in range(n):
+                    clock[0] += 1
+                    mine = rid()
+                    got = (await lab.post("/api/agents/local/a0/inbox",
+                                          {"request_id": mine, "conversation": "c", "text": "spam"}, headers))[1]
+                    assert got["outcome"] == "queued"
+                    assert (await lab.post(f"/api/inbox/{mine}/cancel", {}, headers))[1]["state"] == "cancelled"
+                    ids[who].append(mine)
+            clock[0] += 61  # the next purge
+            lab.inbox.poke()
+
+            async def listed(headers):
+                return [i["request_id"] for i in (await lab.get("/api/agents/local/a0/inbox", headers))[1]["items"]]
+
+            while len(await listed(flood)) > 5:
+                await trio.sleep(0.01)
+                lab.inbox.poke()
+            assert await listed(flood) == ids["flood"][-5:][::-1]  # the newest five, newest first
+            assert await listed(calm) == ids["calm"][::-1]
+            assert await lab.state(ids["flood"][0], flood) is None and await lab.state(ids["flood"][-1], flood)
+            db = sqlite3.connect(lab.inbox.path if hasattr(lab.inbox, "path") else tmp_path / "state" / "inbox.sqlite")
+            rows = dict(db.execute("SELECT sender, count(*) FROM items GROUP BY sender").fetchall())
+            db.close()
+            assert rows == {"flood": 5, "calm": 2}, rows
