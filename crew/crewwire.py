@@ -41,6 +41,11 @@ MIN_GAP = 0.1  # a member publishes an agent's view at most once per this gap (t
 MAX_FRAME = 1024 * 1024  # bytes of one frame, either way (trio-websocket's default, and the lead's server limit)
 MAX_AGENTS = 100  # agents one member may show
 MAX_CONVERSATIONS = 200  # open conversations of one agent view (crew.md §6 designs for 100)
+# entries one `read_result` may carry, counted before anything is structured (a million tiny items fit
+# a frame and took the lead's loop ~175 ms to structure): a member's cache keeps 2,000 items a conversation
+# (bridge.reader.KEEP_ITEMS) and answers them all behind the left-out line; a closed page is the agent's 100
+MAX_READ_ITEMS = 2001
+MAX_READ_ROWS = 1000  # closed conversations or recent-send lines
 AGENT_STATUSES = ("starting", "ready", "unreachable", "version_mismatch")
 
 # close reasons (crew.md §2)
@@ -284,6 +289,11 @@ def parse_read_result(what: str, result: object):
     cls = READ_RESULTS.get(what)
     if cls is None:
         raise FrameError(f"no read \"{shown(what, 40)}\"")
+    field, most = {"items": ("items", MAX_READ_ITEMS), "closed": ("closed", MAX_READ_ROWS),
+                   "recent_sends": ("lines", MAX_READ_ROWS)}[what]
+    entries = result.get(field) if isinstance(result, dict) else None
+    if isinstance(entries, list) and len(entries) > most:
+        raise FrameError(f"read_result {what}: {len(entries)} {field} (at most {most})")
     try:
         return _conv.structure(result, cls)
     except Exception as exc:

@@ -132,6 +132,7 @@ def crew():
     c = Crew(short_dir("oa"))
     yield c
     c.stop()
+    gc.collect()  # after the test's trio run: the sockets trio-websocket leaves warn here, under its filter
 
 
 @pytest.mark.slow
@@ -149,6 +150,7 @@ async def test_a_reconnect_storm_cannot_flood_the_leads_log(crew):
     before = crew.lead.log().count("\n")
 
     async def link(frames: list[str]) -> None:
+        ws = None
         try:
             async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {evil}".encode())]) as ws:
                 for frame in frames:
@@ -156,6 +158,9 @@ async def test_a_reconnect_storm_cannot_flood_the_leads_log(crew):
                 await ws.get_message()
         except ConnectionClosed:
             pass
+        finally:
+            if ws is not None:  # trio-websocket leaves the socket open when the lead closed first
+                await ws._stream.aclose()
 
     wrong = json.dumps({"type": "hello", "label": "evil", "collie": "9", "crew_wire": {"min": 7, "max": 7}})
     with trio.fail_after(120):
@@ -173,7 +178,6 @@ async def test_a_reconnect_storm_cannot_flood_the_leads_log(crew):
     assert any("connected" in line for line in about_evil) and any("refused: crew wire" in line for line in about_evil)
     with crew.client() as c:
         assert c.get("/api/dashboard").status_code == 200
-    gc.collect()  # the fake member's leaked sockets (above) are collected under this test's filter
 
 
 def test_a_snapshot_cannot_name_more_agents_than_a_member_may_show():
@@ -342,3 +346,52 @@ async def test_a_sender_cannot_fill_the_disk_with_finished_items(tmp_path, monke
             rows = dict(db.execute("SELECT sender, count(*) FROM items GROUP BY sender").fetchall())
             db.close()
             assert rows == {"flood": 5, "calm": 2}, rows
+
+
+async def test_a_members_items_answer_of_a_million_tiny_items_does_not_block_the_lead(tmp_path, loopwatch):
+    """crew.md §2 ("the lead trusts no frame"), S2: a member's cache keeps at most 2,000 items a
+    conversation, so an items answer carries at most that (plus the left-out line). A member answering
+    every items read with 1 MiB of 250,000 empty items held the lead's event loop ~175 ms a read while the
+    lead structured them (every phone and member waited: /healthz took 140 ms typically, 600 ms at worst,
+    with a phone viewing its conversation). Now such an answer is a bad frame, refused before it is
+    structured: the phone's items read answers at once with the "didn't answer" footer, no loop step
+    blocks over 20 ms, and the lead's own items pages work."""
+    from crew import crewwire
+    from tests.apilab import FakeLink, add_member, api_lab, frame
+    from tests.crewlab import fake_view
+
+    class Flooding(FakeLink):
+        label, bad_frames = "evil", 0  # what the hub counts a bad frame on (lead.hub.Conn)
+
+        def resolve(self, request_id, answer):
+            pass
+
+        async def call(self, msg, timeout):
+            if msg["type"] == "read" and msg["what"] == "items":
+                return flood  # the frame as the lead's feeder thread parsed it (lead.hub: frames over 64 KiB)
+            return await super().call(msg, timeout)
+
+    flood = frame({"type": "read_result", "id": "r", "ok": True, "result": {"items": [{}] * 250_000, "open": True}})
+
+    with trio.fail_after(30):
+        async with api_lab(tmp_path, []) as lab:
+            link = Flooding(lambda msg: {"request_id": msg["id"], "op": msg["op"], "outcome": "sent"})
+            add_member(lab.hub, "evil", link, [fake_view("a", 1)])
+            gc.freeze()  # the flood lives in this test (in the lead it is the feeder's, then garbage)
+            loopwatch.arm()
+            try:
+                for _ in range(5):
+                    got = await lab.get("/api/agents/evil/a/conversations/c00/items")
+                    body = await got.get_json()
+                    assert got.status_code == 200 and body["items"] == [] and body["footer"]
+            finally:
+                gc.unfreeze()
+    assert crewwire.MAX_READ_ITEMS == 2_001
+
+
+def test_the_crew_wires_items_bound_follows_the_members_cache():
+    """The bound above is the member's own: KEEP_ITEMS a conversation, plus the left-out line."""
+    from bridge.reader import KEEP_ITEMS
+    from crew import crewwire
+
+    assert crewwire.MAX_READ_ITEMS == KEEP_ITEMS + 1
