@@ -26,6 +26,8 @@
   each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
   has less to walk. The GIL switch interval is 1 ms, so the event loop gets the GIL back quickly
   while a worker computes. Figures: bench/README.md (issue 9.6).
+- Reads: an answer is checked against the crew wire (counts first, crew.crewwire); a member's chat items
+  never bring their own `html` to the phone — the lead renders their Markdown itself (C1).
 - Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
   `machine-offline` and `machine offline since HH:MM` (the time of its last frame).
 - Writes: one lock per session on the lead (busy at once, Stop waits 10 s then goes through); the
@@ -53,6 +55,7 @@ from quart import websocket
 
 from bridge.bridge import Bridge
 from bridge.locks import Busy, SessionLocks
+from bridge.panes import chat_items
 from bridge.reader import AgentReader
 from bridge.writer import INBOX_OPS, Writer
 from bridge.writes import WriteRequest, lock_key
@@ -80,6 +83,7 @@ TOKENS_RELOAD_MAX = 30.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
 PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
+RENDER_INLINE = 16 * 1024  # characters of a member's item text rendered on the loop; more in a worker thread
 DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
 MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
@@ -87,6 +91,19 @@ LINK_LINES = 10  # lines of one kind about one member's links logged a minute; t
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
+
+
+def own_html(items: list) -> list:
+    """A member's chat items with the lead's own rendering of their Markdown (C1): the `html` a member
+    sent is never passed on — the phone puts it into the page as markup."""
+    out = []
+    for item in items:
+        if isinstance(item, dict) and "html" in item:
+            item = {k: v for k, v in item.items() if k != "html"}
+        if isinstance(item, dict) and item.get("kind") == "markdown":
+            item = chat_items([item], set())[0]
+        out.append(item)
+    return out
 
 
 def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
@@ -251,6 +268,7 @@ class Hub:
         self.views: dict[str, dict[str, str]] = {}  # label -> agent -> the last view, as JSON text (persisted)
         self.dirty: set[str] = set()
         self.feed_limiter = trio.CapacityLimiter(1)  # members' views are fed one at a time, off the loop
+        self.render_limiter = trio.CapacityLimiter(1)  # members' items rendered off the loop, one answer at a time
         sys.setswitchinterval(FEED_SWITCH_INTERVAL)
         self.save_limiter = trio.CapacityLimiter(1)
         self.said: dict[str, tuple[float, int]] = {}  # log key -> (when last logged, how many since)
@@ -588,10 +606,17 @@ class Hub:
         if not isinstance(got, crewwire.ReadResult) or not got.ok:
             return None
         try:
-            return crewwire.unstructure(crewwire.parse_read_result(what, got.result))
+            result = crewwire.unstructure(crewwire.parse_read_result(what, got.result))
         except FrameError as exc:
             self._bad_frame(conn, exc)
             return None
+        if what == "items":  # C1: the phone shows `html` as markup; only the lead's own rendering is shown
+            size = sum(len(i.get("text") or "") for i in result["items"] if isinstance(i.get("text"), str))
+            if size <= RENDER_INLINE:
+                result["items"] = own_html(result["items"])
+            else:
+                result["items"] = await trio.to_thread.run_sync(own_html, result["items"], limiter=self.render_limiter)
+        return result
 
     def offline_text(self, member: Member) -> str:
         since = member.offline_since or member.last_seen

@@ -395,3 +395,38 @@ def test_the_crew_wires_items_bound_follows_the_members_cache():
     from crew import crewwire
 
     assert crewwire.MAX_READ_ITEMS == KEEP_ITEMS + 1
+
+
+async def test_a_members_items_never_bring_their_own_html_to_the_phone(tmp_path):
+    """C1 (Markdown rendered on the lead, raw HTML shown as text), crew.md §2 ("the lead trusts no frame"):
+    the phone app puts a markdown item's `html` into the page as HTML. The lead rendered its own agents'
+    Markdown but passed a member's `html` through as the member sent it: a member could put any markup in
+    the lead's page (a fake "Ship it" button, a link or refresh to another site). Now the lead renders
+    every member item's Markdown itself from its text and drops any other `html` — on the items route and
+    on the live channel (both read through `Hub.read`)."""
+    from crew.markdown import render
+    from tests.apilab import FakeLink, add_member, api_lab, frame
+    from tests.crewlab import fake_view
+
+    evil = ("<meta http-equiv=refresh content='0;url=https://evil.example/'>"
+            "<a class=\"btn\" href=\"https://evil.example/\">Ship it</a>")
+    items = [{"kind": "markdown", "seq": 1, "rev": 1, "text": "**plain** <b>words</b>", "html": evil},
+             {"kind": "user", "seq": 2, "rev": 2, "text": "hi", "html": evil},
+             {"kind": "markdown", "seq": 3, "rev": 3, "text": "x" * 200_000, "html": evil}]
+
+    class Injecting(FakeLink):
+        async def call(self, msg, timeout):
+            if msg["type"] == "read" and msg["what"] == "items":
+                return frame({"type": "read_result", "id": msg["id"], "ok": True,
+                              "result": {"items": items, "open": True}})
+            return await super().call(msg, timeout)
+
+    with trio.fail_after(30):
+        async with api_lab(tmp_path, []) as lab:
+            add_member(lab.hub, "evil", Injecting(lambda m: {}), [fake_view("a", 1)])
+            got = await (await lab.get("/api/agents/evil/a/conversations/c00/items")).get_json()
+            through = await lab.hub.read("evil", "a", "items", {"conversation": "c00", "since": 0})
+            for answer in (got["items"], through["items"]):
+                assert [i.get("html") for i in answer] == [render("**plain** <b>words</b>"), None, None]
+                assert "evil.example" not in json.dumps(answer)
+            assert "<strong>plain</strong> &lt;b&gt;words&lt;/b&gt;" in got["items"][0]["html"]
