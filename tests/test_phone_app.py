@@ -498,9 +498,16 @@ def test_an_expired_ask_keeps_its_buttons_and_a_late_tap_says_timed_out(paths, b
         page.locator(".item.line:has-text('Timed out before an answer: Deploy to staging?')").wait_for(timeout=20000)
         page.get_by_label("Message").fill("deploy again")
         page.locator(".editor button:has-text('Send')").click()  # the agent asks again, 8 s to answer
-        counting = page.locator(".card:has([data-expiry]:text-matches('^Expires in [0-9]+ s$'))")
-        counting.wait_for(timeout=15000)
-        card = page.locator(f".card[data-ask='{counting.get_attribute('data-ask')}']")
+        # the counting card's id, read in the page in the same step that sees it counting: a locator on
+        # its text would look again later and find nothing once the count reached `Expired`
+        counting = page.wait_for_function("""() => {
+            for (const c of document.querySelectorAll('.card[data-ask]')) {
+                const e = c.querySelector('[data-expiry]');
+                if (e && /^Expires in [0-9]+ s$/.test(e.textContent)) return c.dataset.ask;
+            }
+            return null;
+        }""", timeout=15000).json_value()
+        card = page.locator(f".card[data-ask='{counting}']")
         card.locator("[data-expiry]:text('Expired')").wait_for(timeout=20000)
         # once the agent has closed it too (its R3 line is the second one), the card still stays (Q3)
         page.locator(".item.line:has-text('Timed out before an answer: Deploy to staging?')").nth(1).wait_for(timeout=20000)
