@@ -51,7 +51,9 @@ class CrewStore:
         return None
 
     def seen(self, label: str, version: str | None, when: float) -> None:
-        self.db.execute("UPDATE members SET last_seen=?, version=COALESCE(?, version) WHERE label=?", (when, version, label))
+        """Its last contact, never moved back (a closing link's mark may land after its successor's)."""
+        self.db.execute("UPDATE members SET last_seen=MAX(COALESCE(last_seen, 0), ?), version=COALESCE(?, version) "
+                        "WHERE label=?", (when, version, label))
 
     def members(self) -> list[dict]:
         return [{"label": r[0], "created_at": r[1], "last_seen": r[2], "version": r[3]} for r in

@@ -444,7 +444,7 @@ class Hub:
         member.offline_since = None
         member.last_seen = time.time()
         try:  # from here on, however the link ends, the member is marked offline (finally below)
-            self.store.seen(label, member.version, member.last_seen)
+            await self._mark_seen(label, member.version, member.last_seen)
             self._forget_invite(label)
             await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
                              "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
@@ -488,10 +488,11 @@ class Hub:
                 self._link_line("bad-count", label, "[crew] %s: %d bad frames on this link in all", conn.bad_frames)
             if member.conn is conn:
                 member.conn = None
-                self.store.seen(label, None, member.last_seen or time.time())
                 self._mark_offline(member)
                 self._link_line("offline", label, "[crew] %s: offline since %s", hhmm(member.offline_since))
                 self._notify(label)
+                with trio.CancelScope(shield=True):  # the link may end by cancellation (shutdown)
+                    await self._mark_seen(label, None, member.last_seen or time.time())
             await self._close(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
 
@@ -533,6 +534,15 @@ class Hub:
             self.views.setdefault(member.label, {})[name] = text
             self.dirty.add(member.label)
         self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
+
+    async def _mark_seen(self, label: str, version: str | None, when: float) -> None:
+        """A member's last contact on disk, in a worker thread: a commit's fsync, or the busy wait while a
+        `collie` command holds the database, must not stall the loop (issue 16). A failure to write it
+        is logged; the link goes on."""
+        try:
+            await trio.to_thread.run_sync(self.store.seen, label, version, when, limiter=self.token_limiter)
+        except sqlite3.Error as exc:
+            log.warning("[crew] %s: could not record its last contact (%s)", label, type(exc).__name__)
 
     async def reload_tokens(self) -> None:
         """The API tokens from the database into memory, in a worker thread (issue 16)."""

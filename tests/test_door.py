@@ -247,3 +247,40 @@ async def test_a_token_change_the_cli_could_not_announce_holds_and_idle_ticks_re
         d.inbox.db.close()
         d.hub.store.close()
         d.journal.close()
+
+
+async def test_a_members_last_contact_is_written_off_the_event_loop(paths):
+    """Issue 16 (crew.md §2): a member connecting and leaving costs the lead's event loop no SQLite write.
+    Its last contact is an fsync'd commit, and while a `collie` command holds the crew database it waits
+    up to the 5 s busy timeout; a worker thread does it, and what `collie crew list` reads without a
+    running lead (last contact, Collie version) is on disk once the link has ended."""
+    import json
+    import threading
+
+    import trio
+
+    from tests.crewlab import hello_frame
+
+    prepare_state(paths)
+    d = LeadDaemon(parser().parse_args([]), paths, BridgeConfig(agents=(), programs_off=False, sources_count=0))
+    app = d.make_app()
+    token = "m" * 64
+    d.hub.store.invite("laptop", token)
+    loop_thread = threading.get_ident()
+    writes: list[tuple[str, bool]] = []
+    d.hub.store.db.set_trace_callback(
+        lambda sql: writes.append((sql, threading.get_ident() == loop_thread)) if sql.startswith("UPDATE") else None)
+    try:
+        with trio.fail_after(10):
+            async with app.test_client().websocket("/crew/v1", headers={"authorization": f"Bearer {token}"}) as ws:
+                await ws.send(hello_frame("laptop"))
+                assert json.loads(await ws.receive())["type"] == "welcome"
+            while len(writes) < 2 or d.hub.members["laptop"].conn is not None:  # the link's end, on the lead
+                await trio.sleep(0.01)
+        assert [on_loop for _, on_loop in writes] == [False, False], writes
+        (row,) = [m for m in d.hub.store.members() if m["label"] == "laptop"]
+        assert row["version"] == "0.1.0" and row["last_seen"] >= d.hub.members["laptop"].last_seen
+    finally:
+        d.inbox.db.close()
+        d.hub.store.close()
+        d.journal.close()
