@@ -71,6 +71,7 @@ from lead.refusals import Refusals
 log = logs.get("crew")
 
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
+SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
 READ_TIMEOUT = 12.0
 HELLO_TIMEOUT = 10.0
 PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
@@ -159,6 +160,10 @@ def digest_text(raw: str, now: float) -> tuple[str, object, list]:
     return digest(*crewwire.parse_member_frame(raw), now)
 
 
+class LinkStuck(Exception):
+    """A member's link took no frame for the send's time limit; the link is being ended."""
+
+
 class Conn:
     def __init__(self, ws, label: str, boot: str | None) -> None:
         self.ws = ws
@@ -179,19 +184,29 @@ class Conn:
         self.drained = trio.Event()
         self.save_after_feed = False
 
-    async def send(self, msg: dict) -> None:
-        async with self.send_lock:
-            await self.ws.send(crewwire.encode(msg))
+    async def send(self, msg: dict, timeout: float = SEND_WAIT) -> None:
+        """Send one frame. A link that takes no frame for `timeout` (the member stopped reading its
+        socket) is ended, and `LinkStuck` raised: nobody waits on it longer than that."""
+        with trio.move_on_after(timeout) as scope:
+            async with self.send_lock:
+                await self.ws.send(crewwire.encode(msg))
+        if scope.cancelled_caught:
+            if not self.closed.is_set():
+                self.close_reason = f"stalled: it took no frame for {timeout:g} s"
+                self.closed.set()
+            raise LinkStuck(self.label)
 
     async def call(self, msg: dict, timeout: float):
         """Send a request or read and wait for its answer: the parsed frame, a FrameError (the member
-        answered with a bad frame), or None on timeout or a dropped link."""
+        answered with a bad frame), or None on timeout or a dropped link. `timeout` counts from the
+        call, the frame's send included."""
         done = trio.Event()
         slot: list = []
         self.pending[msg["id"]] = (done, slot)
+        deadline = trio.current_time() + timeout
         try:
-            await self.send(msg)
-            with trio.move_on_after(timeout):
+            await self.send(msg, timeout)
+            with trio.move_on_at(deadline):
                 async with trio.open_nursery() as n:
                     async def closed():
                         await self.closed.wait()
@@ -482,6 +497,8 @@ class Hub:
                         conn.close_reason = crewwire.PROTOCOL
                         n.cancel_scope.cancel()
                         break
+        except LinkStuck:  # it took no frame in time (Conn.send set the reason): the link ends here
+            pass
         finally:
             conn.closed.set()
             if conn.bad_frames > 1:
@@ -603,7 +620,10 @@ class Hub:
         self.viewers[key] = after
         member = self.members.get(label)
         if member and member.conn and (before == 0) != (after == 0):
-            await member.conn.send({"type": "viewing", "agent": agent, "on": after > 0})
+            try:
+                await member.conn.send({"type": "viewing", "agent": agent, "on": after > 0})
+            except LinkStuck:  # the link is ending; a new one is told what is viewed when it connects
+                pass
 
     async def read(self, label: str, agent: str, what: str, args: dict) -> dict | None:
         """A read through to the member (`items`, `closed`, `recent_sends`); None when it has no answer."""

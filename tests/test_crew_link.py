@@ -269,6 +269,42 @@ async def test_a_view_too_big_for_the_link_says_so_instead_of_breaking_it():
     assert "larger than the crew link carries" in view["status"]["detail"]
 
 
+class StuckSocket:
+    """A member's link whose peer stopped reading: a frame, once the socket's buffers are full, never goes."""
+
+    async def send(self, text: str) -> None:
+        await trio.sleep_forever()
+
+
+async def test_a_member_that_stops_reading_holds_nobody_past_the_forward_timeout(autojump_clock):
+    """crew.md §2 (found by the outside check): a member whose link takes no frame — it stopped reading its
+    socket, TCP still up — held a write's sender until the server's 60 s send-stall rule, and every
+    write, read and `viewing` change queued behind it longer. Now a request's time limit counts from the
+    call, its frame's send included: the write answers `unknown` (reason `link`) at 15 s exactly, the
+    one queued behind it at its own 15 s, and the link is ended as stalled."""
+    from lead.hub import FORWARD_TIMEOUT, Conn, LinkStuck
+
+    conn = Conn(StuckSocket(), "laptop", "boot")
+    ended: dict[str, float] = {}
+
+    async def call(rid: str, delay: float) -> None:
+        await trio.sleep(delay)
+        start = trio.current_time()
+        got = await conn.call({"type": "request", "id": rid}, FORWARD_TIMEOUT)
+        assert got is None
+        ended[rid] = trio.current_time() - start
+
+    async with trio.open_nursery() as n:
+        n.start_soon(call, "first", 0)
+        n.start_soon(call, "second", 1)  # waits for the first one's frame to go, within its own limit
+    assert ended == {"first": FORWARD_TIMEOUT, "second": FORWARD_TIMEOUT}
+    assert conn.closed.is_set() and conn.close_reason == "stalled: it took no frame for 15 s"
+    start = trio.current_time()
+    with pytest.raises(LinkStuck):
+        await conn.send({"type": "viewing", "agent": "a", "on": True})
+    assert trio.current_time() - start == FORWARD_TIMEOUT
+
+
 # --- who may hold a label, bad tokens, invite files (8.11, 9.14): a real lead ------------------------
 
 @pytest.fixture
