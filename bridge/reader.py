@@ -181,6 +181,7 @@ class AgentReader:
         if self.instance is not None and hello.instance != self.instance:
             lines.append(f"[durable] {self.name}: the agent restarted (instance {hello.instance})")
             self._forget_positions()
+            self.etag = None
         self.hello, self.theirs, self.instance = hello, hello.wire, hello.instance
         self.raw_hello = data
         self.subtitle = hello.subtitle
@@ -498,6 +499,9 @@ class AgentReader:
         return lines
 
     def _forget_positions(self) -> None:
+        """The agent restarted: its `rev` counters may have started over (wire §3), so nothing read
+        from the last instance says whether an answer of this one is older."""
+        self.rev = 0
         for log in self.logs.values():
             log.since = 0
         self._maybe_stale = True

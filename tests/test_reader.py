@@ -121,6 +121,25 @@ def test_agent_restart_means_hello_again_and_reread(reader):
     assert reader.items_since("c") == 0
 
 
+def test_a_restarted_agent_whose_rev_started_over_is_read(reader):
+    """W3, wire §3: a restarted agent's `rev` may start over (that is why the ETag holds `instance`).
+    Once its hello is read, its state answers are taken even though their `rev` is below the old
+    instance's: the view follows the agent, and it is ready, not stuck on the last instance's view."""
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", rev=52), '"i1.52"', 1)
+    reader.on_failure("connection-refused", "nothing listens there")  # the agent went down
+    reader.on_hello(hello("i2"), 2)  # it came back (a hello is said first, W3)
+    assert reader.etag is None  # the old instance's tag is not sent to the new one
+    fresh = state("i2", rev=1, convs=[{"id": "c", "title": "Chat", "state": "working", "turn": 2, "items_rev": 1}])
+    prepared = reader.prepare_state(fresh)
+    assert not reader.is_older(prepared)
+    reader.apply_state(prepared, fresh, '"i2.1"', 3)
+    assert reader.status == "ready" and reader.conversations["c"].turn == 2 and reader.etag == '"i2.1"'
+    later = state("i2", rev=2, convs=[{"id": "c", "title": "Chat", "state": "idle", "turn": 2, "items_rev": 1}])
+    assert not reader.is_older(reader.prepare_state(later))
+    assert reader.is_older(reader.prepare_state(state("i2", rev=0)))  # older reads of this instance still lose
+
+
 def test_closed_conversations_leave_the_reader(reader):
     reader.on_hello(hello(), 0)
     reader.on_state(state(), None, 1)
