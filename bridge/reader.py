@@ -44,6 +44,7 @@ ITEM_OVERHEAD = 400  # what a small item costs in memory beyond its strings (dic
 PAGE_LIMIT = 200  # items per answer to the phone, by default
 PAGE_LIMIT_MAX = 500
 PAGE_BYTES = 1024 * 1024  # an answer stops adding items past this (it always holds at least one)
+DROP_ALL = 2**62  # `take_dirty`'s drop-below seq when the agent lost its items: the cache drops every one
 
 
 def item_cost(item: dict) -> int:
@@ -93,6 +94,7 @@ class ItemLog:
     dropped_below: int = 0  # items under this seq were dropped here (the cache drops them too)
     top: int = 0  # the highest seq ever held
     drop_pending: bool = False  # the cache has not dropped what was dropped here yet
+    reset_pending: bool = False  # the agent lost its state: the cache must drop every item it holds of it
 
     def next_seq(self) -> int:
         return max(self.top, max(self.items) if self.items else 0) + 1
@@ -330,6 +332,14 @@ class AgentReader:
         if conv_id not in self.conversations:
             return [], False  # closed meanwhile: nothing is kept of it
         log = self.logs.setdefault(conv_id, ItemLog())
+        if log.items and (page.items_rev < log.since or page.last < log.top):
+            # wire §5: revisions behind what was read, or a transcript ending before a seq we hold (an
+            # agent only drops from the start): the agent lost its state. What we hold of it is not the
+            # agent's any more; read again from 0 (a phone following `next_since` then gets `reset`).
+            self.logs[conv_id] = ItemLog(reset_pending=True)
+            self._maybe_stale = True
+            return [f"[durable] {self.name}: conversation {conv_id}: the agent lost its items (it lists up to "
+                    f"seq {page.last}, rev {page.items_rev}); reading it again from the start"], True
         if page.first_kept > log.next_seq() and page.first_kept not in log.gaps:
             log.gaps.add(page.first_kept)  # S3: dropped before we read them
         for clean, cost in zip(prepared.clean, prepared.costs):
@@ -396,9 +406,9 @@ class AgentReader:
         """What the cache must write: per conversation (since, gaps, changed items, drop items below seq)."""
         out = {}
         for cid, log in self.logs.items():
-            if log.dirty or cid not in self._saved or log.drop_pending:
-                out[cid] = (log.since, set(log.gaps), log.dirty, log.dropped_below)
-                log.dirty, log.drop_pending = {}, False
+            if log.dirty or cid not in self._saved or log.drop_pending or log.reset_pending:
+                out[cid] = (log.since, set(log.gaps), log.dirty, DROP_ALL if log.reset_pending else log.dropped_below)
+                log.dirty, log.drop_pending, log.reset_pending = {}, False, False
                 self._saved.add(cid)
         return out
 
@@ -408,6 +418,8 @@ class AgentReader:
             log = self.logs.get(cid)
             if log is None:
                 continue  # closed meanwhile: the next save deletes it from the cache
+            if drop_below == DROP_ALL:  # all of it is to be written again, after the old items go
+                log.reset_pending, log.dirty = True, dict(log.items)
             for seq in items:
                 if seq in log.items and seq not in log.dirty:
                     log.dirty[seq] = log.items[seq]

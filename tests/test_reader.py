@@ -140,6 +140,41 @@ def test_a_restarted_agent_whose_rev_started_over_is_read(reader):
     assert reader.is_older(reader.prepare_state(state("i2", rev=0)))  # older reads of this instance still lose
 
 
+def test_an_agent_that_lost_its_state_is_read_again_from_0_and_its_old_items_go(reader, tmp_path):
+    """Wire §5: "a `since` greater than `items_rev` (the agent lost state) means: re-read from 0"; an
+    agent only drops items from the start, so a transcript that ends before the last seq Collie holds
+    was lost too. Chat then shows what the agent has now — never its lost lines mixed with new ones at
+    the same seqs — a phone following `next_since` gets `reset`, and the cache forgets them as well."""
+    from bridge.cache import Cache
+
+    cache = Cache(tmp_path / "cache.sqlite")
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", convs=[{"id": "c", "title": "C", "state": "idle", "turn": 5, "items_rev": 5}]), None, 1)
+    reader.on_items("c", page([item(s, text=f"old {s}") for s in range(1, 6)]))
+    cache._save(None, None, None, reader.take_dirty(), {"c"})
+    phone = reader.items_page("c", 0)["next_since"]
+    assert phone == 5
+    # the agent comes back with nothing of it: a new instance, turn and revisions from the start
+    reader.on_hello(hello("i2"), 2)
+    reader.on_state(state("i2", rev=1, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 1, "items_rev": 2}]),
+                    None, 3)
+    assert reader.items_since("c") == 0
+    lines, more = reader.on_items("c", page([item(1, text="new 1"), item(2, text="new 2")]))
+    assert more and reader.items_since("c") == 0 and any("lost" in line for line in lines)  # re-read from 0
+    reader.on_items("c", page([item(1, text="new 1"), item(2, text="new 2")]))
+    assert [i["text"] for i in reader.items_page("c", 0)["items"]] == ["new 1", "new 2"]
+    answer = reader.items_page("c", phone)
+    assert answer["reset"] and [i["text"] for i in answer["items"]] == ["new 1", "new 2"]
+    cache._save(None, None, None, reader.take_dirty(), {"c"})
+    assert {s: i["text"] for s, i in cache.load()["items"]["c"].items()} == {1: "new 1", 2: "new 2"}
+    # same instance, revisions behind what was read (the literal rule of §5): read again from 0
+    reader.on_state(state("i2", rev=2, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 1, "items_rev": 1}]),
+                    None, 4)
+    lines, more = reader.on_items("c", page([], items_rev=1))
+    assert more and reader.items_since("c") == 0
+    cache.close()
+
+
 def test_closed_conversations_leave_the_reader(reader):
     reader.on_hello(hello(), 0)
     reader.on_state(state(), None, 1)
