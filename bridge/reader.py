@@ -95,6 +95,7 @@ class ItemLog:
     top: int = 0  # the highest seq ever held
     drop_pending: bool = False  # the cache has not dropped what was dropped here yet
     reset_pending: bool = False  # the agent lost its state: the cache must drop every item it holds of it
+    reread: bool = False  # the agent restarted: read from 0 once, whatever its items_rev
 
     def next_seq(self) -> int:
         return max(self.top, max(self.items) if self.items else 0) + 1
@@ -273,7 +274,7 @@ class AgentReader:
         self.subtitle = state.subtitle if state.subtitle is not None else self.subtitle
         self.rev, self.etag = state.rev, etag
         lines += self._ok(now)
-        stale = [cid for cid, v in views.items() if self.logs.get(cid, ItemLog()).since != v.items_rev]
+        stale = [cid for cid, v in views.items() if self._unread(cid, v.items_rev)]
         return lines, stale
 
     def _view(self, conv: Conversation) -> tuple[ConversationView, list[tuple[str, str]]]:
@@ -348,7 +349,7 @@ class AgentReader:
                 continue  # dropped here to stay under the caps; the left-out line stands for it
             log.put(seq, clean, cost)
             log.seen.setdefault(seq, now)
-        log.since = page.next_since
+        log.since, log.reread = page.next_since, False
         self._maybe_stale = True
         lines = self._trim(conv_id, log)
         return lines, page.more
@@ -394,9 +395,13 @@ class AgentReader:
         """Open conversations whose items changed since the bridge last read them."""
         if not self._maybe_stale:
             return []
-        stale = [cid for cid, v in self.conversations.items() if self.items_since(cid) != v.items_rev]
+        stale = [cid for cid, v in self.conversations.items() if self._unread(cid, v.items_rev)]
         self._maybe_stale = bool(stale)
         return stale
+
+    def _unread(self, conv_id: str, items_rev: int) -> bool:
+        log = self.logs.get(conv_id)
+        return log is None and items_rev != 0 or log is not None and (log.since != items_rev or log.reread)
 
     def items_since(self, conv_id: str) -> int:
         log = self.logs.get(conv_id)
@@ -515,7 +520,7 @@ class AgentReader:
         from the last instance says whether an answer of this one is older."""
         self.rev = 0
         for log in self.logs.values():
-            log.since = 0
+            log.since, log.reread = 0, True  # even at items_rev 0: an agent that lost all has to say so
         self._maybe_stale = True
         self._parsed = {}
 

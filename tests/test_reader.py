@@ -175,6 +175,22 @@ def test_an_agent_that_lost_its_state_is_read_again_from_0_and_its_old_items_go(
     cache.close()
 
 
+def test_an_agent_back_with_no_items_at_all_is_read_and_shows_none(reader):
+    """Wire §5, W3: after a restart every conversation is read from 0 once, even one whose `items_rev`
+    is 0 — an agent that lost everything must not leave its old lines in Chat."""
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", convs=[{"id": "c", "title": "C", "state": "idle", "turn": 3, "items_rev": 3}]), None, 1)
+    reader.on_items("c", page([item(s) for s in range(1, 4)]))
+    reader.on_hello(hello("i2"), 2)
+    _lines, stale = reader.on_state(state("i2", rev=1, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 0,
+                                                               "items_rev": 0}]), None, 3)
+    assert stale == ["c"]
+    empty = {"items": [], "first_kept": 1, "last": 0, "items_rev": 0, "next_since": 0, "more": False}
+    assert reader.on_items("c", empty)[1]  # lost: read again from 0
+    assert reader.on_items("c", empty) == ([], False)
+    assert reader.items_page("c", 0)["items"] == [] and reader.stale_conversations() == []
+
+
 def test_closed_conversations_leave_the_reader(reader):
     reader.on_hello(hello(), 0)
     reader.on_state(state(), None, 1)
