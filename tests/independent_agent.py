@@ -557,6 +557,10 @@ class Server:
         log("write", route_name, repr(tgt), json.dumps(doc, ensure_ascii=False), "fault", fault)
         if fault == "before":
             os._exit(9)
+        if fault in ("internal", "not_found", "conflict"):  # answered with an error; nothing applied
+            raise HTTPError({"internal": 500, "not_found": 404, "conflict": 400}[fault], fault, "fault")
+        if fault == "slow":
+            await asyncio.sleep(12)
         out = a.write(route_name, tgt, doc)
         if fault == "after":
             os._exit(9)

@@ -155,3 +155,15 @@ def test_agent_killed_after_applying_comes_back_with_rev_started_over(lab):
              what="the restarted agent read again")
     rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="second", turn=1)
     assert (r["outcome"], r["turn"]) == ("sent", 2) and len(indie.ledger(rid)) == 1
+
+
+def test_an_agent_answering_conflict_does_not_hold_up_later_sends(lab):
+    """Wire §1, B3, I2: an agent that answers a send `400 conflict` (it holds that id with another body)
+    did nothing with it: the receipt is the final `unknown` (May already be applied), and the next
+    send to that agent is sent at once — the inbox does not wait on the first forever."""
+    c, indie = lab
+    (indie.folder / "fault").write_text("conflict")
+    rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="one", turn=0)
+    assert (r["outcome"], r["reason"]) == ("unknown", "conflict") and indie.ledger(rid) == []
+    rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="two", turn=0)
+    assert (r["outcome"], r["turn"]) == ("sent", 1) and len(indie.ledger(rid)) == 1
