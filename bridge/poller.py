@@ -196,6 +196,8 @@ class AgentPoller:
             if changed:
                 self._changed()
             self.pace.finished(changed)
+            if watch:  # held "up to" the wait: the next read comes no sooner than the plain cadence (W5)
+                self.pace.not_modified()
             return
         got = await self._on_state(answer)
         if got is None:

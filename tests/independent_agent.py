@@ -520,7 +520,7 @@ class Server:
             wait = int(query.get("wait", ["0"])[0])
             tag = f'"{INSTANCE}.{a.s["rev"]}"'
             if headers.get("if-none-match") == tag:
-                if wait:
+                if wait and "nowait" not in VARIANTS:  # "up to N seconds": 0 is legal too
                     try:
                         await asyncio.wait_for(a.changed.wait(), min(wait, 30))
                     except asyncio.TimeoutError:
