@@ -154,6 +154,17 @@ class AgentPoller:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, self.cadence)
                     continue
+                except Exception as exc:  # a bug met on this agent's answer stays with this agent
+                    retried = 0
+                    before = self.reader.status_view()
+                    lines = self.reader.on_failure("bridge-error", f"{type(exc).__name__} while reading it (a Collie bug)")
+                    if lines:  # once per spell, with the traceback
+                        log.exception("%s", lines[0])
+                    if self.reader.status_view() != before:
+                        self._changed()
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, self.cadence)
+                    continue
                 await self._sleep(self.pace.delay(trio.current_time(), long_poll=self._can_watch(),
                                                   cadence=self.cadence))
         finally:

@@ -10,6 +10,7 @@ is computed on exactly the object the agent listed, before any parsing, trimming
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import attrs
@@ -196,9 +197,42 @@ def unstructure(obj: Any) -> Any:
 
 
 
+SAFE_INT = 2**53 - 1  # the rfc8785 library refuses integers past this; RFC 8785 reads them as doubles
+
+
+def _as_doubles(value: Any) -> Any:
+    """RFC 8785 §3.2.2.3: a JSON number is an IEEE 754 double. An integer past ±(2^53 − 1) becomes the
+    nearest double (what an agent's JS library does: 1764460800123456789 → 1764460800123456800); a
+    number no double holds cannot be canonicalized, so the ask does not fit the wire."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if -SAFE_INT <= value <= SAFE_INT:
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            raise WireError(f"an ask holds a number no double holds ({str(value)[:24]}…)") from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise WireError(f"an ask holds a number no double holds ({value})")
+        return value
+    if isinstance(value, list):
+        return [_as_doubles(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_doubles(v) for k, v in value.items()}
+    raise WireError(f"an ask holds a {type(value).__name__}, not JSON")
+
+
 def ask_digest(raw_ask: dict[str, Any]) -> str:
-    """Lowercase hex SHA-256 of the ask's RFC 8785 canonical form, every field included."""
-    return hashlib.sha256(rfc8785.dumps(raw_ask)).hexdigest()
+    """Lowercase hex SHA-256 of the ask's RFC 8785 canonical form, every field included (wire §4).
+    Raises WireError when the ask cannot be canonicalized (a number no double holds, nesting too deep)."""
+    try:
+        return hashlib.sha256(rfc8785.dumps(_as_doubles(raw_ask))).hexdigest()
+    except RecursionError:
+        raise WireError("an ask nests too deep to canonicalize") from None
+    except rfc8785.CanonicalizationError as exc:
+        raise WireError(f"an ask cannot be canonicalized (RFC 8785): {exc}") from None
 
 
 def etag(instance: str, rev: int) -> str:

@@ -17,7 +17,9 @@ Run: python -m tests.independent_agent DIR   (the socket is DIR/sock/agent.sock)
 from __future__ import annotations
 
 import asyncio
+import decimal
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -36,22 +38,35 @@ def jcs(value) -> str:
     """RFC 8785 canonical form (keys here are ASCII, so code-point order is UTF-16 order)."""
     if value is None or value is True or value is False:
         return json.dumps(value)
-    if isinstance(value, int):
+    if isinstance(value, int) and abs(value) < 2**53:
         return str(value)
+    if isinstance(value, int):
+        value = float(value)  # RFC 8785 numbers are IEEE 754 doubles
     if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e21:
-            return str(int(value))
-        text = repr(value)
-        if "e" in text:
-            mant, exp = text.split("e")
-            sign = "-" if exp.startswith("-") else "+"
-            return f"{mant}e{sign}{int(exp.lstrip('+-'))}"
-        return text
+        return es_number(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, list):
         return "[" + ",".join(jcs(v) for v in value) + "]"
     return "{" + ",".join(jcs(k) + ":" + jcs(value[k]) for k in sorted(value)) + "}"
+
+
+def es_number(x: float) -> str:
+    """ECMAScript Number::toString, which RFC 8785 uses for every number (shortest round-trip digits)."""
+    if x == 0:
+        return "0"
+    sign = "-" if x < 0 else ""
+    t = decimal.Decimal(repr(abs(x))).normalize().as_tuple()
+    d = "".join(map(str, t.digits))
+    k, n = len(d), len(t.digits) + t.exponent
+    if k <= n <= 21:
+        return sign + d + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + d[:n] + "." + d[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + d
+    e = n - 1
+    return sign + d[0] + ("." + d[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
 
 
 def digest(ask) -> str:
@@ -117,6 +132,29 @@ def extra_convs(agent: "Agent") -> None:
         conv = agent.s["convs"]["many"] = base | {"id": "many", "items": [], "actions": []}
         for n in range(1500):
             agent.item(conv, "notice", text=f"n{n} " + "ü" * 50, final=True)
+    if "asks2" in VARIANTS and "asks2" not in agent.s["convs"]:
+        conv = agent.s["convs"]["asks2"] = base | {"id": "asks2", "items": [], "actions": [], "state": "waiting"}
+        conv["asks"] = [
+            {"id": "short", "kind": "text", "title": "Short", "max_length": 10},
+            {"id": "one", "kind": "choice", "title": "One", "multiple": False,
+             "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]},
+            {"id": "old", "kind": "permission", "title": "Old", "tool": "t", "expires_at": "2020-01-01T00:00:00Z",
+             "options": [{"id": "y", "label": "Y", "role": "allow"}, {"id": "n", "label": "N", "role": "deny"}]},
+            {"id": "grant", "kind": "permission", "title": "Grant", "tool": "t",
+             "options": [{"id": "al", "label": "Always", "role": "always_allow"}, {"id": "n", "label": "N", "role": "deny"}]},
+            {"id": "frm", "kind": "form", "title": "Form", "fields": [
+                {"id": "env", "label": "Env", "type": "select", "required": True, "options": [{"id": "s", "label": "S"}]},
+                {"id": "n", "label": "N", "type": "text", "required": False, "max_length": 3}]},
+        ]
+    if "bigint" in VARIANTS and "bigint" not in agent.s["convs"]:
+        conv = agent.s["convs"]["bigint"] = base | {"id": "bigint", "items": [], "actions": [], "state": "waiting"}
+        conv["asks"] = [{"id": "ns", "kind": "permission", "title": "Big numbers", "tool": "t",
+                         "created_ns": 1764460800123456789, "options": [
+                             {"id": "y", "label": "Y", "role": "allow"}, {"id": "n", "label": "N", "role": "deny"}]}]
+    if "closed150" in VARIANTS and "old 0" not in agent.s["convs"]:
+        for n in range(150):
+            agent.s["convs"][f"old {n}"] = base | {"id": f"old {n}", "title": f"Vieux {n} ✓", "items": [],
+                                                  "closed": True, "closed_at": f"2026-11-{1 + n % 28:02d}T00:00:{n % 60:02d}Z"}
     if "minimal" in VARIANTS and "minimal" not in agent.s["convs"]:
         agent.s["convs"]["minimal"] = {"id": "minimal", "title": None, "state": "idle", "turn": 0,
                                        "activity": now_iso(), "asks": [], "items": [], "queued": [],
@@ -197,7 +235,7 @@ class Agent:
         self.item(conv, "tool", tool_call_id=f"tc {n}", name="deploy", title="Déployer", status="running", output="")
         it = self.item(conv, "ask", ask_id=aid, tool_call_id=f"tc {n}", title=f"Question {kind} ?", end=None)
         ask = {"id": aid, "kind": kind, "tool_call_id": f"tc {n}", "item_id": it["id"],
-               "title": f"Faut-il déployer ? ({kind}) 🚀", "x_future": {"score": 1.0, "tiny": 1e-7, "n": None}}
+               "title": f"Faut-il déployer ? ({kind}) 🚀", "x_future": {"score": 1.0, "tiny": 1e-7, "n": None, "ns": 1764460800123456789}}
         if kind == "permission":
             ask.update(tool="deploy", body="Trois services redémarrent.\nOK ?", options=[
                 {"id": "yes", "label": "Oui ✓", "role": "allow"},
@@ -428,6 +466,9 @@ def encode(status: int, doc, style: str, extra: dict) -> bytes:
     lines.append("X-Unknown-Header: ünï".encode().decode("latin-1"))
     if style == "close":
         lines.append(f"{cn}: close")
+    if style == "eof" and status != 304:  # HTTP/1.1 body delimited by the connection's close (RFC 9112 §6.3)
+        lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
     if style == "chunked" and status != 304:
         lines.append(f"{te}: chunked")
         lines.append("Trailer: X-Done")
@@ -445,8 +486,9 @@ WRITE_ROUTES = {"send", "steer", "abort", "rename", "close", "reopen"}
 
 
 class Server:
-    def __init__(self, agent: Agent):
+    def __init__(self, agent: Agent, tokens: list[str] = ()):
         self.agent = agent
+        self.tokens = list(tokens)
 
     def fault(self) -> str | None:
         path = os.path.join(self.agent.folder, "fault")
@@ -494,7 +536,7 @@ class Server:
                     os._exit(9)
                 writer.write(encode(status, doc, style, extra))
                 await writer.drain()
-                if style == "close":
+                if style in ("close", "eof"):
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             return
@@ -503,6 +545,10 @@ class Server:
 
     async def route(self, method, target, headers, body, extra, writer):
         a = self.agent
+        if self.tokens:  # the url transport: a bearer token on every request (wire §1)
+            given = headers.get("authorization", "")
+            if not any(hmac.compare_digest(given.encode(), f"Bearer {t}".encode()) for t in self.tokens):
+                raise HTTPError(401, "unauthorized", "a token, please")
         url = urllib.parse.urlsplit(target)
         raw = url.path.split("/")
         parts = [urllib.parse.unquote(p) for p in raw]
@@ -540,7 +586,7 @@ class Server:
             doc = json.loads(body)
         except ValueError:
             raise HTTPError(400, "bad_request", "not JSON")
-        if self.caller_forbidden(writer):
+        if not self.tokens and self.caller_forbidden(writer):
             raise HTTPError(403, "unauthorized", "a write from my own family")
         if len(parts) == 5 and parts[2] == "asks" and parts[4] == "answer":
             route, tgt = "answer", parts[3]
@@ -573,8 +619,14 @@ def log(*words) -> None:
     print(*words, file=sys.stderr, flush=True)
 
 
-async def main(folder: str, styles: list[str]) -> None:
+async def main(folder: str, styles: list[str], port: int | None = None) -> None:
     os.makedirs(os.path.join(folder, "sock"), mode=0o700, exist_ok=True)
+    if port is not None:
+        tokens = [t for t in (os.environ.get("COLLIE_TOKEN"), os.environ.get("COLLIE_TOKEN_NEXT")) if t]
+        server = await asyncio.start_server(Server(Agent(folder, styles), tokens).handle, "127.0.0.1", port)
+        print("listening", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
+        async with server:
+            await server.serve_forever()
     path = os.path.join(folder, "sock", "agent.sock")
     if os.path.exists(path):
         os.unlink(path)
@@ -591,4 +643,5 @@ if __name__ == "__main__":
     styles = STYLES
     if "--styles" in sys.argv:
         styles = sys.argv[sys.argv.index("--styles") + 1].split(",")
-    asyncio.run(main(sys.argv[1], styles))
+    port = int(sys.argv[sys.argv.index("--tcp") + 1]) if "--tcp" in sys.argv else None
+    asyncio.run(main(sys.argv[1], styles, port))

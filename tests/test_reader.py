@@ -191,6 +191,28 @@ def test_an_agent_back_with_no_items_at_all_is_read_and_shows_none(reader):
     assert reader.items_page("c", 0)["items"] == [] and reader.stale_conversations() == []
 
 
+def test_an_ask_with_integers_past_2_53_has_the_rfc8785_digest_and_is_read(reader):
+    """Wire §4 (digest: RFC 8785, whose numbers are IEEE 754 doubles): an ask carrying a nanosecond
+    timestamp (past 2^53) is read and its digest is that of the number as a double — what a JS agent's
+    RFC 8785 library gives — instead of the bridge failing on it (it stopped the whole lead). A number
+    no double holds makes that state answer a protocol misfit: the agent's view stays, nothing crashes."""
+    import hashlib
+
+    ask = {"id": "ns", "kind": "permission", "title": "T", "created_ns": 1764460800123456789, "big": -(2**53),
+           "options": [{"id": "y", "label": "Y", "role": "allow"}]}
+    js = ('{"big":-9007199254740992,"created_ns":1764460800123456800,"id":"ns","kind":"permission",'
+          '"options":[{"id":"y","label":"Y","role":"allow"}],"title":"T"}')
+    assert ask_digest(ask) == hashlib.sha256(js.encode()).hexdigest()
+    reader.on_hello(hello(), 0)
+    convs = [{"id": "c", "title": "C", "state": "waiting", "turn": 1, "items_rev": 0, "asks": [ask]}]
+    reader.on_state(state(convs=convs), None, 1)
+    assert reader.status == "ready" and reader.conversations["c"].asks[0].digest == ask_digest(ask)
+    huge = [{**convs[0], "asks": [{**ask, "created_ns": 10**400}]}]
+    lines, _ = reader.on_state(state(rev=6, convs=huge), None, 2)
+    assert reader.status == "unreachable" and reader.reason == "protocol" and "double" in lines[0]
+    assert reader.conversations["c"].asks[0].digest == ask_digest(ask)  # the last good view stays
+
+
 def test_closed_conversations_leave_the_reader(reader):
     reader.on_hello(hello(), 0)
     reader.on_state(state(), None, 1)
