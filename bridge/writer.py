@@ -284,6 +284,9 @@ class Writer:
             return rec
         crashpoint("after_send")
         rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
+        if rec.reason == "protocol" and rec.outcome == "unknown":
+            log.warning("[durable] %s: %s %s: the agent's answer does not fit wire v1 (%s); what it did is not known",
+                        req.agent, req.op, rid, str(answer.body)[:200])
         await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
         self._after(req, rec, key)

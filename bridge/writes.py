@@ -256,9 +256,39 @@ def check_answer(ask: AskView, req: WriteRequest) -> tuple[str, str | None] | No
     return None
 
 
+# Wire §4 and §6: the outcomes each route can answer (`refused` carries a reason of the agent's)
+OUTCOMES = {
+    "send": {"sent", "queued", "refused"}, "steer": {"sent", "refused"}, "abort": {"stopped", "refused"},
+    "action": {"done", "refused"}, "starter": {"started"}, "rename": {"done"}, "close": {"done"},
+    "reopen": {"done", "refused"},
+    "answer": {"accepted", "decided", "expired", "answered", "changed", "not_open", "invalid"},
+}
+
+
+def _wire_id(value: object) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= 128 and "/" not in value and \
+        all(" " <= ch <= "~" for ch in value)
+
+
+def fits(op: str, answer: dict) -> bool:
+    """Whether a write's 200 answer is one its route has (wire §4/§6), with the fields it must carry."""
+    outcome = answer.get("outcome")
+    if outcome not in OUTCOMES.get(op, ()):
+        return False
+    if outcome in ("sent", "queued") and op == "send" or outcome == "started":
+        if type(answer.get("turn")) is not int:
+            return False
+    return outcome != "started" or _wire_id(answer.get("conversation"))
+
+
 def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
-    """The agent's answer to a write, as the phone shows it."""
-    outcome = answer.get("outcome") if isinstance(answer.get("outcome"), str) else "unknown"
+    """The agent's answer to a write, as the phone shows it. An answer its route does not have is the
+    final `unknown` (`protocol`): what the agent did is not known, and a resend gets it back again."""
+    if not fits(req.op, answer):
+        return Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="protocol",
+                       text=MAY_BE_APPLIED, channel="program" if req.op == "answer" else None,
+                       digest=req.digest if req.op == "answer" else None)
+    outcome = answer["outcome"]
     message = answer.get("message") if isinstance(answer.get("message"), str) else None
     replay = answer.get("replay") is True
     if req.op == "answer":

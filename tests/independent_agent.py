@@ -608,6 +608,8 @@ class Server:
         if fault == "slow":
             await asyncio.sleep(12)
         out = a.write(route_name, tgt, doc)
+        if fault and fault.startswith("answer:"):  # applied, then answered with this JSON instead
+            return 200, json.loads(fault[len("answer:"):])
         if fault == "after":
             os._exit(9)
         if fault == "mid":

@@ -167,3 +167,18 @@ def test_an_agent_answering_conflict_does_not_hold_up_later_sends(lab):
     assert (r["outcome"], r["reason"]) == ("unknown", "conflict") and indie.ledger(rid) == []
     rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="two", turn=0)
     assert (r["outcome"], r["turn"]) == ("sent", 1) and len(indie.ledger(rid)) == 1
+
+
+@pytest.mark.parametrize("answer", ['{"outcome": "maybe"}', '{"outcome": "sent"}', '[1]'])
+def test_an_answer_outside_the_wire_table_is_unknown_and_holds_nothing_up(lab, answer):
+    """Wire §6, B3: the agent applied a send but answered outside the table (an outcome the route does
+    not have, `sent` without its `turn`, not an object): the receipt is the final `unknown` (protocol,
+    May already be applied) — not the misfit passed on — it is applied once, and the next send goes."""
+    c, indie = lab
+    (indie.folder / "fault").write_text("answer:" + answer)
+    rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="one", turn=0)
+    assert (r["outcome"], r["reason"], r["text"]) == ("unknown", "protocol", "May already be applied. Check the chat.")
+    assert len(indie.ledger(rid)) == 1
+    wait_for(lambda: pane(c)["turn"] == 1)
+    rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="two", turn=1)
+    assert (r["outcome"], r["turn"]) == ("sent", 2) and len(indie.ledger(rid)) == 1

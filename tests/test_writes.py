@@ -183,6 +183,25 @@ def test_send_receipts():
     assert receipt(req, {"outcome": "sent", "turn": 4, "replay": True}).replay
 
 
+@pytest.mark.parametrize(("op", "answer"), [
+    ("send", {"outcome": "maybe"}), ("send", {"outcome": "sent"}), ("send", {"outcome": "sent", "turn": "x"}),
+    ("send", {"outcome": "queued", "turn": True}), ("send", {}), ("send", {"outcome": "done"}),
+    ("steer", {"outcome": "stopped"}), ("abort", {"outcome": "sent"}), ("action", {"outcome": "started"}),
+    ("rename", {"outcome": "refused", "reason": "turn_moved"}), ("close", {"outcome": "sent"}),
+    ("starter", {"outcome": "started", "turn": 1}), ("starter", {"outcome": "started", "conversation": "s/1", "turn": 1}),
+    ("starter", {"outcome": "refused", "reason": "nope"}), ("answer", {"outcome": "sent"}), ("answer", {}),
+])
+def test_an_answer_outside_the_wire_table_is_a_final_unknown(op, answer):
+    """Wire §4/§6 (strict at the boundary): the agent answered, but with an outcome its route does not
+    have, or without the fields it must carry (`turn`, `conversation`). What it did is not known, and a
+    resend would get the same answer back: the receipt is the final `unknown` (`protocol`, May already
+    be applied) — never the misfit passed on as if it were a receipt, nor a refusal the route cannot give."""
+    req = WriteRequest(request_id="r1", op=op, agent="d", conversation="c", text="t", turn=3, title="x",
+                       starter_id="s", action_id="a", ask_id="k", digest="d" * 64, option_ids=["y"])
+    got = receipt(req, answer)
+    assert (got.outcome, got.reason, got.text) == ("unknown", "protocol", MAY_BE_APPLIED)
+
+
 def test_starters_and_session_routes():
     assert plan(WriteRequest(request_id="s", op="starter", agent="d", starter_id="triage"), facts()) == Call(
         "/v1/starters/triage", {"request_id": "s"})
