@@ -33,7 +33,7 @@ import attrs
 from crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
 from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus
 from crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
-                       unstructure)
+                       unstructure, utc_time)
 
 LEFT_OUT = "Older messages were left out: the durable agent no longer keeps them."
 
@@ -303,7 +303,7 @@ class AgentReader:
             workspace=(conv.workspace.title or conv.workspace.id) if conv.workspace else None,
             tab=(conv.tab.title or conv.tab.id) if conv.tab else None, harness=conv.harness,
             state=conv.state if conv.state in ("idle", "working", "waiting") else "idle", turn=conv.turn,
-            activity=conv.activity, progress=unstructure(conv.progress) if conv.progress else None,
+            activity=utc_time(conv.activity), progress=unstructure(conv.progress) if conv.progress else None,
             asks=asks, actions=actions, actions_cut=actions_cut, items_rev=conv.items_rev), notes
 
     def on_not_modified(self, now: float) -> list[str]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
+from datetime import datetime, timezone
 from typing import Any
 
 import attrs
@@ -195,6 +197,27 @@ def structure(data: Any, cls: type):
 def unstructure(obj: Any) -> Any:
     return conv.unstructure(obj)
 
+
+
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.(\d{1,9}))?(?:[Zz]|[+-]\d{2}:\d{2})")
+
+
+def utc_time(value: object) -> str | None:
+    """An agent's RFC 3339 time (wire §1) in the one form the phone gets: `YYYY-MM-DDTHH:MM:SS[.f]Z`,
+    UTC, which a browser's Date reads and which sorts as text. RFC 3339 also allows a lower-case `t`/`z`,
+    an offset and up to nanoseconds (Go's RFC3339Nano); None for anything that is not such a time."""
+    if not isinstance(value, str) or not RFC3339.fullmatch(value):
+        return None
+    frac = RFC3339.fullmatch(value).group(1)
+    text = value.upper()
+    if frac and len(frac) > 6:  # microseconds are as fine as a phone draws
+        text = text.replace("." + frac, "." + frac[:6], 1)
+    try:
+        when = datetime.fromisoformat(text).astimezone(timezone.utc)
+    except ValueError:
+        return None
+    micro = f".{when.microsecond:06d}".rstrip("0") if when.microsecond else ""
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + micro + "Z"
 
 
 SAFE_INT = 2**53 - 1  # the rfc8785 library refuses integers past this; RFC 8785 reads them as doubles

@@ -151,6 +151,14 @@ def extra_convs(agent: "Agent") -> None:
         conv["asks"] = [{"id": "ns", "kind": "permission", "title": "Big numbers", "tool": "t",
                          "created_ns": 1764460800123456789, "options": [
                              {"id": "y", "label": "Y", "role": "allow"}, {"id": "n", "label": "N", "role": "deny"}]}]
+    if "future" in VARIANTS and "future" not in agent.s["convs"]:
+        conv = agent.s["convs"]["future"] = base | {"id": "future", "items": [], "actions": [],
+                                                    "activity": "2026-12-01t05:00:00.123456z"}
+        agent.item(conv, "reply", text="before", final=True)
+        agent.item(conv, "diagram", svg="<svg/>", final=True)  # a kind from a later wire
+        it = agent.item(conv, "reply", text="after", final=True)
+        it["at"] = "2026-12-01T05:00:00.5+01:00"
+        conv["activity"] = "2026-12-01t05:00:00.123456z"  # RFC 3339 allows lower case and fractions
     if "closed150" in VARIANTS and "old 0" not in agent.s["convs"]:
         for n in range(150):
             agent.s["convs"][f"old {n}"] = base | {"id": f"old {n}", "title": f"Vieux {n} ✓", "items": [],

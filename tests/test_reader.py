@@ -6,7 +6,7 @@ import pytest
 
 from bridge.reader import LEFT_OUT, AgentReader
 from crew.asks import sanitize_actions, sanitize_ask, sanitize_item
-from crew.wire import WireRange, ask_digest, doctor_mismatch
+from crew.wire import WireRange, ask_digest, doctor_mismatch, utc_time
 
 
 def hello(instance="i1", wire=(1, 1), caps=("asks", "history")):
@@ -211,6 +211,39 @@ def test_an_ask_with_integers_past_2_53_has_the_rfc8785_digest_and_is_read(reade
     lines, _ = reader.on_state(state(rev=6, convs=huge), None, 2)
     assert reader.status == "unreachable" and reader.reason == "protocol" and "double" in lines[0]
     assert reader.conversations["c"].asks[0].digest == ask_digest(ask)  # the last good view stays
+
+
+@pytest.mark.parametrize(("given", "shown"), [
+    ("2026-12-01T05:00:00Z", "2026-12-01T05:00:00Z"),
+    ("2026-12-01t05:00:00z", "2026-12-01T05:00:00Z"),  # RFC 3339 §5.6: T and Z may be lower case
+    ("2026-12-01T05:00:00.123456789Z", "2026-12-01T05:00:00.123456Z"),  # Go's RFC3339Nano
+    ("2026-12-01T06:30:00+01:30", "2026-12-01T05:00:00Z"), ("2026-12-01T05:00:00.500+00:00", "2026-12-01T05:00:00.5Z"),
+    ("yesterday", None), ("2026-02-30T00:00:00Z", None), ("2026-12-01T05:00:00", None), (17, None),
+])
+def test_agent_times_reach_the_phone_in_one_utc_form(given, shown):
+    """Wire §1: timestamps are RFC 3339; every form RFC 3339 allows reaches the phone as
+    `YYYY-MM-DDTHH:MM:SS[.f]Z`, which a browser's Date reads and which sorts as text; anything else is null."""
+    assert utc_time(given) == shown
+
+
+def test_conversations_sort_newest_first_whatever_form_their_times_take(reader):
+    """L2: a lower-case RFC 3339 time sorted above every upper-case one (text order: 't' > 'T'); an
+    ask's expiry, an item's time and the list's activity all reach the phone in the one form."""
+    from bridge.panes import conversation_rows
+
+    reader.on_hello(hello(), 0)
+    convs = [{"id": "old", "title": "Old", "state": "idle", "turn": 1, "items_rev": 0,
+              "activity": "2026-12-01t05:00:00z"},
+             {"id": "new", "title": "New", "state": "idle", "turn": 1, "items_rev": 0,
+              "activity": "2026-12-01T06:00:00Z"},
+             {"id": "ask", "title": "Ask", "state": "waiting", "turn": 1, "items_rev": 0, "asks": [
+                 {"id": "a", "kind": "text", "title": "T", "expires_at": "2026-12-01t07:00:00+01:00"}]}]
+    reader.on_state(state(convs=convs), None, 1)
+    assert [r["id"] for r in conversation_rows(reader)] == ["ask", "new", "old"]
+    assert reader.conversations["old"].activity == "2026-12-01T05:00:00Z"
+    assert reader.conversations["ask"].asks[0].expires_at == "2026-12-01T06:00:00Z"
+    reader.on_items("new", page([item(1, at="2026-12-01t06:00:00.25z")]))
+    assert reader.items_page("new", 0)["items"][0]["at"] == "2026-12-01T06:00:00.25Z"
 
 
 def test_closed_conversations_leave_the_reader(reader):
