@@ -43,7 +43,8 @@ from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
+from bridge.writes import (AgentFacts, Call, RecentSends, WriteRequest, error_receipt, find_ask, lock_key, plan,
+                           receipt)
 from crew import logs
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, not_recorded, refused
 from crew.views import READY, VERSION_MISMATCH
@@ -290,7 +291,24 @@ class Writer:
         await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
         self._after(req, rec, key)
+        if rec.outcome == "changed" and rec.current_ask is None:
+            rec = await self._with_current_ask(req, rec)
         return rec
+
+    async def _with_current_ask(self, req: WriteRequest, rec: Receipt) -> Receipt:
+        """The agent found the ask changed (wire §4: its check closes the race with ours): read its
+        state once and give the phone the ask as it stands now (`current_ask`), as a bridge-side
+        `changed` does. Not kept in the journal: a repeat shows whatever it is by then."""
+        poller = self.bridge.pollers.get(req.agent)
+        try:
+            if poller is not None:
+                await poller.read_now()
+        except AgentUnreachable:
+            return rec
+        found = find_ask(self.facts(req.agent), req.ask_id or "")
+        if found is None or found[1].digest == req.digest:
+            return rec
+        return attrs.evolve(rec, current_ask=attrs.asdict(found[1]))
 
     def _recent(self, req: WriteRequest) -> RecentSends:
         key = (req.agent, req.conversation or "")

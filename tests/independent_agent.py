@@ -615,6 +615,11 @@ class Server:
             raise HTTPError({"internal": 500, "not_found": 404, "conflict": 400}[fault], fault, "fault")
         if fault == "slow":
             await asyncio.sleep(12)
+        if fault == "mutate":  # the ask changes just before this answer is judged (the §4 race)
+            for conv in a.s["convs"].values():
+                for ask in conv["asks"]:
+                    ask["title"] += " (v2)"
+            a.bump()
         out = a.write(route_name, tgt, doc)
         if fault and fault.startswith("answer:"):  # applied, then answered with this JSON instead
             return 200, json.loads(fault[len("answer:"):])

@@ -182,3 +182,20 @@ def test_an_answer_outside_the_wire_table_is_unknown_and_holds_nothing_up(lab, a
     wait_for(lambda: pane(c)["turn"] == 1)
     rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text="two", turn=1)
     assert (r["outcome"], r["turn"]) == ("sent", 2) and len(indie.ledger(rid)) == 1
+
+
+def test_an_ask_that_changed_at_the_agent_comes_back_with_the_receipt(lab):
+    """Wire §4, B5, O: the ask changed at the agent after the bridge read it; the agent's own digest
+    check answers `changed` and applies nothing. The receipt carries `current_ask` — the ask as it stands
+    now, as docs/phone-api.md promises for `changed` — so the phone shows it and a tap answers it."""
+    c, indie = lab
+    post(c, "/api/send", agent="indie", conversation=CONV_ID, text="ask choice", turn=0)
+    ask = wait_for(lambda: pane(c)["ask"])
+    (indie.folder / "fault").write_text("mutate")
+    rid, r = post(c, f"/api/ask/{Q(ask['id'])}", agent="indie", digest=ask["digest"], answer={"option_ids": ["a b"]})
+    assert r["outcome"] == "changed" and [e["outcome"] for e in indie.ledger(rid)] == [{"outcome": "changed"}]
+    now = indie.conv()["asks"][0]
+    assert r["current_ask"]["title"] == now["title"] and r["current_ask"]["digest"] == digest(now)
+    rid, r = post(c, f"/api/ask/{Q(ask['id'])}", agent="indie", digest=r["current_ask"]["digest"],
+                  answer={"option_ids": ["a b"]})
+    assert r["outcome"] == "accepted" and len(indie.ledger(rid)) == 1
