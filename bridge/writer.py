@@ -253,6 +253,7 @@ class Writer:
         poller = self.bridge.pollers.get(req.agent)
         if retry:  # a first attempt was counted when the row was written
             await self._record(req, self.journal.attempt, rid, self.wall())
+        sent_at = trio.current_time()  # C4: the agent's copy of a send may be read before its receipt is in
         try:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
@@ -264,7 +265,7 @@ class Writer:
             else:
                 await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             log.info("[durable] %s: %s %s: the agent answered %s: %s", req.agent, req.op, rid, exc.reason, rec.outcome)
-            self._after(req, rec, key)
+            self._after(req, rec, key, sent_at)
             return rec
         except AgentUnreachable as exc:
             forgotten = False
@@ -281,7 +282,7 @@ class Writer:
                               text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED,
                               channel="program" if req.op == "answer" else None, digest=req.digest)
                 await self._record(req, self.journal.unknown, rid, _plain(rec), self.wall())
-            self._after(req, rec, key)
+            self._after(req, rec, key, sent_at)
             return rec
         crashpoint("after_send")
         rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
@@ -290,7 +291,7 @@ class Writer:
                         req.agent, req.op, rid, str(answer.body)[:200])
         await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
-        self._after(req, rec, key)
+        self._after(req, rec, key, sent_at)
         if rec.outcome == "changed" and rec.current_ask is None:
             rec = await self._with_current_ask(req, rec)
         return rec
@@ -316,7 +317,7 @@ class Writer:
             self.recent[key] = RecentSends()
         return self.recent[key]
 
-    def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str]) -> None:
+    def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str], sent_at: float | None = None) -> None:
         n = self.counter[req.agent] = self.counter.get(req.agent, 0) + 1
         self.last_change[key] = n  # views of this conversation read before now are stale
         if req.op == "send" and rec.outcome == "sent" and rec.turn is not None and req.conversation:
@@ -325,7 +326,8 @@ class Writer:
             self.turn_after.pop(key, None)
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
-            self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())
+            self._recent(req).add(req.request_id, req.text or "", shown,
+                                  sent_at if sent_at is not None else trio.current_time())
         poller = self.bridge.pollers.get(req.agent)
         if poller is not None:
             poller.poke()  # read the agent's new state now

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import attrs
 
 from bridge.client import path_id
@@ -354,8 +355,9 @@ class RecentSends:
     """One conversation's recent sends: each line until the agent's own copy takes its place.
 
     A line becomes effective when a `user` item names its request id, or, for an agent that does
-    not echo ids, when a `user` item with identical text is first seen within 30 s of the send (or,
-    for a queued send, of its turn's end). A line never echoed stops showing 10 minutes after its
+    not echo ids, when a `user` item with identical text is first seen after the send went out (`add`
+    is given that time: the copy may be read before the receipt is recorded) and within 30 s of its
+    clock's start (a queued send: its turn's end). A line never echoed stops showing 10 minutes after its
     clock started.
     """
 
@@ -387,9 +389,11 @@ class RecentSends:
                 continue
             first = seen_at.get(seq)
             for line in sorted(self.lines.values(), key=lambda s: s.sent_at):
-                start = line.clock_from if line.clock_from is not None else line.sent_at
+                # from the moment the send went out (its copy may be read before its receipt is in) to
+                # 30 s after its clock started (a queued send: its turn's end, maybe not seen yet)
+                until = (line.clock_from if line.clock_from is not None else math.inf) + TEXT_MATCH_SECONDS
                 if (not line.effective and line.text == item.get("text") and first is not None
-                        and start - 1e-9 <= first <= start + TEXT_MATCH_SECONDS):
+                        and line.sent_at - 1e-9 <= first <= until):
                     line.effective = True
                     self._matched_seqs.add(seq)
                     break

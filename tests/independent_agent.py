@@ -218,7 +218,8 @@ class Agent:
     def start_turn(self, conv: dict, text: str, request_id: str | None) -> None:
         conv["turn"] += 1
         conv["state"] = "working"
-        self.item(conv, "user", text=text, request_id=request_id, final=True)
+        echo = {} if "noecho" in VARIANTS else {"request_id": request_id}  # C4: an agent that cannot echo it
+        self.item(conv, "user", text=text, final=True, **echo)
         if text.startswith("hold"):
             self.item(conv, "reply", text="Je travaille… ", final=False)
             return
@@ -416,10 +417,13 @@ class Agent:
     def closed(self, query: dict) -> dict:
         rows = [c for c in self.s["convs"].values() if c["closed"]]
         rows.sort(key=lambda c: c["closed_at"], reverse=True)
-        start = int(query.get("cursor", ["0"])[0] or 0)
+        cursor = query.get("cursor", [""])[0]
+        start = int(cursor.split("|")[1]) if cursor else 0  # opaque: base64-ish padding, '/', '+', 200 chars
         limit = min(int(query.get("limit", ["100"])[0]), 100)
         page = rows[start:start + limit]
-        nxt = str(start + limit) if start + limit < len(rows) else None
+        nxt = None
+        if start + limit < len(rows):
+            nxt = "Zm9v+/==" * 20 + f"|{start + limit}|ünï ?&#%"
         return {"conversations": [{"id": c["id"], "title": c["title"], "subtitle": c["subtitle"],
                                    "closed_at": c["closed_at"], "activity": c["activity"]} for c in page],
                 "next": nxt}

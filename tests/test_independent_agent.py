@@ -199,3 +199,18 @@ def test_an_ask_that_changed_at_the_agent_comes_back_with_the_receipt(lab):
     rid, r = post(c, f"/api/ask/{Q(ask['id'])}", agent="indie", digest=r["current_ask"]["digest"],
                   answer={"option_ids": ["a b"]})
     assert r["outcome"] == "accepted" and len(indie.ledger(rid)) == 1
+
+
+def test_an_agent_that_does_not_echo_request_ids_is_matched_by_text(lab):
+    """C3, C4, wire §6: an agent that cannot echo the request id in its `user` item is matched by the
+    identical text: the pane's own line (the clock) goes once the agent's copy arrives — even when the
+    bridge reads that copy (a long-poll woken by the send) before it has recorded the send's receipt."""
+    c, indie = lab
+    indie.stop()
+    indie.start(INDIE_VARIANTS="noecho")
+    wait_for(lambda: pane(c)["agent_status"] == "ready")
+    for n, text in enumerate(["sans écho ✓", "encore"]):
+        rid, r = post(c, "/api/send", agent="indie", conversation=CONV_ID, text=text, turn=n)
+        assert r["outcome"] == "sent"
+        wait_for(lambda: pane(c)["turn"] == n + 1 and pane(c)["recent_sends"] == [], timeout=5,
+                 what=f"the line of {text!r} replaced by the agent's copy")

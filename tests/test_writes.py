@@ -235,6 +235,19 @@ def test_text_match_within_30_seconds_for_agents_that_do_not_echo_ids():
     assert lines.visible(131.0) == []
 
 
+def test_a_queued_send_is_matched_by_text_when_its_copy_is_read_before_its_turn_end_is_noticed():
+    """C4: a queued send's copy is matched from the moment it went out until 30 s after its turn's
+    end — also when the copy is read before the pane noticed that end (`turn_ended` comes with a view)."""
+    lines = RecentSends()
+    lines.add("r1", "later", "queued", now=100.0)
+    lines.observe([{"kind": "user", "seq": 5, "text": "later"}], {5: 250.0})  # the turn ended, copy read at 250
+    assert lines.visible(251.0) == []
+    early = RecentSends()
+    early.add("r2", "same", "sent", now=100.0)
+    early.observe([{"kind": "user", "seq": 1, "text": "same"}], {1: 99.0})  # a line from before this send
+    assert len(early.visible(101.0)) == 1
+
+
 def test_an_unechoed_line_stops_showing_after_10_minutes():
     lines = RecentSends()
     lines.add("r1", "hello", "sent", now=0.0)
