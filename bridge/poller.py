@@ -210,6 +210,7 @@ class AgentPoller:
             if watch:  # held "up to" the wait: the next read comes no sooner than the plain cadence (W5)
                 self.pace.not_modified()
             return
+        seen = (reader.instance, reader.rev, reader.status)
         got = await self._on_state(answer)
         if got is None:
             return  # a newer read was applied meanwhile
@@ -224,7 +225,10 @@ class AgentPoller:
                 await self._read_items(conv_id)
             self._changed()
         await self._save()
-        self.pace.finished(True)
+        unchanged = not stale and (reader.instance, reader.rev, reader.status) == seen
+        self.pace.finished(not unchanged)
+        if watch and unchanged:  # a 200 that is a 304 in all but name: paced like one (W5)
+            self.pace.not_modified()
 
     def _can_watch(self) -> bool:
         hello = self.reader.hello

@@ -227,3 +227,23 @@ async def test_an_agent_answering_its_long_polls_at_once_is_read_at_the_plain_ca
         gaps = [round(b - a, 6) for a, b in zip(reads, reads[1:])]
         assert len(reads) >= 6 and set(gaps) == {10.0}, reads
         assert b.status("desk").status == "ready"
+
+
+async def test_an_agent_answering_200_unchanged_at_once_is_read_at_the_plain_cadence(tmp, autojump_clock):
+    """W5, wire §3: an agent that declares `watch` but neither holds the read nor answers `304` (it
+    sends its unchanged state, same `rev`, at once) is read every 10 s when idle, not every 0.2 s."""
+    async with setup(tmp) as (collie, pane, b, w):
+        poller = b.pollers["desk"]
+        inner = poller.client.request
+        reads = []
+
+        async def no_tags(method, path, **kw):  # the agent ignores If-None-Match and `wait`
+            if path.startswith("/v1/state"):
+                reads.append(trio.current_time())
+                path, kw["headers"] = "/v1/state", {}
+            return await inner(method, path, **kw)
+        poller.client.request = no_tags
+        await trio.sleep(90)
+        gaps = [round(b - a, 6) for a, b in zip(reads, reads[1:])]
+        assert len(reads) >= 6 and set(gaps) == {10.0}, reads
+        assert b.status("desk").status == "ready"
