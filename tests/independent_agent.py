@@ -2,14 +2,20 @@
 
 asyncio streams and a hand-written HTTP/1.1 parser on a 0600 Unix socket in a 0700 folder. It
 answers in every spec-legal way it can, rotating per answer (``--styles``): plain Content-Length,
-odd header case, chunked bodies (one-byte chunks, chunk extensions, a trailer), and
-``Connection: close`` after the answer. Its JSON carries unknown fields everywhere.
+odd header case, chunked bodies (seven-byte chunks, chunk extensions, a trailer), ``Connection:
+close`` after the answer, and a body that ends where the connection does. Its JSON carries unknown
+fields everywhere (floats, a number past 2^53, nulls), its ids need percent-encoding, its texts are
+unicode; its RFC 8785 digest is its own (ECMAScript number forms). Turns survive a restart; with
+``INDIE_REV_FROM_ONE=1`` its ``rev`` starts over (legal, wire §3); ``INDIE_VARIANTS=noecho`` makes
+its `user` items leave out the request id (C4).
 
 Durable: every applied write is written to ``<dir>/state.json`` (temp, fsync, rename) and to the
 ledger ``<dir>/ledger.jsonl`` (fsynced) *before* the answer goes out, so a kill at any moment
 leaves a true record of what the agent did. ``<dir>/fault`` (one line, read once and removed
-before acting) makes it die on the next write: ``before`` (request read, nothing done),
-``after`` (applied, no answer), ``mid`` (applied, half an answer written).
+before acting) acts on the next write: ``before`` (die: request read, nothing done), ``after`` (die:
+applied, no answer), ``mid`` (die: applied, half an answer written), ``conflict`` (answer 400
+conflict, nothing done), ``mutate`` (the ask changes just before the answer is judged),
+``answer:<json>`` (applied, answered with that JSON instead).
 
 Run: python -m tests.independent_agent DIR   (the socket is DIR/sock/agent.sock)
 """
@@ -19,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import decimal
 import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -30,8 +35,8 @@ import time
 import urllib.parse
 
 INSTANCE = secrets.token_hex(6)
-TEXT_MAX = int(os.environ.get("INDIE_TEXT_MAX", "2000"))
-STYLES = ["plain", "cases", "chunked", "close"]
+TEXT_MAX = 2000
+STYLES = ["plain", "cases", "chunked", "close", "eof"]
 
 
 def jcs(value) -> str:
@@ -77,7 +82,6 @@ def now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-WEIRD = "q ?#%&+é"  # printable ASCII needs: space ? # % & + ; 'é' is not allowed in ids
 CONV_ID = "deploy q?#%& +;=@[]"  # every character here needs percent-encoding or care in a path
 ASK_PERM = "perm ?#%"
 
@@ -101,72 +105,7 @@ def seed() -> dict:
     return {"rev": 1, "items_rev": 0, "convs": {CONV_ID: conv}, "requests": {}, "next_conv": 1, "next_ask": 1}
 
 
-VARIANTS = set(filter(None, os.environ.get("INDIE_VARIANTS", "").split(",")))
-LONG_ID = (" !\"#$%&'()*+,-.:;<=>?@[\\]^_`{|}~" * 4)[:127] + "z"
-
-
-def extra_convs(agent: "Agent") -> None:
-    """Spec-legal but unusual conversations, added when INDIE_VARIANTS names them."""
-    base = seed()["convs"][CONV_ID]
-    if "weirdids" in VARIANTS:
-        for cid in (LONG_ID, "..", ".", " padded ", "%2F", "a\\b"):
-            if cid not in agent.s["convs"]:
-                agent.s["convs"][cid] = base | {"id": cid, "title": f"id {cid!r}", "items": [], "asks": [], "actions": []}
-    if "kinds" in VARIANTS and "kinds" not in agent.s["convs"]:
-        conv = agent.s["convs"]["kinds"] = base | {"id": "kinds", "items": [], "actions": [], "progress": {"percent": 42, "label": "uploading"}}
-        agent.item(conv, "reply", text="nul\u0000 esc\u001b[31m bidi\u202e end", final=True)
-        agent.item(conv, "markdown", text="# T\n<script>alert(1)</script> **b**", final=True)
-        agent.item(conv, "code", text="print('ü')", lang="python", final=True)
-        agent.item(conv, "link", url="http://insecure.example/", label="plain http")
-        agent.item(conv, "link", url="https://ok.example/é?q=1#f", label=None)
-        agent.item(conv, "tool", tool_call_id="t1", name="x", title="X", status="denied", output="no")
-        agent.item(conv, "thinking", text="hmm", final=False)
-        it = agent.item(conv, "ask", ask_id="odd-1", tool_call_id=None, title="Odd kind", end=None)
-        conv["asks"] = [{"id": "odd-1", "kind": "signature", "item_id": it["id"], "title": "Sign here", "pad": {"w": 3}}]
-        conv["state"] = "waiting"
-    if "gap" in VARIANTS and "gap" not in agent.s["convs"]:
-        conv = agent.s["convs"]["gap"] = base | {"id": "gap", "items": [], "actions": [], "dropped": 49}
-        for n in range(3):
-            agent.item(conv, "notice", text=f"kept {n}", final=True)
-    if "many" in VARIANTS and "many" not in agent.s["convs"]:
-        conv = agent.s["convs"]["many"] = base | {"id": "many", "items": [], "actions": []}
-        for n in range(1500):
-            agent.item(conv, "notice", text=f"n{n} " + "ü" * 50, final=True)
-    if "asks2" in VARIANTS and "asks2" not in agent.s["convs"]:
-        conv = agent.s["convs"]["asks2"] = base | {"id": "asks2", "items": [], "actions": [], "state": "waiting"}
-        conv["asks"] = [
-            {"id": "short", "kind": "text", "title": "Short", "max_length": 10},
-            {"id": "one", "kind": "choice", "title": "One", "multiple": False,
-             "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]},
-            {"id": "old", "kind": "permission", "title": "Old", "tool": "t", "expires_at": "2020-01-01T00:00:00Z",
-             "options": [{"id": "y", "label": "Y", "role": "allow"}, {"id": "n", "label": "N", "role": "deny"}]},
-            {"id": "grant", "kind": "permission", "title": "Grant", "tool": "t",
-             "options": [{"id": "al", "label": "Always", "role": "always_allow"}, {"id": "n", "label": "N", "role": "deny"}]},
-            {"id": "frm", "kind": "form", "title": "Form", "fields": [
-                {"id": "env", "label": "Env", "type": "select", "required": True, "options": [{"id": "s", "label": "S"}]},
-                {"id": "n", "label": "N", "type": "text", "required": False, "max_length": 3}]},
-        ]
-    if "bigint" in VARIANTS and "bigint" not in agent.s["convs"]:
-        conv = agent.s["convs"]["bigint"] = base | {"id": "bigint", "items": [], "actions": [], "state": "waiting"}
-        conv["asks"] = [{"id": "ns", "kind": "permission", "title": "Big numbers", "tool": "t",
-                         "created_ns": 1764460800123456789, "options": [
-                             {"id": "y", "label": "Y", "role": "allow"}, {"id": "n", "label": "N", "role": "deny"}]}]
-    if "future" in VARIANTS and "future" not in agent.s["convs"]:
-        conv = agent.s["convs"]["future"] = base | {"id": "future", "items": [], "actions": [],
-                                                    "activity": "2026-12-01t05:00:00.123456z"}
-        agent.item(conv, "reply", text="before", final=True)
-        agent.item(conv, "diagram", svg="<svg/>", final=True)  # a kind from a later wire
-        it = agent.item(conv, "reply", text="after", final=True)
-        it["at"] = "2026-12-01T05:00:00.5+01:00"
-        conv["activity"] = "2026-12-01t05:00:00.123456z"  # RFC 3339 allows lower case and fractions
-    if "closed150" in VARIANTS and "old 0" not in agent.s["convs"]:
-        for n in range(150):
-            agent.s["convs"][f"old {n}"] = base | {"id": f"old {n}", "title": f"Vieux {n} ✓", "items": [],
-                                                  "closed": True, "closed_at": f"2026-11-{1 + n % 28:02d}T00:00:{n % 60:02d}Z"}
-    if "minimal" in VARIANTS and "minimal" not in agent.s["convs"]:
-        agent.s["convs"]["minimal"] = {"id": "minimal", "title": None, "state": "idle", "turn": 0,
-                                       "activity": now_iso(), "asks": [], "items": [], "queued": [],
-                                       "closed": False, "closed_at": None, "actions": [], "minimal": True}
+VARIANTS = set(filter(None, os.environ.get("INDIE_VARIANTS", "").split(",")))  # noecho
 
 
 class Agent:
@@ -183,7 +122,6 @@ class Agent:
             self.s = seed()
         if os.environ.get("INDIE_REV_FROM_ONE"):
             self.s["rev"] = 1  # spec-legal: a restarted agent's rev may start over (wire §3); turns survive
-        extra_convs(self)
         self.ledger = open(os.path.join(folder, "ledger.jsonl"), "a")
 
     # -- durability -----------------------------------------------------------------------
@@ -393,8 +331,8 @@ class Agent:
         for c in self.s["convs"].values():
             if c["closed"]:
                 continue
-            keys = ("id", "title", "state", "turn", "activity", "asks") if c.get("minimal") else (
-                "id", "title", "subtitle", "workspace", "tab", "harness", "state", "turn", "activity", "progress", "asks", "actions")
+            keys = ("id", "title", "subtitle", "workspace", "tab", "harness", "state", "turn", "activity", "progress",
+                    "asks", "actions")
             convs.append({k: c[k] for k in keys}
                          | {"items_rev": max((i["rev"] for i in c["items"]), default=0), "x_new": "ignored?"})
         return {"rev": self.s["rev"], "instance": INSTANCE, "subtitle": "Agent indépendant ✓",
@@ -408,7 +346,7 @@ class Agent:
         limit = min(int(query.get("limit", ["500"])[0]), 1000)
         items_rev = max((i["rev"] for i in conv["items"]), default=0)
         above = sorted((i for i in conv["items"] if i["rev"] > since), key=lambda i: i["rev"])
-        page = above[:7 if "pagecap" in VARIANTS else limit]
+        page = above[:limit]
         first = conv["items"][0]["seq"] if conv["items"] else 1
         return {"items": page, "first_kept": first, "last": conv["items"][-1]["seq"] if conv["items"] else 0,
                 "items_rev": items_rev, "next_since": page[-1]["rev"] if page else items_rev,
@@ -417,13 +355,10 @@ class Agent:
     def closed(self, query: dict) -> dict:
         rows = [c for c in self.s["convs"].values() if c["closed"]]
         rows.sort(key=lambda c: c["closed_at"], reverse=True)
-        cursor = query.get("cursor", [""])[0]
-        start = int(cursor.split("|")[1]) if cursor else 0  # opaque: base64-ish padding, '/', '+', 200 chars
+        start = int(query.get("cursor", ["0"])[0] or 0)
         limit = min(int(query.get("limit", ["100"])[0]), 100)
         page = rows[start:start + limit]
-        nxt = None
-        if start + limit < len(rows):
-            nxt = "Zm9v+/==" * 20 + f"|{start + limit}|ünï ?&#%"
+        nxt = str(start + limit) if start + limit < len(rows) else None
         return {"conversations": [{"id": c["id"], "title": c["title"], "subtitle": c["subtitle"],
                                    "closed_at": c["closed_at"], "activity": c["activity"]} for c in page],
                 "next": nxt}
@@ -498,9 +433,8 @@ WRITE_ROUTES = {"send", "steer", "abort", "rename", "close", "reopen"}
 
 
 class Server:
-    def __init__(self, agent: Agent, tokens: list[str] = ()):
+    def __init__(self, agent: Agent):
         self.agent = agent
-        self.tokens = list(tokens)
 
     def fault(self) -> str | None:
         path = os.path.join(self.agent.folder, "fault")
@@ -557,10 +491,6 @@ class Server:
 
     async def route(self, method, target, headers, body, extra, writer):
         a = self.agent
-        if self.tokens:  # the url transport: a bearer token on every request (wire §1)
-            given = headers.get("authorization", "")
-            if not any(hmac.compare_digest(given.encode(), f"Bearer {t}".encode()) for t in self.tokens):
-                raise HTTPError(401, "unauthorized", "a token, please")
         url = urllib.parse.urlsplit(target)
         raw = url.path.split("/")
         parts = [urllib.parse.unquote(p) for p in raw]
@@ -568,7 +498,7 @@ class Server:
         log("req", method, target, headers.get("if-none-match", ""))
         if method == "POST" and url.path == "/hello":
             log("hello", body.decode())
-            return 200, {"wire": {"min": 1, "max": 3 if "wire13" in VARIANTS else 1}, "runtime": "indie-durable", "subtitle": "Agent indépendant ✓",
+            return 200, {"wire": {"min": 1, "max": 1}, "runtime": "indie-durable", "subtitle": "Agent indépendant ✓",
                          "instance": INSTANCE, "caps": ["asks", "send", "steer", "abort", "starters", "rename",
                                                         "close", "reopen", "actions", "history", "watch", "x-future"],
                          "limits": {"text_max": TEXT_MAX, "x_other": 5}, "x_unknown": True}
@@ -578,7 +508,7 @@ class Server:
             wait = int(query.get("wait", ["0"])[0])
             tag = f'"{INSTANCE}.{a.s["rev"]}"'
             if headers.get("if-none-match") == tag:
-                if wait and "nowait" not in VARIANTS:  # "up to N seconds": 0 is legal too
+                if wait:
                     try:
                         await asyncio.wait_for(a.changed.wait(), min(wait, 30))
                     except asyncio.TimeoutError:
@@ -598,7 +528,7 @@ class Server:
             doc = json.loads(body)
         except ValueError:
             raise HTTPError(400, "bad_request", "not JSON")
-        if not self.tokens and self.caller_forbidden(writer):
+        if self.caller_forbidden(writer):
             raise HTTPError(403, "unauthorized", "a write from my own family")
         if len(parts) == 5 and parts[2] == "asks" and parts[4] == "answer":
             route, tgt = "answer", parts[3]
@@ -615,10 +545,8 @@ class Server:
         log("write", route_name, repr(tgt), json.dumps(doc, ensure_ascii=False), "fault", fault)
         if fault == "before":
             os._exit(9)
-        if fault in ("internal", "not_found", "conflict"):  # answered with an error; nothing applied
-            raise HTTPError({"internal": 500, "not_found": 404, "conflict": 400}[fault], fault, "fault")
-        if fault == "slow":
-            await asyncio.sleep(12)
+        if fault == "conflict":  # answered with an error; nothing applied
+            raise HTTPError(400, "conflict", "fault")
         if fault == "mutate":  # the ask changes just before this answer is judged (the §4 race)
             for conv in a.s["convs"].values():
                 for ask in conv["asks"]:
@@ -638,14 +566,8 @@ def log(*words) -> None:
     print(*words, file=sys.stderr, flush=True)
 
 
-async def main(folder: str, styles: list[str], port: int | None = None) -> None:
+async def main(folder: str, styles: list[str]) -> None:
     os.makedirs(os.path.join(folder, "sock"), mode=0o700, exist_ok=True)
-    if port is not None:
-        tokens = [t for t in (os.environ.get("COLLIE_TOKEN"), os.environ.get("COLLIE_TOKEN_NEXT")) if t]
-        server = await asyncio.start_server(Server(Agent(folder, styles), tokens).handle, "127.0.0.1", port)
-        print("listening", f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
-        async with server:
-            await server.serve_forever()
     path = os.path.join(folder, "sock", "agent.sock")
     if os.path.exists(path):
         os.unlink(path)
@@ -662,5 +584,4 @@ if __name__ == "__main__":
     styles = STYLES
     if "--styles" in sys.argv:
         styles = sys.argv[sys.argv.index("--styles") + 1].split(",")
-    port = int(sys.argv[sys.argv.index("--tcp") + 1]) if "--tcp" in sys.argv else None
-    asyncio.run(main(sys.argv[1], styles, port))
+    asyncio.run(main(sys.argv[1], styles))
