@@ -581,7 +581,7 @@ async def main(folder: str, styles: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    styles = STYLES
+    styles = os.environ.get("INDIE_STYLES", ",".join(STYLES)).split(",")
     if "--styles" in sys.argv:
         styles = sys.argv[sys.argv.index("--styles") + 1].split(",")
     asyncio.run(main(sys.argv[1], styles))

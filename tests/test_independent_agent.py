@@ -37,9 +37,13 @@ class Indie:
         self.proc: subprocess.Popen | None = None
 
     def start(self, **env: str) -> None:
+        with open(self.folder / "agent.log", "a") as log:  # the child keeps its own copy of the descriptor
+            self._start(log, env)
+
+    def _start(self, log, env: dict) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.independent_agent", str(self.folder)], cwd=REPO,
-                                     env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+                                     env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                     stderr=log, text=True)
         assert self.proc.stdout.readline().startswith("listening ")
 
     def stop(self) -> None:
