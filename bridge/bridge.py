@@ -30,7 +30,7 @@ from crew.fsutil import ensure_private_dir
 from crew.paths import Paths
 from crew.security import Problem, check_socket_shape, check_token, check_url, is_local_url
 from crew.views import UNREACHABLE, VERSION_MISMATCH, AgentStatus
-from crew.wire import ClosedPage, WireError, structure, unstructure
+from crew.wire import ClosedPage, WireError, structure, unstructure, utc_time
 
 log = logs.get("bridge")
 
@@ -158,7 +158,10 @@ class Bridge:
             return ClosedRead(footer=FOOTER_FAILED, reason=exc.reason)
         except WireError:
             return ClosedRead(footer=FOOTER_FAILED, reason="protocol")
-        return ClosedRead(conversations=[unstructure(c) for c in page.conversations], next=page.next)
+        rows = [unstructure(c) for c in page.conversations]
+        for row in rows:  # wire §1 times in the one form the phone reads
+            row["closed_at"], row["activity"] = utc_time(row.get("closed_at")), utc_time(row.get("activity"))
+        return ClosedRead(conversations=rows, next=page.next)
 
     async def read_items_page(self, name: str, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> dict:
         """One page of a closed conversation's items, read from the agent (never from the cache), by

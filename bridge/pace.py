@@ -11,6 +11,9 @@ The rule (features W5; issue 16.1) — coalesce on the leading edge:
 - Without `watch` (plain polling) the next read comes a `cadence` after the last one started (10 s,
   2 s while viewed) — except while someone waits for a change (`eager`): then every `gap` until a
   read sees one.
+- With `watch`, a long-poll answered `304` counts as a plain poll (`not_modified`): the agent holds it
+  "up to" `wait` seconds (wire §3), and one that answers at once must not be read five times a second.
+  An agent that held it the whole `wait` is read again at once, as that is past the cadence.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ class ReadPace:
         self.eager = False
         self.eager_pokes = 0  # eager pokes so far, and how many of them the read in flight covers
         self.covered = 0
+        self.unchanged = False  # the last read answered 304: wait a cadence, long-poll or not
 
     def poke(self, *, eager: bool = False) -> None:
         self.poked = True
@@ -44,11 +48,16 @@ class ReadPace:
         # flight: what it saw may be an older change (the turn starting, not the end they wait for).
         if changed and self.covered == self.eager_pokes:
             self.eager = False
+        self.unchanged = False
+
+    def not_modified(self) -> None:
+        """The long-poll that just finished answered 304 (after `finished`)."""
+        self.unchanged = True
 
     def delay(self, now: float, *, long_poll: bool, cadence: float) -> float:
         """Seconds to wait before the next read (0: at once); a poke in the meantime cuts it short."""
         if self.poked:
             return 0.0
         since = now - self.last_start if self.last_start is not None else float("inf")
-        every = self.gap if (long_poll or self.eager) else cadence
+        every = self.gap if ((long_poll and not self.unchanged) or self.eager) else cadence
         return max(0.0, every - since)

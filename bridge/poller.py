@@ -154,6 +154,17 @@ class AgentPoller:
                     await self._sleep(backoff)
                     backoff = min(backoff * 2, self.cadence)
                     continue
+                except Exception as exc:  # a bug met on this agent's answer stays with this agent
+                    retried = 0
+                    before = self.reader.status_view()
+                    lines = self.reader.on_failure("bridge-error", f"{type(exc).__name__} while reading it (a Collie bug)")
+                    if lines:  # once per spell, with the traceback
+                        log.exception("%s", lines[0])
+                    if self.reader.status_view() != before:
+                        self._changed()
+                    await self._sleep(backoff)
+                    backoff = min(backoff * 2, self.cadence)
+                    continue
                 await self._sleep(self.pace.delay(trio.current_time(), long_poll=self._can_watch(),
                                                   cadence=self.cadence))
         finally:
@@ -196,7 +207,10 @@ class AgentPoller:
             if changed:
                 self._changed()
             self.pace.finished(changed)
+            if watch:  # held "up to" the wait: the next read comes no sooner than the plain cadence (W5)
+                self.pace.not_modified()
             return
+        seen = (reader.instance, reader.rev, reader.status)
         got = await self._on_state(answer)
         if got is None:
             return  # a newer read was applied meanwhile
@@ -211,7 +225,10 @@ class AgentPoller:
                 await self._read_items(conv_id)
             self._changed()
         await self._save()
-        self.pace.finished(True)
+        unchanged = not stale and (reader.instance, reader.rev, reader.status) == seen
+        self.pace.finished(not unchanged)
+        if watch and unchanged:  # a 200 that is a 304 in all but name: paced like one (W5)
+            self.pace.not_modified()
 
     def _can_watch(self) -> bool:
         hello = self.reader.hello

@@ -33,7 +33,7 @@ import attrs
 from crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
 from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus
 from crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
-                       unstructure)
+                       unstructure, utc_time)
 
 LEFT_OUT = "Older messages were left out: the durable agent no longer keeps them."
 
@@ -44,6 +44,7 @@ ITEM_OVERHEAD = 400  # what a small item costs in memory beyond its strings (dic
 PAGE_LIMIT = 200  # items per answer to the phone, by default
 PAGE_LIMIT_MAX = 500
 PAGE_BYTES = 1024 * 1024  # an answer stops adding items past this (it always holds at least one)
+DROP_ALL = 2**62  # `take_dirty`'s drop-below seq when the agent lost its items: the cache drops every one
 
 
 def item_cost(item: dict) -> int:
@@ -93,6 +94,8 @@ class ItemLog:
     dropped_below: int = 0  # items under this seq were dropped here (the cache drops them too)
     top: int = 0  # the highest seq ever held
     drop_pending: bool = False  # the cache has not dropped what was dropped here yet
+    reset_pending: bool = False  # the agent lost its state: the cache must drop every item it holds of it
+    reread: bool = False  # the agent restarted: read from 0 once, whatever its items_rev
 
     def next_seq(self) -> int:
         return max(self.top, max(self.items) if self.items else 0) + 1
@@ -181,6 +184,7 @@ class AgentReader:
         if self.instance is not None and hello.instance != self.instance:
             lines.append(f"[durable] {self.name}: the agent restarted (instance {hello.instance})")
             self._forget_positions()
+            self.etag = None
         self.hello, self.theirs, self.instance = hello, hello.wire, hello.instance
         self.raw_hello = data
         self.subtitle = hello.subtitle
@@ -270,7 +274,7 @@ class AgentReader:
         self.subtitle = state.subtitle if state.subtitle is not None else self.subtitle
         self.rev, self.etag = state.rev, etag
         lines += self._ok(now)
-        stale = [cid for cid, v in views.items() if self.logs.get(cid, ItemLog()).since != v.items_rev]
+        stale = [cid for cid, v in views.items() if self._unread(cid, v.items_rev)]
         return lines, stale
 
     def _view(self, conv: Conversation) -> tuple[ConversationView, list[tuple[str, str]]]:
@@ -299,7 +303,7 @@ class AgentReader:
             workspace=(conv.workspace.title or conv.workspace.id) if conv.workspace else None,
             tab=(conv.tab.title or conv.tab.id) if conv.tab else None, harness=conv.harness,
             state=conv.state if conv.state in ("idle", "working", "waiting") else "idle", turn=conv.turn,
-            activity=conv.activity, progress=unstructure(conv.progress) if conv.progress else None,
+            activity=utc_time(conv.activity), progress=unstructure(conv.progress) if conv.progress else None,
             asks=asks, actions=actions, actions_cut=actions_cut, items_rev=conv.items_rev), notes
 
     def on_not_modified(self, now: float) -> list[str]:
@@ -329,6 +333,14 @@ class AgentReader:
         if conv_id not in self.conversations:
             return [], False  # closed meanwhile: nothing is kept of it
         log = self.logs.setdefault(conv_id, ItemLog())
+        if log.items and (page.items_rev < log.since or page.last < log.top):
+            # wire §5: revisions behind what was read, or a transcript ending before a seq we hold (an
+            # agent only drops from the start): the agent lost its state. What we hold of it is not the
+            # agent's any more; read again from 0 (a phone following `next_since` then gets `reset`).
+            self.logs[conv_id] = ItemLog(reset_pending=True)
+            self._maybe_stale = True
+            return [f"[durable] {self.name}: conversation {conv_id}: the agent lost its items (it lists up to "
+                    f"seq {page.last}, rev {page.items_rev}); reading it again from the start"], True
         if page.first_kept > log.next_seq() and page.first_kept not in log.gaps:
             log.gaps.add(page.first_kept)  # S3: dropped before we read them
         for clean, cost in zip(prepared.clean, prepared.costs):
@@ -337,7 +349,7 @@ class AgentReader:
                 continue  # dropped here to stay under the caps; the left-out line stands for it
             log.put(seq, clean, cost)
             log.seen.setdefault(seq, now)
-        log.since = page.next_since
+        log.since, log.reread = page.next_since, False
         self._maybe_stale = True
         lines = self._trim(conv_id, log)
         return lines, page.more
@@ -383,9 +395,13 @@ class AgentReader:
         """Open conversations whose items changed since the bridge last read them."""
         if not self._maybe_stale:
             return []
-        stale = [cid for cid, v in self.conversations.items() if self.items_since(cid) != v.items_rev]
+        stale = [cid for cid, v in self.conversations.items() if self._unread(cid, v.items_rev)]
         self._maybe_stale = bool(stale)
         return stale
+
+    def _unread(self, conv_id: str, items_rev: int) -> bool:
+        log = self.logs.get(conv_id)
+        return log is None and items_rev != 0 or log is not None and (log.since != items_rev or log.reread)
 
     def items_since(self, conv_id: str) -> int:
         log = self.logs.get(conv_id)
@@ -395,9 +411,9 @@ class AgentReader:
         """What the cache must write: per conversation (since, gaps, changed items, drop items below seq)."""
         out = {}
         for cid, log in self.logs.items():
-            if log.dirty or cid not in self._saved or log.drop_pending:
-                out[cid] = (log.since, set(log.gaps), log.dirty, log.dropped_below)
-                log.dirty, log.drop_pending = {}, False
+            if log.dirty or cid not in self._saved or log.drop_pending or log.reset_pending:
+                out[cid] = (log.since, set(log.gaps), log.dirty, DROP_ALL if log.reset_pending else log.dropped_below)
+                log.dirty, log.drop_pending, log.reset_pending = {}, False, False
                 self._saved.add(cid)
         return out
 
@@ -407,6 +423,8 @@ class AgentReader:
             log = self.logs.get(cid)
             if log is None:
                 continue  # closed meanwhile: the next save deletes it from the cache
+            if drop_below == DROP_ALL:  # all of it is to be written again, after the old items go
+                log.reset_pending, log.dirty = True, dict(log.items)
             for seq in items:
                 if seq in log.items and seq not in log.dirty:
                     log.dirty[seq] = log.items[seq]
@@ -498,8 +516,11 @@ class AgentReader:
         return lines
 
     def _forget_positions(self) -> None:
+        """The agent restarted: its `rev` counters may have started over (wire §3), so nothing read
+        from the last instance says whether an answer of this one is older."""
+        self.rev = 0
         for log in self.logs.values():
-            log.since = 0
+            log.since, log.reread = 0, True  # even at items_rev 0: an agent that lost all has to say so
         self._maybe_stale = True
         self._parsed = {}
 

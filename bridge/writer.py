@@ -43,7 +43,8 @@ from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
-from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, error_receipt, lock_key, plan, receipt
+from bridge.writes import (AgentFacts, Call, RecentSends, WriteRequest, error_receipt, find_ask, lock_key, plan,
+                           receipt)
 from crew import logs
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, not_recorded, refused
 from crew.views import READY, VERSION_MISMATCH
@@ -252,6 +253,7 @@ class Writer:
         poller = self.bridge.pollers.get(req.agent)
         if retry:  # a first attempt was counted when the row was written
             await self._record(req, self.journal.attempt, rid, self.wall())
+        sent_at = trio.current_time()  # C4: the agent's copy of a send may be read before its receipt is in
         try:
             if poller is None or poller.client is None:
                 raise AgentUnreachable("config", "this agent is not being reached")
@@ -263,7 +265,7 @@ class Writer:
             else:
                 await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             log.info("[durable] %s: %s %s: the agent answered %s: %s", req.agent, req.op, rid, exc.reason, rec.outcome)
-            self._after(req, rec, key)
+            self._after(req, rec, key, sent_at)
             return rec
         except AgentUnreachable as exc:
             forgotten = False
@@ -280,14 +282,34 @@ class Writer:
                               text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED,
                               channel="program" if req.op == "answer" else None, digest=req.digest)
                 await self._record(req, self.journal.unknown, rid, _plain(rec), self.wall())
-            self._after(req, rec, key)
+            self._after(req, rec, key, sent_at)
             return rec
         crashpoint("after_send")
         rec = receipt(req, answer.body if isinstance(answer.body, dict) else {}, retry=retry)
+        if rec.reason == "protocol" and rec.outcome == "unknown":
+            log.warning("[durable] %s: %s %s: the agent's answer does not fit wire v1 (%s); what it did is not known",
+                        req.agent, req.op, rid, str(answer.body)[:200])
         await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
         crashpoint("after_finish")
-        self._after(req, rec, key)
+        self._after(req, rec, key, sent_at)
+        if rec.outcome == "changed" and rec.current_ask is None:
+            rec = await self._with_current_ask(req, rec)
         return rec
+
+    async def _with_current_ask(self, req: WriteRequest, rec: Receipt) -> Receipt:
+        """The agent found the ask changed (wire §4: its check closes the race with ours): read its
+        state once and give the phone the ask as it stands now (`current_ask`), as a bridge-side
+        `changed` does. Not kept in the journal: a repeat shows whatever it is by then."""
+        poller = self.bridge.pollers.get(req.agent)
+        try:
+            if poller is not None:
+                await poller.read_now()
+        except AgentUnreachable:
+            return rec
+        found = find_ask(self.facts(req.agent), req.ask_id or "")
+        if found is None or found[1].digest == req.digest:
+            return rec
+        return attrs.evolve(rec, current_ask=attrs.asdict(found[1]))
 
     def _recent(self, req: WriteRequest) -> RecentSends:
         key = (req.agent, req.conversation or "")
@@ -295,7 +317,7 @@ class Writer:
             self.recent[key] = RecentSends()
         return self.recent[key]
 
-    def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str]) -> None:
+    def _after(self, req: WriteRequest, rec: Receipt, key: tuple[str, str], sent_at: float | None = None) -> None:
         n = self.counter[req.agent] = self.counter.get(req.agent, 0) + 1
         self.last_change[key] = n  # views of this conversation read before now are stale
         if req.op == "send" and rec.outcome == "sent" and rec.turn is not None and req.conversation:
@@ -304,7 +326,8 @@ class Writer:
             self.turn_after.pop(key, None)
         if req.op == "send":
             shown = rec.outcome if rec.outcome in ("sent", "queued", "unknown") else "refused"
-            self._recent(req).add(req.request_id, req.text or "", shown, trio.current_time())
+            self._recent(req).add(req.request_id, req.text or "", shown,
+                                  sent_at if sent_at is not None else trio.current_time())
         poller = self.bridge.pollers.get(req.agent)
         if poller is not None:
             poller.poke()  # read the agent's new state now

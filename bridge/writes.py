@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import attrs
 
 from bridge.client import path_id
@@ -256,9 +257,39 @@ def check_answer(ask: AskView, req: WriteRequest) -> tuple[str, str | None] | No
     return None
 
 
+# Wire §4 and §6: the outcomes each route can answer (`refused` carries a reason of the agent's)
+OUTCOMES = {
+    "send": {"sent", "queued", "refused"}, "steer": {"sent", "refused"}, "abort": {"stopped", "refused"},
+    "action": {"done", "refused"}, "starter": {"started"}, "rename": {"done"}, "close": {"done"},
+    "reopen": {"done", "refused"},
+    "answer": {"accepted", "decided", "expired", "answered", "changed", "not_open", "invalid"},
+}
+
+
+def _wire_id(value: object) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= 128 and "/" not in value and \
+        all(" " <= ch <= "~" for ch in value)
+
+
+def fits(op: str, answer: dict) -> bool:
+    """Whether a write's 200 answer is one its route has (wire §4/§6), with the fields it must carry."""
+    outcome = answer.get("outcome")
+    if outcome not in OUTCOMES.get(op, ()):
+        return False
+    if outcome in ("sent", "queued") and op == "send" or outcome == "started":
+        if type(answer.get("turn")) is not int:
+            return False
+    return outcome != "started" or _wire_id(answer.get("conversation"))
+
+
 def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
-    """The agent's answer to a write, as the phone shows it."""
-    outcome = answer.get("outcome") if isinstance(answer.get("outcome"), str) else "unknown"
+    """The agent's answer to a write, as the phone shows it. An answer its route does not have is the
+    final `unknown` (`protocol`): what the agent did is not known, and a resend gets it back again."""
+    if not fits(req.op, answer):
+        return Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="protocol",
+                       text=MAY_BE_APPLIED, channel="program" if req.op == "answer" else None,
+                       digest=req.digest if req.op == "answer" else None)
+    outcome = answer["outcome"]
     message = answer.get("message") if isinstance(answer.get("message"), str) else None
     replay = answer.get("replay") is True
     if req.op == "answer":
@@ -324,8 +355,9 @@ class RecentSends:
     """One conversation's recent sends: each line until the agent's own copy takes its place.
 
     A line becomes effective when a `user` item names its request id, or, for an agent that does
-    not echo ids, when a `user` item with identical text is first seen within 30 s of the send (or,
-    for a queued send, of its turn's end). A line never echoed stops showing 10 minutes after its
+    not echo ids, when a `user` item with identical text is first seen after the send went out (`add`
+    is given that time: the copy may be read before the receipt is recorded) and within 30 s of its
+    clock's start (a queued send: its turn's end). A line never echoed stops showing 10 minutes after its
     clock started.
     """
 
@@ -357,9 +389,11 @@ class RecentSends:
                 continue
             first = seen_at.get(seq)
             for line in sorted(self.lines.values(), key=lambda s: s.sent_at):
-                start = line.clock_from if line.clock_from is not None else line.sent_at
+                # from the moment the send went out (its copy may be read before its receipt is in) to
+                # 30 s after its clock started (a queued send: its turn's end, maybe not seen yet)
+                until = (line.clock_from if line.clock_from is not None else math.inf) + TEXT_MATCH_SECONDS
                 if (not line.effective and line.text == item.get("text") and first is not None
-                        and start - 1e-9 <= first <= start + TEXT_MATCH_SECONDS):
+                        and line.sent_at - 1e-9 <= first <= until):
                     line.effective = True
                     self._matched_seqs.add(seq)
                     break

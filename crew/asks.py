@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from crew.wire import ASK_KINDS, PERMISSION_ROLES, ask_digest
+from crew.wire import ASK_KINDS, PERMISSION_ROLES, ask_digest, utc_time
 
 TITLE_MAX = 200
 BODY_MAX = 4000
@@ -155,7 +155,7 @@ def sanitize_ask(raw: dict, *, remote: bool = False) -> AskView | None:
         body=cut.text(raw.get("body"), BODY_MAX), tool=tool, tool_call_id=_str(raw.get("tool_call_id")),
         item_id=_str(raw.get("item_id")), options=options, multiple=multiple, max_length=max_length,
         placeholder=cut.text(raw.get("placeholder"), PLACEHOLDER_MAX), fields=fields,
-        expires_at=_str(raw.get("expires_at")),
+        expires_at=utc_time(raw.get("expires_at")),
         push_title=_trim(push.get("title"), PUSH_TITLE_MAX), push_line=_trim(push.get("line"), PUSH_LINE_MAX),
         answerable=known, shortened=shortened or cut.any,
         always_allow=has_always and bool(tool) and not (shortened or cut.any) and not remote,
@@ -196,6 +196,8 @@ def sanitize_actions(raw: Any) -> tuple[list[ActionView], bool]:
 def sanitize_item(item: dict) -> dict:
     """C1: cap texts; a link that is not https:// keeps its label but loses the address (`cut`)."""
     out = dict(item)
+    if "at" in out:
+        out["at"] = utc_time(out["at"])  # wire §1: one form for the phone's Date (C4 matches by it)
     for key in ("text", "output"):
         value = out.get(key)
         if isinstance(value, str) and len(value) > ITEM_TEXT_MAX:

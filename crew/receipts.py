@@ -102,6 +102,13 @@ def not_recorded(request_id: str, op: str, exc: BaseException, **kw) -> Receipt:
     return refused(request_id, op, "not_recorded", type(exc).__name__, **kw)
 
 
+def final_unknown(rec: dict) -> bool:
+    """An `unknown` no resend can change (docs/phone-api.md): the agent holds the id with another body
+    (`conflict`), or a retry was refused after a first attempt that may have applied. The bridge's
+    journal keeps it as done and every repeat returns it; only its sentence, MAY_BE_APPLIED, says so."""
+    return rec.get("outcome") == "unknown" and rec.get("text") == MAY_BE_APPLIED
+
+
 def card_for(outcome: str, *, retry: bool = False, reason_text: str | None = None) -> str | None:
     """The O-table sentence for an answer's outcome; None when the card simply closes."""
     if retry and outcome in ("answered", "not_open", "changed"):

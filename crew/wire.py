@@ -10,6 +10,9 @@ is computed on exactly the object the agent listed, before any parsing, trimming
 from __future__ import annotations
 
 import hashlib
+import math
+import re
+from datetime import datetime, timezone
 from typing import Any
 
 import attrs
@@ -196,9 +199,63 @@ def unstructure(obj: Any) -> Any:
 
 
 
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.(\d{1,9}))?(?:[Zz]|[+-]\d{2}:\d{2})")
+
+
+def utc_time(value: object) -> str | None:
+    """An agent's RFC 3339 time (wire §1) in the one form the phone gets: `YYYY-MM-DDTHH:MM:SS[.f]Z`,
+    UTC, which a browser's Date reads and which sorts as text. RFC 3339 also allows a lower-case `t`/`z`,
+    an offset and up to nanoseconds (Go's RFC3339Nano); None for anything that is not such a time."""
+    if not isinstance(value, str) or not RFC3339.fullmatch(value):
+        return None
+    frac = RFC3339.fullmatch(value).group(1)
+    text = value.upper()
+    if frac and len(frac) > 6:  # microseconds are as fine as a phone draws
+        text = text.replace("." + frac, "." + frac[:6], 1)
+    try:
+        when = datetime.fromisoformat(text).astimezone(timezone.utc)
+    except ValueError:
+        return None
+    micro = f".{when.microsecond:06d}".rstrip("0") if when.microsecond else ""
+    return when.strftime("%Y-%m-%dT%H:%M:%S") + micro + "Z"
+
+
+SAFE_INT = 2**53 - 1  # the rfc8785 library refuses integers past this; RFC 8785 reads them as doubles
+
+
+def _as_doubles(value: Any) -> Any:
+    """RFC 8785 §3.2.2.3: a JSON number is an IEEE 754 double. An integer past ±(2^53 − 1) becomes the
+    nearest double (what an agent's JS library does: 1764460800123456789 → 1764460800123456800); a
+    number no double holds cannot be canonicalized, so the ask does not fit the wire."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if -SAFE_INT <= value <= SAFE_INT:
+            return value
+        try:
+            return float(value)
+        except OverflowError:
+            raise WireError(f"an ask holds a number no double holds ({str(value)[:24]}…)") from None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise WireError(f"an ask holds a number no double holds ({value})")
+        return value
+    if isinstance(value, list):
+        return [_as_doubles(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_doubles(v) for k, v in value.items()}
+    raise WireError(f"an ask holds a {type(value).__name__}, not JSON")
+
+
 def ask_digest(raw_ask: dict[str, Any]) -> str:
-    """Lowercase hex SHA-256 of the ask's RFC 8785 canonical form, every field included."""
-    return hashlib.sha256(rfc8785.dumps(raw_ask)).hexdigest()
+    """Lowercase hex SHA-256 of the ask's RFC 8785 canonical form, every field included (wire §4).
+    Raises WireError when the ask cannot be canonicalized (a number no double holds, nesting too deep)."""
+    try:
+        return hashlib.sha256(rfc8785.dumps(_as_doubles(raw_ask))).hexdigest()
+    except RecursionError:
+        raise WireError("an ask nests too deep to canonicalize") from None
+    except rfc8785.CanonicalizationError as exc:
+        raise WireError(f"an ask cannot be canonicalized (RFC 8785): {exc}") from None
 
 
 def etag(instance: str, rev: int) -> str:

@@ -54,7 +54,7 @@ import trio
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.fsutil import open_db
-from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
+from crew.receipts import NOT_CONFIRMED, Receipt, final_unknown, not_recorded, refused
 
 log = logs.get("inbox")
 
@@ -242,7 +242,9 @@ class InboxCore:
 
         - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
           after the one running.
-        - `unknown`: still running, its turn unknown; the recorded request is resumed as it is.
+        - `unknown`: still running, its turn unknown; the recorded request is resumed as it is —
+          unless it is final (`conflict`, a refused retry: May already be applied): no resend can
+          change it, so the item ends `failed` with that receipt and the items behind it run (I2).
         - a refusal that leaves it waiting (`HOLD`: it says "not now", and nothing reached the agent —
           an open ask, a moved turn, a busy session, the agent down or restarting, the disk full):
           approved again, so acknowledged work is never dropped; the next dispatch quotes the turn
@@ -259,6 +261,8 @@ class InboxCore:
         if outcome == "queued" and reason != "inbox":
             ref = {"conversation": item.conversation, "turn": (rec.get("turn") or 0) + 1}
             return {"state": "running", "runtime_ref": ref, "receipt": rec}
+        if outcome == "unknown" and final_unknown(rec):
+            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
         if outcome == "unknown":
             return {"state": "running", "runtime_ref": None, "receipt": rec}
         if outcome == "refused" and passed_through:

@@ -82,6 +82,9 @@ async def until(b: Bridge, name: str, pred):
     (Response(200, {"huge": "x" * (STATE_CAP + 10)}), "too-large"),
     (Response(500, {"error": "internal", "message": "boom"}), "internal"),  # the agent said so (wire §1)
     (Response(418, {"error": "teapot"}), "protocol"),
+    # wire §4: an ask whose digest RFC 8785 cannot form (a number no IEEE 754 double holds)
+    ({**GOOD, "rev": 2, "conversations": [{**GOOD["conversations"][0], "asks": [
+        {"id": "a", "kind": "text", "title": "t", "n": 10**400}]}]}, "protocol"),
 ])
 async def test_a_bad_state_keeps_the_last_good_view(tmp, autojump_clock, log_lines, answer, reason):
     evil = Evil()
@@ -98,6 +101,55 @@ async def test_a_bad_state_keeps_the_last_good_view(tmp, autojump_clock, log_lin
             assert len([line for line in log_lines if "unreachable" in line]) == before == 1
             evil.state_answer = GOOD
             await until(b, "evil", lambda s: s.status == "ready")
+        n.cancel_scope.cancel()
+
+
+async def test_a_bug_reading_one_agent_stays_with_that_agent(tmp, autojump_clock, log_lines, monkeypatch):
+    """Every peer is untrusted and a failure is contained to it: an unexpected error while the bridge
+    reads one agent's answer (here a stand-in bug in the ask parser; before: an ask with a nanosecond
+    timestamp past 2^53 did it) makes that agent Unreachable `bridge-error`, logged once with its
+    traceback, retried with backoff — the bridge and the other agent go on (before: the lead exited)."""
+    import bridge.reader as reader_mod
+
+    real = reader_mod.sanitize_ask
+
+    def buggy(raw, **kw):
+        if raw.get("id") == "boom":
+            raise RuntimeError("a bug")
+        return real(raw, **kw)
+    monkeypatch.setattr(reader_mod, "sanitize_ask", buggy)
+    evil, good = Evil(), Evil()
+    async with trio.open_nursery() as n:
+        await n.start(serve_evil, evil, tmp / "e.sock")
+        await n.start(serve_evil, good, tmp / "g.sock")
+        agents = [AgentConfig("evil", socket=str(tmp / "e.sock")), AgentConfig("good", socket=str(tmp / "g.sock"))]
+        async with bridge_for(agents, tmp) as b:
+            await until(b, "evil", lambda s: s.status == "ready")
+            evil.state_answer = {**GOOD, "rev": 2, "conversations": [{**GOOD["conversations"][0], "asks": [
+                {"id": "boom", "kind": "text", "title": "t"}]}]}
+            await until(b, "evil", lambda s: s.status == "unreachable")
+            assert b.status("evil").reason == "bridge-error"
+            await trio.sleep(60)
+            assert b.status("good").status == "ready"
+            assert sum("bridge-error" in line for line in log_lines) == 1
+            evil.state_answer = {**GOOD, "rev": 3}
+            await until(b, "evil", lambda s: s.status == "ready")
+        n.cancel_scope.cancel()
+
+
+async def test_an_ask_with_integers_past_2_53_is_read(tmp, autojump_clock):
+    """Wire §4: an ask with a nanosecond timestamp is read and answerable; its digest is RFC 8785's
+    (the number as a double), the bridge does not fail on it."""
+    from crew.wire import ask_digest
+
+    ask = {"id": "ns", "kind": "text", "title": "t", "created_ns": 1764460800123456789}
+    evil = Evil()
+    evil.state_answer = {**GOOD, "conversations": [{**GOOD["conversations"][0], "asks": [ask]}]}
+    async with trio.open_nursery() as n:
+        await n.start(serve_evil, evil, tmp / "e.sock")
+        async with bridge_for([AgentConfig("evil", socket=str(tmp / "e.sock"))], tmp) as b:
+            await until(b, "evil", lambda s: s.status == "ready")
+            assert b.readers["evil"].conversations["c"].asks[0].digest == ask_digest(ask)
         n.cancel_scope.cancel()
 
 

@@ -171,6 +171,21 @@ def test_a_conflict_after_a_held_refusal_keeps_the_true_refusal():
     assert got["state"] == "failed" and got["reason"] == "turn_moved" and got["receipt"]["reason"] == "turn_moved"
 
 
+def test_a_final_unknown_ends_the_item_and_frees_the_queue():
+    """B3, wire §1 (docs/phone-api.md): an `unknown` no resend can change — the agent holds the id with
+    another body (`conflict`), or a retry was refused — is final: the item stops running with that
+    receipt (May already be applied), so it is never resent and the items behind it run (I2)."""
+    core = InboxCore()
+    waiting = item("r", state="running", request={"turn": 7})
+    final = {"outcome": "unknown", "reason": "conflict", "text": "May already be applied. Check the chat."}
+    got = core.settle(waiting, final)
+    assert got["state"] == "failed" and got["reason"] == "conflict" and got["receipt"] == final
+    behind = [item("r", state="failed", seq=1), item("next", seq=2)]
+    assert core.next_to_run(behind, set()).id == "next"
+    resumable = core.settle(waiting, {"outcome": "unknown", "reason": "timeout", "text": "Sending, not confirmed"})
+    assert resumable["state"] == "running"  # only the final kind ends it
+
+
 def test_finished_items_are_kept_a_day():
     """I7, I9, issue 8.9: done, expired, cancelled and failed items stay readable for 24 h."""
     assert KEEP_FINISHED >= DAY

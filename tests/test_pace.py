@@ -30,6 +30,30 @@ def test_isolated_change_is_read_at_once_a_burst_is_paced():
     assert pace.delay(100.05, long_poll=False, cadence=10) == pytest.approx(10 - 0.05)
 
 
+def test_a_long_poll_answered_304_at_once_is_paced_like_a_plain_poll():
+    """W5, wire §3: the agent holds a watched read "up to" `wait` s — 0 is its right. A 304 that came at
+    once is followed by the next read a cadence after it started (10 s; 2 s viewed), not every 0.2 s
+    (432,000 reads a day); a long-poll held 30 s is followed at once, and a change or a poke still is."""
+    pace = ReadPace()
+    pace.started(0.0)
+    pace.finished(False)
+    pace.not_modified()
+    assert pace.delay(0.01, long_poll=True, cadence=10) == pytest.approx(10 - 0.01)
+    assert pace.delay(0.01, long_poll=True, cadence=2) == pytest.approx(2 - 0.01)
+    pace.started(30.0)  # held the whole wait
+    pace.finished(False)
+    pace.not_modified()
+    assert pace.delay(60.0, long_poll=True, cadence=10) == 0.0
+    pace.started(60.0)
+    pace.finished(True)  # a 200: a change; the next long-poll at once after the gap
+    assert pace.delay(60.5, long_poll=True, cadence=10) == 0.0
+    pace.started(61.0)
+    pace.finished(False)
+    pace.not_modified()
+    pace.poke()
+    assert pace.delay(61.01, long_poll=True, cadence=10) == 0.0
+
+
 def test_a_wait_asked_for_during_a_read_outlives_the_change_that_read_saw():
     """16.1, W5: someone starts waiting for a turn to end while a read is in flight; that read sees a
     change (the turn starting) — not the one they wait for. Reads stay every `MIN_GAP` until a read
@@ -183,3 +207,43 @@ async def test_an_idle_inbox_rests_and_wakes_for_the_next_queued_send(tmp, autoj
             await trio.sleep(0.001)
         assert [t for _, t in texts] == ["first", "second"]
         assert texts[1][0] - opened < 0.01  # at once, not at the next rest's end
+
+
+async def test_an_agent_answering_its_long_polls_at_once_is_read_at_the_plain_cadence(tmp, autojump_clock):
+    """W5, wire §3: an agent that declares `watch` but answers `?wait=30` with an immediate 304 ("up to"
+    30 s) is read every 10 s when idle — 6 reads a minute, as plain polling — not every 0.2 s (300)."""
+    async with setup(tmp) as (collie, pane, b, w):
+        poller = b.pollers["desk"]
+        inner = poller.client.request
+        reads = []
+
+        async def at_once(method, path, **kw):  # the agent does not hold the read at all
+            if path.startswith("/v1/state"):
+                reads.append(trio.current_time())
+                path = "/v1/state"
+            return await inner(method, path, **kw)
+        poller.client.request = at_once  # from the end of the long-poll in flight (held its 30 s)
+        await trio.sleep(90)
+        gaps = [round(b - a, 6) for a, b in zip(reads, reads[1:])]
+        assert len(reads) >= 6 and set(gaps) == {10.0}, reads
+        assert b.status("desk").status == "ready"
+
+
+async def test_an_agent_answering_200_unchanged_at_once_is_read_at_the_plain_cadence(tmp, autojump_clock):
+    """W5, wire §3: an agent that declares `watch` but neither holds the read nor answers `304` (it
+    sends its unchanged state, same `rev`, at once) is read every 10 s when idle, not every 0.2 s."""
+    async with setup(tmp) as (collie, pane, b, w):
+        poller = b.pollers["desk"]
+        inner = poller.client.request
+        reads = []
+
+        async def no_tags(method, path, **kw):  # the agent ignores If-None-Match and `wait`
+            if path.startswith("/v1/state"):
+                reads.append(trio.current_time())
+                path, kw["headers"] = "/v1/state", {}
+            return await inner(method, path, **kw)
+        poller.client.request = no_tags
+        await trio.sleep(90)
+        gaps = [round(b - a, 6) for a, b in zip(reads, reads[1:])]
+        assert len(reads) >= 6 and set(gaps) == {10.0}, reads
+        assert b.status("desk").status == "ready"

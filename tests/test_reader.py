@@ -6,7 +6,7 @@ import pytest
 
 from bridge.reader import LEFT_OUT, AgentReader
 from crew.asks import sanitize_actions, sanitize_ask, sanitize_item
-from crew.wire import WireRange, ask_digest, doctor_mismatch
+from crew.wire import WireRange, ask_digest, doctor_mismatch, utc_time
 
 
 def hello(instance="i1", wire=(1, 1), caps=("asks", "history")):
@@ -119,6 +119,131 @@ def test_agent_restart_means_hello_again_and_reread(reader):
     lines, stale = reader.on_state(state("i2", rev=1), None, 2)
     assert reader.needs_hello() and stale == [] and "restarted" in lines[0]
     assert reader.items_since("c") == 0
+
+
+def test_a_restarted_agent_whose_rev_started_over_is_read(reader):
+    """W3, wire §3: a restarted agent's `rev` may start over (that is why the ETag holds `instance`).
+    Once its hello is read, its state answers are taken even though their `rev` is below the old
+    instance's: the view follows the agent, and it is ready, not stuck on the last instance's view."""
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", rev=52), '"i1.52"', 1)
+    reader.on_failure("connection-refused", "nothing listens there")  # the agent went down
+    reader.on_hello(hello("i2"), 2)  # it came back (a hello is said first, W3)
+    assert reader.etag is None  # the old instance's tag is not sent to the new one
+    fresh = state("i2", rev=1, convs=[{"id": "c", "title": "Chat", "state": "working", "turn": 2, "items_rev": 1}])
+    prepared = reader.prepare_state(fresh)
+    assert not reader.is_older(prepared)
+    reader.apply_state(prepared, fresh, '"i2.1"', 3)
+    assert reader.status == "ready" and reader.conversations["c"].turn == 2 and reader.etag == '"i2.1"'
+    later = state("i2", rev=2, convs=[{"id": "c", "title": "Chat", "state": "idle", "turn": 2, "items_rev": 1}])
+    assert not reader.is_older(reader.prepare_state(later))
+    assert reader.is_older(reader.prepare_state(state("i2", rev=0)))  # older reads of this instance still lose
+
+
+def test_an_agent_that_lost_its_state_is_read_again_from_0_and_its_old_items_go(reader, tmp_path):
+    """Wire §5: "a `since` greater than `items_rev` (the agent lost state) means: re-read from 0"; an
+    agent only drops items from the start, so a transcript that ends before the last seq Collie holds
+    was lost too. Chat then shows what the agent has now — never its lost lines mixed with new ones at
+    the same seqs — a phone following `next_since` gets `reset`, and the cache forgets them as well."""
+    from bridge.cache import Cache
+
+    cache = Cache(tmp_path / "cache.sqlite")
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", convs=[{"id": "c", "title": "C", "state": "idle", "turn": 5, "items_rev": 5}]), None, 1)
+    reader.on_items("c", page([item(s, text=f"old {s}") for s in range(1, 6)]))
+    cache._save(None, None, None, reader.take_dirty(), {"c"})
+    phone = reader.items_page("c", 0)["next_since"]
+    assert phone == 5
+    # the agent comes back with nothing of it: a new instance, turn and revisions from the start
+    reader.on_hello(hello("i2"), 2)
+    reader.on_state(state("i2", rev=1, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 1, "items_rev": 2}]),
+                    None, 3)
+    assert reader.items_since("c") == 0
+    lines, more = reader.on_items("c", page([item(1, text="new 1"), item(2, text="new 2")]))
+    assert more and reader.items_since("c") == 0 and any("lost" in line for line in lines)  # re-read from 0
+    reader.on_items("c", page([item(1, text="new 1"), item(2, text="new 2")]))
+    assert [i["text"] for i in reader.items_page("c", 0)["items"]] == ["new 1", "new 2"]
+    answer = reader.items_page("c", phone)
+    assert answer["reset"] and [i["text"] for i in answer["items"]] == ["new 1", "new 2"]
+    cache._save(None, None, None, reader.take_dirty(), {"c"})
+    assert {s: i["text"] for s, i in cache.load()["items"]["c"].items()} == {1: "new 1", 2: "new 2"}
+    # same instance, revisions behind what was read (the literal rule of §5): read again from 0
+    reader.on_state(state("i2", rev=2, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 1, "items_rev": 1}]),
+                    None, 4)
+    lines, more = reader.on_items("c", page([], items_rev=1))
+    assert more and reader.items_since("c") == 0
+    cache.close()
+
+
+def test_an_agent_back_with_no_items_at_all_is_read_and_shows_none(reader):
+    """Wire §5, W3: after a restart every conversation is read from 0 once, even one whose `items_rev`
+    is 0 — an agent that lost everything must not leave its old lines in Chat."""
+    reader.on_hello(hello("i1"), 0)
+    reader.on_state(state("i1", convs=[{"id": "c", "title": "C", "state": "idle", "turn": 3, "items_rev": 3}]), None, 1)
+    reader.on_items("c", page([item(s) for s in range(1, 4)]))
+    reader.on_hello(hello("i2"), 2)
+    _lines, stale = reader.on_state(state("i2", rev=1, convs=[{"id": "c", "title": "C", "state": "idle", "turn": 0,
+                                                               "items_rev": 0}]), None, 3)
+    assert stale == ["c"]
+    empty = {"items": [], "first_kept": 1, "last": 0, "items_rev": 0, "next_since": 0, "more": False}
+    assert reader.on_items("c", empty)[1]  # lost: read again from 0
+    assert reader.on_items("c", empty) == ([], False)
+    assert reader.items_page("c", 0)["items"] == [] and reader.stale_conversations() == []
+
+
+def test_an_ask_with_integers_past_2_53_has_the_rfc8785_digest_and_is_read(reader):
+    """Wire §4 (digest: RFC 8785, whose numbers are IEEE 754 doubles): an ask carrying a nanosecond
+    timestamp (past 2^53) is read and its digest is that of the number as a double — what a JS agent's
+    RFC 8785 library gives — instead of the bridge failing on it (it stopped the whole lead). A number
+    no double holds makes that state answer a protocol misfit: the agent's view stays, nothing crashes."""
+    import hashlib
+
+    ask = {"id": "ns", "kind": "permission", "title": "T", "created_ns": 1764460800123456789, "big": -(2**53),
+           "options": [{"id": "y", "label": "Y", "role": "allow"}]}
+    js = ('{"big":-9007199254740992,"created_ns":1764460800123456800,"id":"ns","kind":"permission",'
+          '"options":[{"id":"y","label":"Y","role":"allow"}],"title":"T"}')
+    assert ask_digest(ask) == hashlib.sha256(js.encode()).hexdigest()
+    reader.on_hello(hello(), 0)
+    convs = [{"id": "c", "title": "C", "state": "waiting", "turn": 1, "items_rev": 0, "asks": [ask]}]
+    reader.on_state(state(convs=convs), None, 1)
+    assert reader.status == "ready" and reader.conversations["c"].asks[0].digest == ask_digest(ask)
+    huge = [{**convs[0], "asks": [{**ask, "created_ns": 10**400}]}]
+    lines, _ = reader.on_state(state(rev=6, convs=huge), None, 2)
+    assert reader.status == "unreachable" and reader.reason == "protocol" and "double" in lines[0]
+    assert reader.conversations["c"].asks[0].digest == ask_digest(ask)  # the last good view stays
+
+
+@pytest.mark.parametrize(("given", "shown"), [
+    ("2026-12-01T05:00:00Z", "2026-12-01T05:00:00Z"),
+    ("2026-12-01t05:00:00z", "2026-12-01T05:00:00Z"),  # RFC 3339 §5.6: T and Z may be lower case
+    ("2026-12-01T05:00:00.123456789Z", "2026-12-01T05:00:00.123456Z"),  # Go's RFC3339Nano
+    ("2026-12-01T06:30:00+01:30", "2026-12-01T05:00:00Z"), ("2026-12-01T05:00:00.500+00:00", "2026-12-01T05:00:00.5Z"),
+    ("yesterday", None), ("2026-02-30T00:00:00Z", None), ("2026-12-01T05:00:00", None), (17, None),
+])
+def test_agent_times_reach_the_phone_in_one_utc_form(given, shown):
+    """Wire §1: timestamps are RFC 3339; every form RFC 3339 allows reaches the phone as
+    `YYYY-MM-DDTHH:MM:SS[.f]Z`, which a browser's Date reads and which sorts as text; anything else is null."""
+    assert utc_time(given) == shown
+
+
+def test_conversations_sort_newest_first_whatever_form_their_times_take(reader):
+    """L2: a lower-case RFC 3339 time sorted above every upper-case one (text order: 't' > 'T'); an
+    ask's expiry, an item's time and the list's activity all reach the phone in the one form."""
+    from bridge.panes import conversation_rows
+
+    reader.on_hello(hello(), 0)
+    convs = [{"id": "old", "title": "Old", "state": "idle", "turn": 1, "items_rev": 0,
+              "activity": "2026-12-01t05:00:00z"},
+             {"id": "new", "title": "New", "state": "idle", "turn": 1, "items_rev": 0,
+              "activity": "2026-12-01T06:00:00Z"},
+             {"id": "ask", "title": "Ask", "state": "waiting", "turn": 1, "items_rev": 0, "asks": [
+                 {"id": "a", "kind": "text", "title": "T", "expires_at": "2026-12-01t07:00:00+01:00"}]}]
+    reader.on_state(state(convs=convs), None, 1)
+    assert [r["id"] for r in conversation_rows(reader)] == ["ask", "new", "old"]
+    assert reader.conversations["old"].activity == "2026-12-01T05:00:00Z"
+    assert reader.conversations["ask"].asks[0].expires_at == "2026-12-01T06:00:00Z"
+    reader.on_items("new", page([item(1, at="2026-12-01t06:00:00.25z")]))
+    assert reader.items_page("new", 0)["items"][0]["at"] == "2026-12-01T06:00:00.25Z"
 
 
 def test_closed_conversations_leave_the_reader(reader):

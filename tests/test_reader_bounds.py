@@ -22,9 +22,10 @@ def state(convs, rev=5, instance="i1"):
     return {"rev": rev, "instance": instance, "conversations": convs}
 
 
-def page(items, first_kept=1, more=False):
+def page(items, first_kept=1, more=False, last=None):
     rev = max((i["rev"] for i in items), default=0)
-    return {"items": items, "first_kept": first_kept, "last": max((i["seq"] for i in items), default=0),
+    last = max((i["seq"] for i in items), default=0) if last is None else last  # wire §5: the highest seq of all
+    return {"items": items, "first_kept": first_kept, "last": last,
             "items_rev": rev, "next_since": rev, "more": more}
 
 
@@ -123,7 +124,7 @@ def test_a_change_to_an_earlier_item_reaches_a_client_following_next_since(reade
     reader.on_items("c1", page([item(1, kind="tool", status="running"), item(2), item(3)]), 1)
     first = reader.items_page("c1", 0)
     assert [i["seq"] for i in first["items"]] == [1, 2, 3] and first["next_since"] == 3 and not first["more"]
-    reader.on_items("c1", page([item(1, rev=4, kind="tool", status="completed")]), 2)
+    reader.on_items("c1", page([item(1, rev=4, kind="tool", status="completed")], last=3), 2)
     nxt = reader.items_page("c1", first["next_since"])
     assert [(i["seq"], i["status"]) for i in nxt["items"]] == [(1, "completed")] and nxt["next_since"] == 4
     assert reader.items_page("c1", 4)["items"] == []

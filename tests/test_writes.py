@@ -183,6 +183,25 @@ def test_send_receipts():
     assert receipt(req, {"outcome": "sent", "turn": 4, "replay": True}).replay
 
 
+@pytest.mark.parametrize(("op", "answer"), [
+    ("send", {"outcome": "maybe"}), ("send", {"outcome": "sent"}), ("send", {"outcome": "sent", "turn": "x"}),
+    ("send", {"outcome": "queued", "turn": True}), ("send", {}), ("send", {"outcome": "done"}),
+    ("steer", {"outcome": "stopped"}), ("abort", {"outcome": "sent"}), ("action", {"outcome": "started"}),
+    ("rename", {"outcome": "refused", "reason": "turn_moved"}), ("close", {"outcome": "sent"}),
+    ("starter", {"outcome": "started", "turn": 1}), ("starter", {"outcome": "started", "conversation": "s/1", "turn": 1}),
+    ("starter", {"outcome": "refused", "reason": "nope"}), ("answer", {"outcome": "sent"}), ("answer", {}),
+])
+def test_an_answer_outside_the_wire_table_is_a_final_unknown(op, answer):
+    """Wire §4/§6 (strict at the boundary): the agent answered, but with an outcome its route does not
+    have, or without the fields it must carry (`turn`, `conversation`). What it did is not known, and a
+    resend would get the same answer back: the receipt is the final `unknown` (`protocol`, May already
+    be applied) — never the misfit passed on as if it were a receipt, nor a refusal the route cannot give."""
+    req = WriteRequest(request_id="r1", op=op, agent="d", conversation="c", text="t", turn=3, title="x",
+                       starter_id="s", action_id="a", ask_id="k", digest="d" * 64, option_ids=["y"])
+    got = receipt(req, answer)
+    assert (got.outcome, got.reason, got.text) == ("unknown", "protocol", MAY_BE_APPLIED)
+
+
 def test_starters_and_session_routes():
     assert plan(WriteRequest(request_id="s", op="starter", agent="d", starter_id="triage"), facts()) == Call(
         "/v1/starters/triage", {"request_id": "s"})
@@ -214,6 +233,19 @@ def test_text_match_within_30_seconds_for_agents_that_do_not_echo_ids():
     assert len(lines.visible(131.0)) == 1
     lines.observe([{"kind": "user", "seq": 2, "text": "hello"}], {2: 130.0})  # exactly 30 s: matches
     assert lines.visible(131.0) == []
+
+
+def test_a_queued_send_is_matched_by_text_when_its_copy_is_read_before_its_turn_end_is_noticed():
+    """C4: a queued send's copy is matched from the moment it went out until 30 s after its turn's
+    end — also when the copy is read before the pane noticed that end (`turn_ended` comes with a view)."""
+    lines = RecentSends()
+    lines.add("r1", "later", "queued", now=100.0)
+    lines.observe([{"kind": "user", "seq": 5, "text": "later"}], {5: 250.0})  # the turn ended, copy read at 250
+    assert lines.visible(251.0) == []
+    early = RecentSends()
+    early.add("r2", "same", "sent", now=100.0)
+    early.observe([{"kind": "user", "seq": 1, "text": "same"}], {1: 99.0})  # a line from before this send
+    assert len(early.visible(101.0)) == 1
 
 
 def test_an_unechoed_line_stops_showing_after_10_minutes():
