@@ -293,12 +293,12 @@ async def test_a_burst_of_changes_writes_the_cache_once_a_second_and_the_last_st
     from bridge.cache import Cache
 
     saves: list[int] = []
-    real = Cache._save
+    real = Cache.save
 
-    def counted(self, *args):  # in the worker thread
-        saves.append(1)
-        return real(self, *args)
-    monkeypatch.setattr(Cache, "_save", counted)
+    async def counted(self, *args):  # counted where the poller decides, on the loop: the worker thread
+        saves.append(1)              # that writes may run late in real time, while virtual time jumps on
+        return await real(self, *args)
+    monkeypatch.setattr(Cache, "save", counted)
     sock = tmp / "a.sock"
     cfg = AgentConfig("desk", socket=str(sock))
     async with agent(sock) as collie:
