@@ -458,6 +458,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return jsonify({**attrs.asdict(rec), "item": scoped_id(sender_name(), req.request_id)})
 
     async def act(item_id: str, fn, *, owner_only: bool):
+        _id(item_id, "the inbox item id")  # a malformed id is the caller's mistake (400), not a missing item
         item = None
         if g.sender != OWNER:  # a sender may name its items by its own request ids
             item = await inbox.get(scoped_id(sender_name(), item_id))

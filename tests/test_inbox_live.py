@@ -263,6 +263,20 @@ async def test_finished_items_keep_their_receipts_and_waiting_items_say_why(tmp,
             assert [(i["request_id"], i["state"]) for i in listed] == [(late, "expired")]  # a sender sees its own
 
 
+async def test_a_malformed_inbox_item_id_is_a_bad_request_and_an_unknown_one_is_not_found(tmp, loopwatch):
+    """The wire's id rule (1-128 printable ASCII, no `/`) holds for inbox item ids too: a control
+    character or an over-long id is `400 bad_request`, told apart from a well-formed id that names no item."""
+    with trio.fail_after(20):
+        async with lead(tmp, loopwatch) as lab:
+            for bad in ("a%0Ab", "%00", "x" * 129, "%C3%A9t%C3%A9"):
+                status, body = await lab.get(f"/api/inbox/{bad}")
+                assert (status, body["error"]) == (400, "bad_request"), bad
+                status, body = await lab.post(f"/api/inbox/{bad}/cancel", {})
+                assert (status, body["error"]) == (400, "bad_request"), bad
+            status, body = await lab.get(f"/api/inbox/{rid()}")
+            assert (status, body["error"]) == (404, "not_found")
+
+
 async def _ask_open(lab):
     return (await lab.get("/api/agents/local/a0/conversations/c"))[1].get("ask") is not None
 
