@@ -19,7 +19,11 @@ at the agents (applied / time from a round's first send until the agents counted
 outcomes, and the load average. Both journals (the lead's inbox, the member's request journal)
 stay SQLite WAL with synchronous=FULL.
 
-`run(**options) -> dict` is the same as a function (bench runner); `--quick` is a 10 x 2 x 3 run.
+`run(**options) -> dict` is the same as a function; `suite(quick)` is what `python -m bench` runs (the
+rounds, then an offered 300 sends/s on the same crew: the throughput target is judged on the rounds, the
+p99 target at the offered rate, where a latency at a throughput is defined). `--quick` is a 10 x 2 x 3 run.
+The CPU of every process is printed per receipt, this script's too: the phones' httpx clients run on
+the same cores as the crew (2.2-3 ms of CPU per send on the 2-core CI machine kind).
 """
 
 from __future__ import annotations
@@ -222,9 +226,40 @@ async def open_loop(address: str, token: str, member: str, agents: int, convs: i
             "offered": total, "lag_p99": pct(lag, 99) if lag else 0.0}
 
 
+def suite(quick: bool = False) -> dict:
+    """What `python -m bench` runs: rounds of sends at once (the most the pipeline answers), then, on the
+    same crew, an offered rate (the target's own terms: 300 sends a second for 10 s; 60/s for 3 s quick)."""
+    return run(quick=quick, then_rate=60.0 if quick else 300.0, seconds=3.0 if quick else 10.0)
+
+
+def figures(got: dict, cpu: dict) -> dict:
+    lat = got["latencies"]
+    return {
+        "receipts": len(lat), "outcomes": got["outcomes"], "errors": len(got["errors"]),
+        "receipts_per_s": len(lat) / got["receipt_time"] if got["receipt_time"] else 0.0,
+        "receipt_p50": pct(lat, 50) if lat else None, "receipt_p99": pct(lat, 99) if lat else None,
+        "receipt_mean": statistics.mean(lat) if lat else None,
+        "acknowledged": got["acknowledged"], "applied": got["applied"],
+        "applied_per_s": got["applied"] / got["applied_time"] if got["applied_time"] else 0.0,
+        "cpu_s": cpu,
+    }
+
+
+def measured(pids: dict, fn, *args) -> tuple[dict, dict]:
+    """Run the phones' `fn` and return what they got and the CPU each process spent meanwhile."""
+    cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
+    phone0 = time.process_time()  # this script: the phones' httpx clients share the machine's cores
+    got = trio.run(fn, *args)
+    cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+    cpu["phones (this script)"] = time.process_time() - phone0
+    return got, cpu
+
+
 def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool = False,
-        profile: str | None = None, rate: float | None = None, seconds: float = 10.0) -> dict:
-    """One run; returns its figures (seconds for times)."""
+        profile: str | None = None, rate: float | None = None, seconds: float = 10.0,
+        then_rate: float | None = None) -> dict:
+    """One run; returns its figures (seconds for times). `rate`: an offered rate instead of rounds;
+    `then_rate`: rounds, then that offered rate on the same crew (its figures under "offered")."""
     if quick:
         agents, conversations, rounds = 10, 2, 3
     base = Path(tempfile.mkdtemp(prefix="cw", dir="/tmp"))
@@ -258,12 +293,13 @@ def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool 
         pids = {"lead": crew.lead.bridge.pid, "member": member.bridge.pid, "agents": host.pid}
         if profile:
             spies = start_profiles(profile, pids)
-        cpu0 = {k: cpu_seconds(p) for k, p in pids.items()}
         if rate:
-            got = trio.run(open_loop, crew.address, token, "m1", agents, conversations, rate, seconds, socks)
+            got, cpu = measured(pids, open_loop, crew.address, token, "m1", agents, conversations, rate, seconds, socks)
         else:
-            got = trio.run(phone, crew.address, token, "m1", agents, conversations, rounds, socks)
-        cpu = {k: cpu_seconds(p) - cpu0[k] for k, p in pids.items()}
+            got, cpu = measured(pids, phone, crew.address, token, "m1", agents, conversations, rounds, socks)
+        if then_rate:
+            later, later_cpu = measured(pids, open_loop, crew.address, token, "m1", agents, conversations, then_rate,
+                                        seconds, socks)
         for spy in spies:
             spy.send_signal(2)
             spy.wait(timeout=60)
@@ -273,22 +309,18 @@ def run(agents: int = 50, conversations: int = 2, rounds: int = 10, quick: bool 
         if host is not None:
             host.kill()
             host.wait()
-    lat = got["latencies"]
-    total = len(lat)
     out = {
         "agents": agents, "conversations": conversations, "rounds": rounds, "concurrent": agents * conversations,
         "floor_p50": f["p50"], "floor_p99": f["p99"],
         "floor_burst_per_s": fb["per_s"], "floor_burst_p50": fb["p50"], "floor_burst_p99": fb["p99"],
-        "receipts": total, "outcomes": got["outcomes"], "errors": len(got["errors"]),
-        "receipts_per_s": total / got["receipt_time"] if got["receipt_time"] else 0.0,
-        "receipt_p50": pct(lat, 50) if lat else None, "receipt_p99": pct(lat, 99) if lat else None,
-        "receipt_mean": statistics.mean(lat) if lat else None,
-        "acknowledged": got["acknowledged"], "applied": got["applied"],
-        "applied_per_s": got["applied"] / got["applied_time"] if got["applied_time"] else 0.0,
-        "cpu_s": cpu, "load": os.getloadavg()[0], "per_round": got.get("per_round"),
+        **figures(got, cpu), "load": os.getloadavg()[0], "per_round": got.get("per_round"),
     }
     if rate:
         out.update(rate=rate, seconds=seconds, offered=got["offered"], lag_p99=got["lag_p99"])
+    if then_rate:
+        out["at_rate"] = {**figures(later, later_cpu), "rate": then_rate, "seconds": seconds,
+                          "offered": later["offered"], "lag_p99": later["lag_p99"]}
+        got["errors"] += later["errors"]
     if not got["errors"]:
         shutil.rmtree(base, ignore_errors=True)
     else:
@@ -335,6 +367,16 @@ def report(r: dict) -> str:
         + f"; per receipt: " + ", ".join(f"{k} {1000 * v / max(1, r['receipts']):.1f} ms" for k, v in r["cpu_s"].items()),
         f"load average (1 min) at the end: {r['load']:.2f} on {os.cpu_count()} cores",
     ]
+    if "at_rate" in r:
+        o = r["at_rate"]
+        lines += [
+            f"then offered {o['rate']:.0f} sends/s for {o['seconds']:.0f} s ({o['offered']} sends, the sender late by "
+            f"p99 {o['lag_p99'] * 1000:.1f} ms): receipts {o['receipts']} {o['outcomes']} (transport errors "
+            f"{o['errors']}): {o['receipts_per_s']:.0f}/s; p50 {lat(o['receipt_p50'])}  p99 {lat(o['receipt_p99'])}",
+            f"applied at the agents: {o['applied']} of {o['acknowledged']} acknowledged, {o['applied_per_s']:.0f}/s; "
+            "CPU per receipt: " + ", ".join(f"{k} {1000 * v / max(1, o['receipts']):.1f} ms"
+                                             for k, v in o["cpu_s"].items()),
+        ]
     if "kept" in r:
         lines.append(f"kept {r['kept']}: {r['first_errors']}")
     return "\n".join(lines)
@@ -349,11 +391,13 @@ def main() -> None:
     p.add_argument("--profile", help="record py-spy profiles of the lead, the member and the agents into this folder")
     p.add_argument("--rate", type=float, help="offered load: this many sends per second, whatever the receipts "
                                               "(instead of rounds of sends at once)")
-    p.add_argument("--seconds", type=float, default=10.0, help="with --rate: for this long (default 10)")
+    p.add_argument("--then-rate", type=float, help="after the rounds, on the same crew: this offered rate "
+                                                   "(python -m bench: 300)")
+    p.add_argument("--seconds", type=float, default=10.0, help="with --rate or --then-rate: for this long (default 10)")
     p.add_argument("--json", help="also write the figures here")
     args = p.parse_args()
     r = run(args.agents, args.conversations, args.rounds, quick=args.quick, profile=args.profile,
-            rate=args.rate, seconds=args.seconds)
+            rate=args.rate, seconds=args.seconds, then_rate=args.then_rate)
     print(report(r))
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=1))
