@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from bridge.cache import Cache
-from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
+from bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
 from bridge.poller import INLINE_MAX, AgentPoller
 from bridge.reader import (KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView,
                            phone_mismatch)
@@ -167,7 +167,7 @@ class Bridge:
         """One page of a closed conversation's items, read from the agent (never from the cache), by
         revision as the wire pages them: {items, next_since, more}. Bounded like an open one's page."""
         limit = max(1, min(limit, PAGE_LIMIT_MAX))
-        path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit={limit}"
+        path = f"/v1/conversations/{path_id(conv_id)}/items?since={since}&limit={limit}"
         answer = await self._client(name).request("GET", path, timeout=READ_TIMEOUT, cap=STATE_CAP, through=True)
         body = answer.body
         try:

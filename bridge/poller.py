@@ -18,12 +18,11 @@ from __future__ import annotations
 import socket
 import sqlite3
 from collections.abc import Callable
-from urllib.parse import quote
 
 import trio
 
 from bridge.cache import Cache
-from bridge.client import STATE_CAP, AgentClient, AgentUnreachable
+from bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
 from bridge.pace import MIN_GAP, ReadPace  # noqa: F401 (MIN_GAP: tests and benches read it here)
 from bridge.reader import AgentReader
 from crew import __version__, logs
@@ -264,7 +263,7 @@ class AgentPoller:
     async def _read_items(self, conv_id: str) -> None:
         for _ in range(ITEM_PAGES_MAX):
             since = self.reader.items_since(conv_id)
-            path = f"/v1/conversations/{quote(conv_id, safe='')}/items?since={since}&limit={ITEMS_LIMIT_DEFAULT}"
+            path = f"/v1/conversations/{path_id(conv_id)}/items?since={since}&limit={ITEMS_LIMIT_DEFAULT}"
             try:
                 answer = await self.client.request("GET", path, timeout=ITEMS_TIMEOUT, cap=STATE_CAP)
             except AgentUnreachable as exc:

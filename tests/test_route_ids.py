@@ -83,3 +83,21 @@ def test_dot_segments_are_encoded_whole():
     facts = AgentFacts(caps=("reopen",), text_max=2000, conversations={})
     assert plan(WriteRequest(request_id="r", op="reopen", agent="d", conversation=".."), facts) == Call(
         "/v1/conversations/%2E%2E/reopen", {"request_id": "r"})
+
+
+async def test_an_agents_own_dot_conversations_are_read_at_their_encoded_paths(tmp, autojump_clock):
+    """wire §1: an agent may name a conversation `.` or `..` (printable ASCII, no `/`). The bridge reads
+    their items at `/v1/conversations/%2E/items` and `…/%2E%2E/items`, never at a bare dot segment,
+    which an agent's URL normaliser would take for a step (`/v1/conversations/../items` is `/v1/items`)."""
+    sock = tmp / "a.sock"
+    async with agent(sock) as collie:
+        for conv in (".", ".."):
+            collie.conversation(conv, title=f"dots {conv}").reply(f"words of {conv}")
+        collie.ready()
+        async with api_lab(tmp, [AgentConfig("desk", socket=str(sock))]) as lab:
+            while lab.bridge.pollers["desk"].reader.stale_conversations():
+                await lab.bridge.wait_changed()
+            reads = {p.partition("?")[0] for _t, m, p in collie.recorder.calls if "/items" in p}
+            assert reads == {"/v1/conversations/%2E/items", "/v1/conversations/%2E%2E/items"}
+            texts = {i.get("text") for i in lab.bridge.pollers["desk"].reader.items("..")}
+            assert "words of .." in texts
