@@ -24,8 +24,11 @@
   arrival order (a newer small `agent` frame replaces a waiting one for the same agent); a link with
   more than MAX_QUEUED characters waiting is not read until the feeder catches up. The lead keeps
   each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
-  has less to walk. The GIL switch interval is 1 ms, so the event loop gets the GIL back quickly
-  while a worker computes. Figures: bench/README.md (issue 9.6).
+  has less to walk. What it keeps of one member's views is bounded (`MEMBER_VIEWS_MAX`, an estimate of
+  their bytes by `view_cost`): a view that would pass it is not kept, its agent shows Unreachable with
+  the reason `view-too-big`, and a line is logged (at most `LINK_LINES` a minute). The GIL switch
+  interval is 1 ms, so the event loop gets the GIL back quickly while a worker computes. Figures:
+  bench/README.md (issue 9.6).
 - Reads: an answer is checked against the crew wire (counts first, crew.crewwire); a member's chat items
   never bring their own `html` to the phone — the lead renders their Markdown itself (C1).
 - Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
@@ -88,6 +91,20 @@ RENDER_INLINE = 16 * 1024  # characters of a member's item text rendered on the 
 DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
 MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
+# What the lead keeps of one member's views, as an estimate of the bytes they hold (`view_cost`: the JSON
+# text, the strings parsed from it, CONVERSATION_COST a conversation). Without a bound one member filling
+# every wire limit (100 agents x a 1 MiB frame; four-byte UTF-8 characters keep as twelve in our ASCII
+# JSON) made the lead hold 300 MB of views, ~490 MiB of RSS (~1 GiB at its peak) and a 300 MB views file
+# (bench/member_views.py). A member at crew.md §6's design scale (10 agents x 100 conversations) costs
+# ~1.5 M with fake_view's sizes (~1.3 MiB of RSS measured) and ~2.5 M at 750 characters a conversation:
+# far inside. One member at the budget keeps ~10 MiB of RSS beyond what taking its frames costs at all
+# (+12-48 MiB measured, mostly the worker threads' malloc arenas, which every member shares), so 100
+# members (235 MiB at the design scale) pass 1 GiB together only when most of them are hostile.
+MEMBER_VIEWS_MAX = 8 * 1024 * 1024
+# The parsed objects of one open conversation beside its strings: 100 x 10 x 100 views held 132 MiB
+# (bench/README.md, issue 15.1), ~1.4 KB a conversation with its ~255 characters of text.
+CONVERSATION_COST = 1024
+TOO_BIG = "view-too-big"  # the reason a member's agent shows Unreachable when its view would pass the budget
 LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
@@ -134,6 +151,12 @@ def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
     reader.raw_hello = reader.raw_state = None  # kept as `text`: fewer live objects for the GC to walk
     reader._parsed = {}  # nor the raw conversations kept to re-parse only changed ones: a new view gets a new reader
     return reader, text
+
+
+def view_cost(reader: AgentReader | None, text: str) -> int:
+    """What one kept view counts against its member's MEMBER_VIEWS_MAX: its text twice (the JSON kept, and
+    the strings the reader parsed from it) and CONVERSATION_COST a conversation."""
+    return 2 * len(text) + CONVERSATION_COST * (len(reader.conversations) if reader is not None else 0)
 
 
 def digest(kind: str, frame, now: float) -> tuple[str, object, list]:
@@ -338,13 +361,17 @@ class Hub:
 
     def _install_views(self, member: Member, raws: list, now: float) -> None:
         """Parse and feed views on the spot (lead start-up, before trio runs; tests), each as a
-        snapshot would carry it; one that does not fit is skipped."""
+        snapshot would carry it; one that does not fit the wire, or the member's MEMBER_VIEWS_MAX (a
+        views file an older lead wrote), is skipped."""
         for raw in raws:
             try:
                 view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
-                member.readers[view.name], text = build_reader(view.trimmed(), now)
+                reader, text = build_reader(view.trimmed(), now)
             except (FrameError, RecursionError, ValueError):
                 continue
+            if self.kept(member.label, but=view.name) + view_cost(reader, text) > MEMBER_VIEWS_MAX:
+                continue
+            member.readers[view.name] = reader
             self.views.setdefault(member.label, {})[view.name] = text
 
     async def _save_views(self) -> None:
@@ -547,10 +574,37 @@ class Hub:
             if reader is None:
                 self._bad_frame(conn, FrameError(f"agent {name}: {shown(text, 120)}"))
                 continue
+            cost = view_cost(reader, text)
+            if self.kept(member.label, but=name) + cost > MEMBER_VIEWS_MAX:
+                self._too_big(member, name, reader, cost)
+                continue
             member.readers[name] = reader
             self.views.setdefault(member.label, {})[name] = text
             self.dirty.add(member.label)
         self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
+
+    def kept(self, label: str, but: str | None = None) -> int:
+        """What the lead keeps of one member's views, counted against MEMBER_VIEWS_MAX (`but`: leaving
+        that agent's view out, as a new one would replace it)."""
+        member = self.members.get(label)
+        readers = member.readers if member is not None else {}
+        return sum(view_cost(readers.get(name), text) for name, text in self.views.get(label, {}).items()
+                   if name != but)
+
+    def _too_big(self, member: Member, name: str, refused: AgentReader, cost: int) -> None:
+        """A view that would take its member over MEMBER_VIEWS_MAX is not kept: the agent shows Unreachable
+        (`view-too-big`) with its last view kept, or with none; its member's other agents are untouched,
+        and a later view that fits is taken as ever."""
+        reader = member.readers.get(name)
+        if reader is None:  # nothing kept of it yet: an empty view, only to say why
+            reader = member.readers[name] = AgentReader(name, transport=refused.transport, address=refused.address,
+                                                        local=refused.local, token_set=refused.token_set)
+        reader.status, reader.reason = UNREACHABLE, TOO_BIG
+        reader.detail = (f"its view is too big: the lead keeps at most {MEMBER_VIEWS_MAX // 2**20} MiB "
+                         f"of one machine's views")
+        self._link_line("too-big", member.label, "[crew] %s: agent %s: its view (cost %d) would take what the "
+                        "lead keeps of this member's views over %d; not kept, shown Unreachable (view-too-big)", shown(name, 40), cost,
+                        MEMBER_VIEWS_MAX)
 
     async def _mark_seen(self, label: str, version: str | None, when: float) -> None:
         """A member's last contact on disk, in a worker thread: a commit's fsync, or the busy wait while a
@@ -741,7 +795,8 @@ class Hub:
         async def crew(_req):
             return {"members": [{"label": m.label, "online": m.online, "version": m.version,
                                  "last_seen": m.last_seen, "offline_since": m.offline_since,
-                                 "read_only": m.read_only, "agents": len(m.readers)} for m in self.members.values()]}
+                                 "read_only": m.read_only, "agents": len(m.readers), "views_kept": self.kept(m.label)}
+                                for m in self.members.values()]}
 
         async def crew_remove(req):
             label = str(req.get("label"))

@@ -430,3 +430,125 @@ async def test_a_members_items_never_bring_their_own_html_to_the_phone(tmp_path)
                 assert [i.get("html") for i in answer] == [render("**plain** <b>words</b>"), None, None]
                 assert "evil.example" not in json.dumps(answer)
             assert "<strong>plain</strong> &lt;b&gt;words&lt;/b&gt;" in got["items"][0]["html"]
+
+
+def big_view(name: str) -> dict:
+    """An agent's view whose `agent` frame is just under the crew wire's 1 MiB: 200 conversations with
+    long titles (what one hostile member may send for each of its 100 agents)."""
+    from crew import crewwire
+    from tests.crewlab import fake_view
+
+    view = fake_view(name, crewwire.MAX_CONVERSATIONS)
+    per = (crewwire.MAX_FRAME - len(json.dumps({"type": "agent", "name": name, "view": view})) - 4096)
+    for conv in view["state"]["conversations"]:
+        conv["title"] = "x" * (per // crewwire.MAX_CONVERSATIONS)
+    return view
+
+
+def agent_frame(view: dict) -> str:
+    return json.dumps({"type": "agent", "name": view["name"], "view": {k: v for k, v in view.items() if k != "name"}})
+
+
+@pytest.mark.slow
+async def test_one_member_cannot_make_the_lead_keep_more_than_its_views_budget(crew):
+    """crew.md §2 and its limits: what the lead keeps of one member's views is bounded by
+    `MEMBER_VIEWS_MAX` (one member filling every wire limit — 100 agents, each a 1 MiB view — made the
+    lead hold ~300 MB of views and a 300 MB views file). A view that would take the member over it is
+    not kept — by the lead's own count, and in its views file — and its agent shows Unreachable with
+    the reason `view-too-big`, logged (escaped) at most `LINK_LINES` times a minute; the member's agents
+    that fit stay ready, another member is untouched, and a later view that fits is shown again."""
+    from crew import control
+    from lead.hub import MEMBER_VIEWS_MAX, TOO_BIG
+    from tests.crewlab import fake_view, hello_frame, invite, sim_member
+
+    crew.start_lead()
+    evil, ok = invite(crew, "evil"), invite(crew, "ok")
+    url = crew.address.replace("http://", "ws://") + "/crew/v1"
+    names = [f"a{i}" for i in range(6)]  # 2.3 M a view by the lead's count: three fit the 8 MiB, three do not
+    frames = [agent_frame(big_view(name)) for name in names]
+
+    def kept(label: str) -> int:
+        return {m["label"]: m for m in control.call(crew.lead.paths.control_socket, "crew")["members"]}[label]["views_kept"]
+
+    with crew.client() as c:
+        def rows() -> dict:
+            return {s["machine"]: {a["name"]: a for a in s["agents"]} for s in c.get("/api/dashboard").json()["sections"]}
+
+        def shown_all() -> dict | None:
+            got = rows()
+            return got if len(got.get("evil", {})) == len(names) and len(got.get("ok", {})) == 2 else None
+
+        with trio.fail_after(120):
+            async with trio.open_nursery() as n:
+                n.start_soon(partial(sim_member, url, "ok", ok, agents=2, conversations=3, beat=2))
+                async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {evil}".encode())]) as ws:
+                    await ws.send_message(hello_frame("evil"))
+                    await ws.get_message()
+                    for frame in frames:
+                        await ws.send_message(frame)
+                    got = await trio.to_thread.run_sync(partial(wait_for, shown_all, 60, "every agent shown"))
+                    evil_rows = got["evil"]
+                    ready = [a for a in names if evil_rows[a]["status"] == "ready"]
+                    too_big = [a for a in names if evil_rows[a]["reason"] == TOO_BIG]
+                    assert ready == names[:3] and too_big == names[3:], evil_rows
+                    assert all(evil_rows[a]["status"] == "unreachable" and "too big" in evil_rows[a]["detail"]
+                               for a in too_big)
+                    assert 0 < kept("evil") <= MEMBER_VIEWS_MAX
+                    assert all(row["status"] == "ready" for row in got["ok"].values())
+                    saved = crew.lead.paths.state_dir / "crew-views" / "evil.json"  # what the lead kept, no more
+                    await trio.to_thread.run_sync(partial(wait_for, lambda: saved_names(saved) == set(names[:3]), 30,
+                                                          "the kept views saved"))
+                    assert saved.stat().st_size < MEMBER_VIEWS_MAX / 2
+                    # a smaller view of an agent refused before is taken and shown
+                    await ws.send_message(agent_frame(fake_view("a5", 2)))
+                    await trio.to_thread.run_sync(partial(wait_for, lambda: rows()["evil"]["a5"]["status"] == "ready",
+                                                          30, "the smaller view shown"))
+                    assert rows()["evil"]["a5"]["open"] == 2 and kept("evil") <= MEMBER_VIEWS_MAX
+                    assert crew.online("ok") and crew.online("evil")
+                    n.cancel_scope.cancel()
+    log = crew.lead.log()
+    lines = [line for line in log.splitlines() if "[crew] evil: agent" in line]
+    assert 1 <= len(lines) <= LINK_LINES and all(TOO_BIG in line for line in lines), lines
+    assert "Traceback" not in log
+
+
+def saved_names(path) -> set | None:
+    """The agents whose views the lead's views file holds (None while it is not written)."""
+    try:
+        return set(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+async def test_a_view_over_the_budget_keeps_the_agents_last_view_and_a_views_file_is_cut_to_it(tmp_path, monkeypatch):
+    """The budget above, inside the hub: a view that would take the member over `MEMBER_VIEWS_MAX` leaves
+    the agent's last kept view in place (shown Unreachable, `view-too-big`, like the `protocol` rule for
+    the lead's own agents), the other agents' views are untouched, and the lead's count never passes the
+    budget. Views restored at start-up (a file an older lead wrote, without the budget) are cut to it too."""
+    from types import SimpleNamespace as NS
+
+    from lead import hub as hub_mod
+    from lead.hub import TOO_BIG, Member, digest
+    from tests.apilab import FakeLink, add_member, api_lab, frame
+    from tests.crewlab import fake_view
+
+    with trio.fail_after(30):
+        async with api_lab(tmp_path, []) as lab:
+            hub = lab.hub
+            member = add_member(hub, "evil", FakeLink(lambda m: {}), [fake_view("a", 3), fake_view("b", 3)])
+            before = hub.kept("evil")
+            monkeypatch.setattr(hub_mod, "MEMBER_VIEWS_MAX", before + 10_000)  # room for a few more characters
+            old_a, old_b = member.readers["a"], member.readers["b"]
+            conn = NS(names={"a", "b"}, label="evil", bad_frames=0, save_after_feed=False)
+            hub._apply(member, conn, *digest("agent", frame(json.loads(agent_frame(fake_view("a", 200)))), 0.0))
+            assert member.readers["a"] is old_a and len(old_a.conversations) == 3  # the last kept view stays
+            assert (old_a.status, old_a.reason) == ("unreachable", TOO_BIG)
+            assert member.readers["b"] is old_b and old_b.status == "ready"
+            assert hub.kept("evil") == before
+            hub._apply(member, conn, *digest("agent", frame(json.loads(agent_frame(fake_view("a", 4)))), 0.0))
+            assert member.readers["a"].status == "ready" and len(member.readers["a"].conversations) == 4
+            assert before < hub.kept("evil") <= hub_mod.MEMBER_VIEWS_MAX
+
+            restored = hub.members["old"] = Member("old")
+            hub._install_views(restored, [fake_view(f"r{i}", 3) for i in range(40)], 0.0)
+            assert 0 < len(restored.readers) < 40 and hub.kept("old") <= hub_mod.MEMBER_VIEWS_MAX
