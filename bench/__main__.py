@@ -3,7 +3,7 @@
     .venv/bin/python -m bench [--quick] [--json PATH] [--only NAME,...] [--timeout S]
 
 Runs each benchmark below in a process of its own, one after another (each calls the benchmark
-module's `run(quick=...)`, the same function its own command line uses), then prints one table —
+module's `suite(quick=...)` when it has one, else its `run(quick=...)`), then prints one table —
 figure, value, floor, ratio, target, met? — and writes every figure and every benchmark's whole dict
 to JSON (`--json`, default bench/results.json, or bench/results-quick.json with `--quick`).
 
@@ -277,14 +277,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text())))
         return 0
-    names = args.only.split(",") if args.only else list(BENCHES)
-    unknown = [n for n in names if n not in BENCHES]
-    if unknown:
-        p.error(f"no benchmark {', '.join(unknown)} (there are: {', '.join(BENCHES)})")
+    if args.only is not None:
+        names = list(dict.fromkeys(n.strip() for n in args.only.split(",")))  # each named once, in order
+        unknown = [n for n in names if n not in BENCHES]
+        if unknown:
+            p.error(f"no benchmark {', '.join(map(repr, unknown))} (there are: {', '.join(BENCHES)})")
+    else:
+        names = list(BENCHES)
+    if args.timeout is not None and args.timeout <= 0:
+        p.error("--timeout must be a positive number of seconds")
     timeout = args.timeout or (300 if args.quick else 1200)
     path = Path(args.json) if args.json else HERE / ("results-quick.json" if args.quick else "results.json")
+    try:  # before the work, not after it: a path that cannot be written loses nothing
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        p.error(f"cannot write the figures to {path}: {exc.strerror or exc}")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    doc: dict = {"quick": args.quick, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    doc: dict = {"quick": args.quick, "only": names if args.only is not None else None, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}
     t0 = time.monotonic()
     doc["skipped"] = [n for n in names if not present(n)]

@@ -96,7 +96,7 @@ async def main() -> None:
         print(f"floor (raw HTTP on one socket, n={args.n}): p50 {f50:.3f} ms  p99 {f99:.3f} ms; "
               f"client CPU {raw_cpu * 1000:.3f} ms per request")
         print(f"AgentClient GET /v1/state (n={args.n}): p50 {c50:.3f} ms ({c50 / f50:.1f}x floor)  "
-              f"p99 {c99:.3f} ms ({c99 / f99:.1f}x floor); client CPU {client_cpu * 1000:.3f} ms per request "
+              f"p99 {c99:.3f} ms ({c99 / f50:.1f}x floor); client CPU {client_cpu * 1000:.3f} ms per request "
               f"({client_cpu / raw_cpu:.1f}x floor)")
 
         drip = AgentClient(AgentConfig("d", socket=str(base / "d.sock")))

@@ -177,5 +177,10 @@ REPROS = {"conflict": conflict, "diskfull": diskfull, "expired": expired, "refus
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(REPROS)
+    unknown = [name for name in names if name not in REPROS]
+    if unknown:
+        print(f"python -m bench.fault_repros: no reproduction {', '.join(map(repr, unknown))} "
+              f"(there are: {', '.join(REPROS)})", file=sys.stderr)
+        sys.exit(2)
     found = [name for name in names if REPROS[name]()]
     sys.exit(1 if found else 0)

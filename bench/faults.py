@@ -56,16 +56,34 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--trials", type=positive, default=20)
     p.add_argument("--seed", type=int, default=1, help="trial i uses seed SEED+i (default 1)")
     p.add_argument("--json", help="write every trial's result here")
-    p.add_argument("--burst", type=int, default=24, help="phone requests per trial (two threads)")
+    p.add_argument("--burst", type=positive, default=24, help="phone requests per trial, at most (two threads; a "
+                                                             "card answer with no ask open sends nothing)")
     p.add_argument("--only", choices=sorted(set(SCENARIOS)), help="run only trials of this scenario")
     p.add_argument("--keep", choices=("failed", "all", "none"), default="failed", help="which trial folders to keep")
     p.add_argument("--root", help="make trial folders here (default /tmp)")
     args = p.parse_args(argv)
+    if args.json:
+        try:  # before the first trial, not after it
+            with open(args.json, "a"):
+                pass
+        except OSError as exc:
+            p.error(f"cannot write the results to {args.json}: {exc.strerror or exc}")
     results = []
     t0 = time.monotonic()
 

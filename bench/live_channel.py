@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -341,6 +342,7 @@ def run(quick: bool = False, asks: int | None = None, push_agents: int | None = 
                 "idle_cpu", "idle_rss", "busy_cpu", "busy_rss", "changes")}}
     finally:
         crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)  # a lead's state folder: its api-token too
     out["load"] = os.getloadavg()
     return out
 
@@ -397,6 +399,7 @@ def main() -> None:
                   f"(floor p50 {ms(f50)})")
     finally:
         crew.stop()
+        shutil.rmtree(base, ignore_errors=True)  # a lead's state folder: its api-token too
 
 
 if __name__ == "__main__":

@@ -296,7 +296,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--pane-only", action="store_true", help="only the change latency at the pane route")
     p.add_argument("--quick", action="store_true", help="the small size (python -m bench --quick)")
-    p.add_argument("--samples", type=int, default=None, help="asks timed at the pane route (200; 30 with --quick)")
+    p.add_argument("--samples", type=int, default=None, help="asks timed at the pane route (200; 20 with --quick)")
     p.add_argument("--conversations", type=int, default=100)
     p.add_argument("--repo", default=str(REPO), help="run the lead from this checkout (to measure before a change)")
     args = p.parse_args()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import faults
 from bench.__main__ import KEYS, main, present, row, table
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,14 +32,31 @@ def test_an_unknown_benchmark_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--only", "nope"])
     assert exc.value.code == 2
-    assert "no benchmark nope" in capsys.readouterr().err
+    assert "no benchmark 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--only", ""], "no benchmark ''"),  # not "every benchmark, full size" (it ran 10 minutes)
+    (["--only", "writes,"], "no benchmark ''"),
+    (["--quick", "--timeout", "0"], "--timeout must be a positive"),
+    (["--quick", "--only", "writes", "--json", "/nonexistent/figures.json"], "cannot write the figures to"),
+])
+def test_a_bad_option_is_refused_before_any_benchmark_runs(capsys, argv, said):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err
 
 
 @pytest.mark.slow
 def test_quick_run_writes_every_figure(tmp_path):
     out = tmp_path / "results.json"
+    before = set(Path("/tmp").iterdir())
     proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
+    # no benchmark leaves a state folder behind: each held a lead's api-token (live_channel's did)
+    left = [d for d in set(Path("/tmp").iterdir()) - before if d.is_dir() and any(d.rglob("api-token"))]
+    assert left == []
     doc = json.loads(out.read_text())
     assert doc["errors"] == [], json.dumps(doc["benchmarks"], indent=1)[-4000:]
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -53,3 +71,22 @@ def test_quick_run_writes_every_figure(tmp_path):
             if figures[key]["unit"] == "ms":  # every latency beside its floor, measured in the same run
                 assert figures[key]["floor"] > 0 and figures[key]["ratio"] > 0, key
             assert figures[key]["figure"] in proc.stdout, key
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--trials", "0"], "0 is not at least 1"),  # ran nothing and said "0 failed", exit 0
+    (["--trials", "-1"], "-1 is not at least 1"),
+    (["--trials", "1", "--burst", "-2"], "-2 is not at least 1"),  # a trial of 0 requests "passed"
+    (["--trials", "1", "--json", "/nonexistent/trials.json"], "cannot write the results to"),  # after a trial
+])
+def test_the_fault_campaign_refuses_a_bad_option_before_any_trial(capsys, argv, said):
+    with pytest.raises(SystemExit) as exc:
+        faults.main(argv)
+    assert exc.value.code == 2
+    assert said in capsys.readouterr().err
+
+
+def test_an_unknown_fault_reproduction_is_named_not_a_traceback():
+    proc = subprocess.run([sys.executable, "-m", "bench.fault_repros", "nonsense"], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "no reproduction 'nonsense'" in proc.stderr and "Traceback" not in proc.stderr
