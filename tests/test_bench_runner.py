@@ -90,3 +90,16 @@ def test_an_unknown_fault_reproduction_is_named_not_a_traceback():
     proc = subprocess.run([sys.executable, "-m", "bench.fault_repros", "nonsense"], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "no reproduction 'nonsense'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_three_stacks_benchmark_prints_each_server_beside_the_floor():
+    """bench/stacks.py (issues 15, 16): what requests at once cost with no work behind them."""
+    proc = subprocess.run([sys.executable, "bench/stacks.py", "--clients", "5", "--bursts", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("floor: one httpx round trip")
+    for name in ("stdlib threaded", "h11 on trio", "hypercorn + quart-trio"):
+        line = next(x for x in lines if x.startswith(name))
+        assert "5 at once" in line and "x floor" in line and "CPU per request" in line
+    assert proc.stderr == ""  # nothing of the servers' own logging
