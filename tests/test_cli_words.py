@@ -227,3 +227,22 @@ def test_doctor_warns_about_two_hand_written_names_for_one_socket(cli, paths, de
     paths.sources.write_text(json.dumps(entries))
     _, doctor, _ = cli("doctor")
     assert 'warn config: "desk-two" reaches the same socket as "desk"' in doctor
+
+
+@pytest.mark.parametrize("verb", [["doctor"], ["status"], ["durable", "list"], ["tokens", "list"]])
+def test_output_piped_to_a_reader_that_left_is_no_traceback(paths, verb):
+    """`collie status | head -1`: when the reader of the output has gone, the command ends quietly
+    with the shell's status for SIGPIPE (141), never with a BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, collie_env
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before collie writes a byte
+    try:
+        proc = subprocess.run([sys.executable, "-m", "crew.cli.main", *verb], cwd=REPO, env=collie_env(paths),
+                              stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+    finally:
+        os.close(write)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == 141

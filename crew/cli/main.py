@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from crew import __version__
@@ -31,12 +33,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = Paths.from_env()
     try:
-        return args.run(args, paths)
+        status = args.run(args, paths)
+        sys.stdout.flush()  # here, not at exit: a reader that left (`collie status | head -1`) is caught below
+        return status
     except CollieError as exc:
         print(f"collie: {printable(exc)}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of our output left: nothing more to say, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail too
+        return 128 + signal.SIGPIPE
 
 if __name__ == "__main__":
     sys.exit(main())
