@@ -28,7 +28,7 @@ import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -556,6 +556,18 @@ async def _socket_listener(path: str) -> trio.SocketListener:
     return trio.SocketListener(sock)
 
 
+@contextmanager
+def _bare_interrupt():
+    """A Ctrl-C that ends the agent leaves `open_collie` as one KeyboardInterrupt, not wrapped in its
+    nursery's exception group, so an `except KeyboardInterrupt` around `trio.run` catches it."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if group.split(KeyboardInterrupt)[1] is None:  # nothing but interrupts
+            raise KeyboardInterrupt from None
+        raise
+
+
 @asynccontextmanager
 async def open_collie(
     *,
@@ -602,43 +614,44 @@ async def open_collie(
                     history_limit=history_limit, keeps_list=keeps_list, wire=WireRange(*wire), tokens=tokens,
                     caller_check=check, on_send=on_send, on_steer=on_steer, on_action=on_action,
                     on_starter=on_starter)
-    async with trio.open_nursery() as nursery:
-        collie._nursery = nursery
-        if state_path is not None:
-            collie._state_path = Path(state_path)
-            effects = collie._load()
-        else:
-            effects = []
-        if socket is not None:
-            listener = await _socket_listener(socket)
-            collie.address = socket
-        else:
-            parts = urlsplit(url)
-            listeners = await trio.open_tcp_listeners(parts.port or 0, host=parts.hostname)
-            listener = listeners[0]
-            for extra in listeners[1:]:
-                await extra.aclose()
-            port = listener.socket.getsockname()[1]
-            if ssl_context is not None:
-                listener = trio.SSLListener(listener, ssl_context, https_compatible=True)
-            scheme = "https" if ssl_context is not None else "http"
-            collie.address = f"{scheme}://{parts.hostname}:{port}"
-        await nursery.start(collie._serve_listener, listener)
-        collie._apply(effects)
-        if collie._state_path is not None:
-            nursery.start_soon(collie._save_loop)
-        try:
-            yield collie
-        finally:
-            with trio.CancelScope(shield=True):
-                collie.inflight.closing = True
-                collie._changed()  # open long-polls answer now
-                await collie.inflight.drain(CLOSE_GRACE)  # answer what was accepted before going
-            nursery.cancel_scope.cancel()
-            collie._save()
+    with _bare_interrupt():
+        async with trio.open_nursery() as nursery:
+            collie._nursery = nursery
+            if state_path is not None:
+                collie._state_path = Path(state_path)
+                effects = collie._load()
+            else:
+                effects = []
             if socket is not None:
+                listener = await _socket_listener(socket)
+                collie.address = socket
+            else:
+                parts = urlsplit(url)
+                listeners = await trio.open_tcp_listeners(parts.port or 0, host=parts.hostname)
+                listener = listeners[0]
+                for extra in listeners[1:]:
+                    await extra.aclose()
+                port = listener.socket.getsockname()[1]
+                if ssl_context is not None:
+                    listener = trio.SSLListener(listener, ssl_context, https_compatible=True)
+                scheme = "https" if ssl_context is not None else "http"
+                collie.address = f"{scheme}://{parts.hostname}:{port}"
+            await nursery.start(collie._serve_listener, listener)
+            collie._apply(effects)
+            if collie._state_path is not None:
+                nursery.start_soon(collie._save_loop)
+            try:
+                yield collie
+            finally:
                 with trio.CancelScope(shield=True):
-                    try:
-                        os.unlink(socket)
-                    except FileNotFoundError:
-                        pass
+                    collie.inflight.closing = True
+                    collie._changed()  # open long-polls answer now
+                    await collie.inflight.drain(CLOSE_GRACE)  # answer what was accepted before going
+                nursery.cancel_scope.cancel()
+                collie._save()
+                if socket is not None:
+                    with trio.CancelScope(shield=True):
+                        try:
+                            os.unlink(socket)
+                        except FileNotFoundError:
+                            pass

@@ -1,0 +1,52 @@
+"""Ctrl-C ends an agent quietly (docs/fixtures.md: a fixture "runs until Ctrl-C"; docs/sdk.md): no
+traceback of the nursery's exception group, its socket removed, and an SDK program's own
+`except KeyboardInterrupt` around `trio.run` catches it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.live import short_dir
+
+pytestmark = pytest.mark.slow
+
+SDK_PROGRAM = """
+import sys, trio
+from crew.sdk import open_collie
+async def main():
+    async with open_collie(socket=sys.argv[1], host_name="t") as collie:
+        collie.ready()
+        print("listening", flush=True)
+        await trio.sleep_forever()
+try:
+    trio.run(main)
+except KeyboardInterrupt:
+    print("caught", flush=True)
+"""
+
+
+def interrupt(argv: list[str]) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().startswith("listening")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_a_fixture_agent_ends_on_ctrl_c_without_a_traceback():
+    sock = short_dir("ki") / "a.sock"
+    got = interrupt([sys.executable, "-m", "fixtures", "deployer", "--socket", str(sock)])
+    assert "Traceback" not in got.stderr, got.stderr
+    assert got.returncode == 0 and not sock.exists()
+
+
+def test_an_sdk_program_catches_ctrl_c_as_one_keyboard_interrupt():
+    sock = short_dir("ki") / "a.sock"
+    got = interrupt([sys.executable, "-c", SDK_PROGRAM, str(sock)])
+    assert got.stdout.strip() == "caught" and "Traceback" not in got.stderr, got.stderr
+    assert got.returncode == 0 and not sock.exists()
