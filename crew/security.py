@@ -207,6 +207,13 @@ def check_token_text(token: str, var: str) -> Problem | None:
     return None
 
 
+def bearer_token(header: str) -> str:
+    """The token of an `Authorization: Bearer …` header, or "" for any other. The scheme's name is
+    case-insensitive (RFC 9110 §11.1): `bearer x` is the token x too."""
+    scheme, _, token = header.partition(" ")
+    return token.strip(" ") if scheme.lower() == "bearer" else ""
+
+
 def same_secret(a: str | bytes, b: str | bytes) -> bool:
     """Constant-time comparison for tokens."""
     a_b = a.encode() if isinstance(a, str) else a

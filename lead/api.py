@@ -31,7 +31,7 @@ from crew import logs
 from crew.fsutil import atomic_write
 from crew.paths import Paths
 from crew.receipts import NO_STARTERS
-from crew.security import same_secret
+from crew.security import bearer_token, same_secret
 from lead.door import BodyRefused, open_to_senders, opens_to_senders, parse_body
 from lead.inbox import STORE_ERRORS, TextTooLong
 from lead.inbox import item_id as scoped_id
@@ -138,7 +138,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         if not is_api(request.path):  # pages, pairing (`POST /pair`: the code is the credential), /healthz
             return None
         header = request.headers.get("authorization", "")
-        given = header[7:] if header.startswith("Bearer ") else ""
+        given = bearer_token(header)
         if given and same_secret(given, credential):
             g.sender = OWNER
         elif not given and devices is not None and request.cookies.get(COOKIE):

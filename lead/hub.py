@@ -68,6 +68,7 @@ from crew.crewwire import AgentView, FrameError, shown
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not_recorded, refused
+from crew.security import bearer_token
 from crew.views import UNREACHABLE
 from lead.refusals import Refusals
 
@@ -407,7 +408,7 @@ class Hub:
         @app.websocket("/crew/v1")
         async def crew_link():
             header = websocket.headers.get("authorization", "")
-            token = header[7:] if header.startswith("Bearer ") else ""
+            token = bearer_token(header)
             label = self.store.member_for(token) if token else None
             await websocket.accept()
             ws = websocket._get_current_object()

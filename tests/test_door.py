@@ -91,6 +91,17 @@ async def test_every_route_by_every_credential(lead):
                 assert (status, body["error"]) == (403, "forbidden"), (method, rule, status, body)
 
 
+async def test_the_bearer_scheme_is_read_in_any_case(lead):
+    """RFC 9110 §11.1: an auth scheme's name is case-insensitive — `bearer` and `BEARER` carry the
+    token as `Bearer` does; the token itself is still compared exactly."""
+    app, owner = lead
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        status, body, _ = await call(app, "GET", "/api/dashboard", {"authorization": f"{scheme} {owner}"})
+        assert status == 200, (scheme, body)
+    status, _, _ = await call(app, "GET", "/api/dashboard", {"authorization": f"bearer {owner.upper()}"})
+    assert status == 401 or owner == owner.upper()
+
+
 @pytest.mark.parametrize("method, path", [
     ("POST", "/api/agents/local/desk/starters/inbox"),
     ("POST", "/api/agents/local/desk/conversations/c1/actions/inbox"),

@@ -39,6 +39,7 @@ import trio
 
 from crew.sdk.core import AgentCore, BadRequest, DeliverAnswer, RunAction, Steer, StartTurn, StopTurn
 from crew.sdk.server import Inflight, Request, Response, error, handle_connection
+from crew.security import bearer_token
 from crew.wire import WAIT_MAX, WireRange, etag
 
 CALLER_CHECK_WARNING = ("warning: this platform cannot tell who connects to the durable agent's socket, "
@@ -376,10 +377,9 @@ class Collie:
     def _authorized(self, req: Request) -> bool:
         if not self._tokens:
             return True
-        header = req.headers.get("authorization", "")
-        if not header.startswith("Bearer "):
+        given = bearer_token(req.headers.get("authorization", "")).encode()
+        if not given:
             return False
-        given = header[len("Bearer "):].encode()
         ok = False
         for token in self._tokens:
             ok |= hmac.compare_digest(given, token)
