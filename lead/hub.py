@@ -629,7 +629,8 @@ class Hub:
                 if conn.save_after_feed:
                     conn.save_after_feed = False
                     await self._save_views()
-                conn.fresh = trio.Event()
+                    continue  # a frame that came during the save set the event about to be replaced: look again
+                conn.fresh = trio.Event()  # no await since the queue was found empty: no frame can slip by
                 await conn.fresh.wait()
                 continue
             entry = conn.take()

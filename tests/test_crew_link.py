@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from bridge.reader import AgentReader
@@ -438,3 +439,37 @@ def test_the_member_says_what_a_refusal_means():
     said = link.describe(ExceptionGroup("g", [closed("label_in_use")]))
     assert "another machine is connected as laptop" in said and "its own invite" in said
     assert link.describe(closed("x\n\x1b[2J")) == "the lead closed the link: x\\n\\x1b[2J"
+
+
+async def test_a_view_that_arrives_while_the_views_file_is_saved_is_not_left_waiting(tmp_path, monkeypatch):
+    """crew.md §2: after a member's snapshot (every reconnect) the lead writes its views file; an `agent`
+    frame that came during that write (the turn a restarted member's recovery just ended) was left in the
+    queue: the feeder replaced the event the frame had set and slept until the next frame. The lead then
+    showed the turn running for good and the inbox held every send behind it (a fault test stuck 120 s)."""
+    from lead.hub import Conn
+    from tests.apilab import FakeLink, add_member, api_lab, frame
+
+    with trio.fail_after(30):
+        async with api_lab(tmp_path, []) as lab:
+            hub = lab.hub
+            member = add_member(hub, "box", FakeLink(lambda m: {}), [])
+            conn = member.conn = Conn(None, "box", "boot-1")
+            saving, release = trio.Event(), trio.Event()
+
+            async def slow_save():  # the views file's fsync, held until the test lets it go
+                saving.set()
+                await release.wait()
+            monkeypatch.setattr(hub, "_save_views", slow_save)
+            snapshot = json.dumps({"type": "snapshot", "agents": [fake_view("a", 2, turn=1)], "more": []})
+            later = fake_view("a", 2, turn=2)
+            async with trio.open_nursery() as n:
+                n.start_soon(hub._feed, member, conn)
+                conn.enqueue(("parsed", "snapshot", frame(json.loads(snapshot))), len(snapshot))
+                await saving.wait()  # the snapshot is applied; its views are being written
+                raw = json.dumps({"type": "agent", "name": "a", "view": {k: v for k, v in later.items() if k != "name"}})
+                conn.enqueue(("parsed", "agent", frame(json.loads(raw))), len(raw))
+                release.set()
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert not conn.queue  # fed, not waiting for a frame that may never come
+                assert {c.turn for c in member.readers["a"].conversations.values()} == {2}
+                n.cancel_scope.cancel()
