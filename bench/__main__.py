@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.measure import check_writable
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
@@ -288,11 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--timeout must be a positive number of seconds")
     timeout = args.timeout or (300 if args.quick else 1200)
     path = Path(args.json) if args.json else HERE / ("results-quick.json" if args.quick else "results.json")
-    try:  # before the work, not after it: a path that cannot be written loses nothing
-        with open(path, "a"):
-            pass
-    except OSError as exc:
-        p.error(f"cannot write the figures to {path}: {exc.strerror or exc}")
+    check_writable(p, path, "the figures")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     doc: dict = {"quick": args.quick, "only": names if args.only is not None else None, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}

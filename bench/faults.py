@@ -22,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: bench/faults.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.faultrun import SCENARIOS, run_trial  # noqa: E402
+from bench.measure import check_writable  # noqa: E402
 
 COLUMNS = ("trials", "crash_points_hit", "kills", "requests", "acknowledged", "duplicates", "losses",
            "wrong_receipts", "unresolved")
@@ -79,11 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--root", help="make trial folders here (default /tmp)")
     args = p.parse_args(argv)
     if args.json:
-        try:  # before the first trial, not after it
-            with open(args.json, "a"):
-                pass
-        except OSError as exc:
-            p.error(f"cannot write the results to {args.json}: {exc.strerror or exc}")
+        check_writable(p, args.json, "the results")
     results = []
     t0 = time.monotonic()
 

@@ -6,6 +6,16 @@ import os
 from pathlib import Path
 
 
+def check_writable(parser, path, what: str) -> None:
+    """Stop with a usage error (exit 2) before any work when `path` cannot be written: a benchmark or a
+    campaign that finds out only at its end loses everything it measured."""
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as exc:
+        parser.error(f"cannot write {what} to {path}: {exc.strerror or exc}")
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of `pid`, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -103,6 +104,7 @@ async def main(args) -> dict:
         return out
     finally:
         crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)  # the lead's state folder: its api-token too
 
 
 if __name__ == "__main__":

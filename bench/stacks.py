@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import trio
 
 HERE = Path(__file__).resolve().parent
@@ -87,7 +88,6 @@ def start(code: str) -> tuple[subprocess.Popen, str]:
 
 
 async def measure(servers: dict, n: int, bursts: int) -> dict:
-    import httpx
     async with httpx.AsyncClient() as side:
         floor = await round_trips(side, servers["stdlib threaded (the floor's)"][1], 300)
     out = {"floor_p50": pct(floor, 50), "servers": {}}
