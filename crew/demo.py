@@ -92,14 +92,17 @@ class Summary:
 
     @classmethod
     def from_api(cls, dashboard: dict, asks: list[dict], inbox: list[dict], *, machines: list[str],
-                 asleep: set[str]) -> Summary:
-        """`machines`: every machine the demo started, lead first; `asleep`: those the demo put to sleep."""
+                 asleep: set[str], silent: set[str] = frozenset()) -> Summary:
+        """`machines`: every machine the demo started, lead first; `asleep`: those the demo put to sleep;
+        `silent`: those whose bridge does not answer (restarting, or exited)."""
         sections = {s.get("machine"): s for s in dashboard.get("sections", []) if isinstance(s, dict)}
         mlines, alines = [], []
         for i, machine in enumerate(machines):
             s = sections.get(machine)
             if machine in asleep:
                 state = "asleep"
+            elif machine in silent:
+                state = "silent"
             elif s is None:
                 state = "starting"
             else:

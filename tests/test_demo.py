@@ -19,6 +19,7 @@ import pytest
 from crew.demo import SleepCycle, Summary, clip
 from crew.paths import Paths
 from tests.crewlab import REPO, wait_for
+from tests.demolab import alive, descendants
 
 
 def test_sleep_cycle_alternates_at_exact_times():
@@ -53,30 +54,6 @@ def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
                               "1 open asks; inbox: 1 waiting, 0 running")
     assert [i.item for i in s.inbox] == ["r1"]  # a finished item is no longer work to watch
     assert clip(None) == "" and clip("a\tb") == "a b"
-
-
-def descendants(pid: int) -> set[int]:
-    parent_of = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                raw = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            parent_of[int(d)] = int(raw[raw.rindex(")") + 2:].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent_of.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return raw[raw.rindex(")") + 2] != "Z"
 
 
 def tree(root: Path) -> list[str]:

@@ -8,17 +8,37 @@ them the way a person would, with the real CLI: `collie durable attach`, `collie
 an agent refuses writes from the process that launched it (features T3), and here the bridges that
 write to the agents are the demo's siblings of those agents, never their parents.
 
+Once ready it prints a one-time pairing link for the lead (and its QR code on a terminal): the only
+secret it ever prints, valid 10 minutes and once. `p` in the live view, or `collie demo pair` in
+another terminal, makes another. With `--lan` the lead serves on this machine's network address,
+over TLS with the certificate it makes itself, and the demo prints that certificate's SHA-256
+fingerprint to compare on the phone; without it nothing listens beyond loopback.
+
+The lead keeps one port for the demo's whole life (the demo picks a free one and passes it as
+`--port`), so a restart of the lead (`r` in the live view, `collie demo restart`, or `collie restart`
+with the demo's folders) comes back on the same address and the members and phones reconnect by
+themselves (features V1). A bridge that stops answering, restarts or exits is a line in the live
+view; one that exited is started again. None of that ends the demo.
+
 Guarantees: nothing is written to the user's own config or state folders (every child gets its
 own); every process it started is ended within 5 s of Ctrl-C (SIGTERM, then SIGKILL after 3 s);
-the temporary folder is removed. Tokens are never printed: the `curl` line reads the lead's local
-credential from its file.
+the temporary folder is removed. Tokens other than the pairing link are never printed: the `curl`
+line reads the lead's local credential from its file.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
+import select
+import shlex
 import shutil
 import signal
+import socket
+import ssl
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -32,12 +52,18 @@ import httpx
 
 from crew import control
 from crew.demo import Event, SleepCycle, Summary, clip, push_event
-from crew.errors import CollieError, NotRunningError
+from crew.errors import CollieError, NotRunningError, UsageError
+from crew.paths import Paths
 
 STOP_GRACE = 3.0  # seconds a child gets after SIGTERM before SIGKILL (features: Ctrl-C ends all within 5 s)
 START_TIMEOUT = 60.0
+RESTART_EVERY = 5.0  # seconds between two attempts to start a bridge that exited
 POLL = 1.0
 MAX_PAGES = 20  # pages of chat items one check reads at most
+DEMO_ROOT = "/tmp"  # where the demo's folder is made, and where `collie demo pair` looks for it
+DEMO_PREFIX = "collie-demo-"
+MARK = "demo.json"  # in the demo's folder: the demo's pid, so another terminal can find a live demo
+KEYS_HELP = "p: new pairing link · r: restart the lead · Ctrl-C: stop"
 
 
 @attrs.frozen
@@ -57,8 +83,17 @@ SLEEPER_AGENT, SLEEPER_CONVERSATION = "scribe", "chat"
 def register(sub) -> None:
     p = sub.add_parser("demo", help="see it work: a lead, two members and scripted agents on this machine",
                        description="Run a lead and two members with scripted agents on this machine, in a "
-                                   "temporary folder, until Ctrl-C. Your own config and state are not touched.")
+                                   "temporary folder, until Ctrl-C. Your own config and state are not touched. "
+                                   "While it runs, `collie demo pair` (another terminal) prints a new pairing "
+                                   "link and `collie demo restart` restarts its lead.")
+    p.add_argument("action", nargs="?", choices=("pair", "restart"),
+                   help="with a demo running: `pair` prints a new one-time pairing link for its lead; "
+                        "`restart` restarts its lead (same address; members and phones reconnect)")
     p.add_argument("--plain", action="store_true", help="print plain progress lines instead of a live screen")
+    p.add_argument("--lan", nargs="?", const="auto", metavar="ADDRESS",
+                   help="serve the lead on this machine's network address (or ADDRESS), over TLS with a "
+                        "self-signed certificate, so a phone on the same network can open it")
+    p.add_argument("--no-qr", action="store_true", help="print the pairing link without its QR code")
     p.add_argument("--awake", type=float, default=15.0, metavar="SECONDS",
                    help="how long the laptop member stays awake between naps (default 15)")
     p.add_argument("--asleep", type=float, default=10.0, metavar="SECONDS",
@@ -81,6 +116,11 @@ class Machine:
                         PYTHONPATH=os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p))
         self.log_dir = root
         self.bridge: subprocess.Popen | None = None
+        self.options: tuple[str, ...] = ()  # what `collie serve` was given: the same at every start
+        self.started: float | None = None  # the running bridge's start time (its ping's `started`)
+        self.down = False  # the bridge did not answer its last ping
+        self.exited = False  # the bridge exited and the demo has not started it again yet
+        self.retry_at = 0.0
 
     def socket(self, agent: str) -> Path:
         return self.run_dir / f"{agent}.sock"
@@ -170,17 +210,99 @@ def tail(path: Path, n: int = 5) -> str:
         return ""
 
 
+# --- where the lead listens -------------------------------------------------------------------------
+SIOCGIFADDR = 0x8915
+
+
+def lan_address() -> str | None:
+    """This machine's IPv4 address on its network: the source of its default route, else the first
+    non-loopback interface address. None when it has only loopback."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: a UDP connect picks the route's source address, sends nothing
+            addr = s.getsockname()[0]
+        if not ipaddress.ip_address(addr).is_loopback and addr != "0.0.0.0":
+            return addr
+    except OSError:
+        pass
+    try:
+        import fcntl
+
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _index, name in socket.if_nameindex():
+                try:
+                    packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue  # no IPv4 address on it
+                addr = socket.inet_ntoa(packed[20:24])
+                if not ipaddress.ip_address(addr).is_loopback:
+                    return addr
+    except (OSError, ImportError):
+        pass
+    return None
+
+
+def lead_host(lan: str | None) -> str:
+    """The address the demo's lead binds: loopback, or with --lan this machine's network address."""
+    if lan is None:
+        return "127.0.0.1"
+    if lan == "auto":
+        found = lan_address()
+        if found is None:
+            raise UsageError("--lan: this machine has no network address besides loopback; connect it to a "
+                             "network, or give the address with --lan ADDRESS")
+        return found
+    try:
+        addr = ipaddress.ip_address(lan.strip("[]"))
+    except ValueError:
+        raise UsageError(f"--lan {clip(lan, 60)} is not an IP address of this machine") from None
+    if addr.is_loopback or addr.is_unspecified:
+        raise UsageError(f"--lan {addr} is not a network address: give one a phone can reach (or leave --lan out "
+                         "to stay on loopback)")
+    return str(addr)
+
+
+def free_port(host: str) -> int:
+    """A port free on `host` now; the lead is given it as --port, so every restart binds it again."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()} (is it an address of "
+                         "this machine?)") from None
+
+
+def own_command() -> str:
+    """How to run this `collie` again, as the user can type it: `collie` when that is on PATH."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if os.path.basename(argv0) == "collie":
+        on_path = shutil.which("collie")
+        try:
+            if on_path and os.path.samefile(on_path, argv0):
+                return "collie"
+        except OSError:
+            pass
+        if os.path.exists(argv0):
+            return shlex.quote(os.path.abspath(argv0))
+    return f"{shlex.quote(sys.executable)} -m crew.cli.main"
+
+
 class Demo:
     def __init__(self, base: Path, args, out) -> None:
         self.args = args
         self.out = out  # a Screen: prints progress, draws the summary
+        self.base = base
         self.procs = Processes()
         self.machines = {spec.machine: Machine(base, spec) for spec in (LEAD, WORKSHOP, LAPTOP)}
         self.lead = self.machines[LEAD.machine]
+        self.host = lead_host(getattr(args, "lan", None))
         self.address = ""
         self.client: httpx.Client | None = None
         self.events: list[Event] = []
         self.asleep: set[str] = set()
+        self.note_due = False  # the sleeper is asleep and the note for its inbox is not sent yet
         self.waiting_to_run: list[str] = []  # request ids sent while the sleeper slept, not yet run
         self.naps = 0
         self.items_since = 0  # how far check_ran has read the sleeper's chat
@@ -206,32 +328,43 @@ class Demo:
             wait_until(f"agent {name}", listening)
             m.collie("durable", "attach", name, "--socket", str(m.socket(name)))
         self.out.progress("attached them with `collie durable attach`")
-        pong = self.serve(self.lead, "--port", "0")
+        pong = self.serve(self.lead, "--host", self.host, "--port", str(free_port(self.host)))
         self.address = pong["address"]
         token = (self.lead.state_dir / "api-token").read_text().strip()
-        self.client = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=5.0)
+        verify: ssl.SSLContext | bool = True
+        if self.address.startswith("https://"):
+            cert = self.lead.state_dir / "tls" / "cert.pem"  # the lead's own self-signed certificate
+            verify = ssl.create_default_context(cafile=str(cert))
+            for spec in (WORKSHOP, LAPTOP):  # the members trust it the same way (ssl reads SSL_CERT_FILE)
+                self.machines[spec.machine].env["SSL_CERT_FILE"] = str(cert)
+        self.client = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=5.0,
+                                   verify=verify)
         self.out.progress(f"lead serving the phone API on {self.address}")
         for spec in (WORKSHOP, LAPTOP):
             m = self.machines[spec.machine]
             self.lead.collie("crew", "invite", "--label", spec.machine)
             member_token = (self.lead.state_dir / "invites" / f"{spec.machine}.token").read_text().strip()
-            m.collie("crew", "join", self.address.replace("http://", "ws://"), "--token-env", "COLLIE_CREW_TOKEN",
-                     "--label", spec.machine, env={"COLLIE_CREW_TOKEN": member_token})
+            m.collie("crew", "join", self.address.replace("https://", "wss://").replace("http://", "ws://"),
+                     "--token-env", "COLLIE_CREW_TOKEN", "--label", spec.machine, env={"COLLIE_CREW_TOKEN": member_token})
             self.serve(m)
             self.out.progress(f"{spec.machine} joined with `collie crew invite` / `collie crew join`")
         wait_until("every agent to be ready on the lead", self.all_ready)
         self.send_to_sleeper("Hello from collie demo: please summarise the crew.")
 
-    def serve(self, m: Machine, *options: str) -> dict:
+    def serve(self, m: Machine, *options: str, timeout: float = START_TIMEOUT) -> dict:
+        if options:
+            m.options = options
         m.bridge = self.procs.start(f"{m.spec.machine}/bridge", [sys.executable, "-m", "crew.cli.main", "serve",
-                                                                 *options], m.env, m.log_dir / "serve.log")
+                                                                 *m.options], m.env, m.log_dir / "serve.log")
 
         def up():
             if m.bridge.poll() is not None:
                 raise CollieError(f"the {m.spec.machine} bridge exited {m.bridge.returncode}: "
                                   f"{clip(tail(m.log_dir / 'serve.log'), 300)}")
             return m.ping()
-        return wait_until(f"the {m.spec.machine} bridge", up)
+        pong = wait_until(f"the {m.spec.machine} bridge", up, timeout=timeout)
+        m.started, m.down, m.exited = pong.get("started"), False, False
+        return pong
 
     def get(self, path: str) -> dict | None:
         try:
@@ -245,6 +378,33 @@ class Demo:
         ready = {(s["machine"], a["name"]) for s in dash.get("sections", []) for a in s.get("agents", [])
                  if a.get("status") == "ready"}
         return all((m.spec.machine, name) in ready for m in self.machines.values() for name, _k in m.spec.agents)
+
+    # --- pairing and restarting the lead ----------------------------------------------------------
+    def pairing(self) -> dict:
+        """A new one-time pairing link from the lead (its code is the only secret the demo prints)."""
+        return control.call(self.lead.state_dir / "bridge.sock", "pair")
+
+    def show_pairing(self) -> None:
+        try:
+            got = self.pairing()
+        except CollieError as exc:
+            self.event("pair", "local", "not now", str(exc))
+            return
+        self.out.pairing(got, qr=not self.args.no_qr and self.out.is_terminal, more=more_hint(self.out.keys))
+
+    def restart_lead(self) -> None:
+        """`r` in the live view: what `collie demo restart` asks for. Its return is seen by `watch`."""
+        try:
+            control.call(self.lead.state_dir / "bridge.sock", "restart")
+            self.event("restart", "local", "asked", "the lead restarts on the same address")
+        except CollieError as exc:
+            self.event("restart", "local", "refused", str(exc))
+
+    def key(self, ch: str) -> None:
+        if ch in "pP":
+            self.show_pairing()
+        elif ch in "rR":
+            self.restart_lead()
 
     # --- what the demo does while it runs -------------------------------------------------------
     def event(self, what: str, target: str, outcome: str, text: str = "", request_id: str = "") -> None:
@@ -271,12 +431,17 @@ class Demo:
         m = self.machines[SLEEPER.machine]
         self.procs.stop(m.bridge)
         self.asleep.add(SLEEPER.machine)
+        self.note_due = True
         self.event("sleep", SLEEPER.machine, "asleep", "its bridge stopped, like a closed lid")
 
-        def offline():
-            dash = self.get("/api/dashboard") or {}
-            return any(s.get("machine") == SLEEPER.machine and s.get("online") is False for s in dash.get("sections", []))
-        wait_until(f"the lead to see {SLEEPER.machine} offline", offline, timeout=45)
+    def send_note(self) -> None:
+        """Once the lead shows the sleeper offline, send it a note: the lead keeps it in the inbox."""
+        if not self.note_due:
+            return
+        dash = self.get("/api/dashboard") or {}
+        if not any(s.get("machine") == SLEEPER.machine and s.get("online") is False for s in dash.get("sections", [])):
+            return
+        self.note_due = False
         self.naps += 1
         got = self.send_to_sleeper(f"Note {self.naps}: written while the laptop slept; stream it back when it wakes.")
         if got.get("outcome") == "queued":
@@ -284,9 +449,56 @@ class Demo:
 
     def wake(self) -> None:
         m = self.machines[SLEEPER.machine]
-        self.serve(m)
+        self.note_due = False
+        try:
+            self.serve(m, timeout=20.0)
+        except CollieError as exc:
+            m.exited, m.retry_at = True, time.monotonic() + RESTART_EVERY
+            self.event("wake", SLEEPER.machine, "failed", str(exc))
+        else:
+            self.event("wake", SLEEPER.machine, "awake", "its bridge started again; the lead resends its inbox")
         self.asleep.discard(SLEEPER.machine)
-        self.event("wake", SLEEPER.machine, "awake", "its bridge started again; the lead resends its inbox")
+
+    def watch(self, now: float) -> None:
+        """Say what became of each bridge: not answering, restarted (and where), exited (start it again)."""
+        for m in self.machines.values():
+            name = m.spec.machine
+            if name in self.asleep or m.bridge is None:
+                continue
+            if m.bridge.poll() is not None:
+                if not m.exited:
+                    m.exited, m.retry_at = True, now
+                    self.event("exit", name, f"exited {m.bridge.returncode}", "the demo starts it again; "
+                               f"log: {m.log_dir / 'serve.log'}")
+                if now >= m.retry_at:
+                    m.retry_at = now + RESTART_EVERY
+                    try:
+                        pong = self.serve(m, timeout=20.0)
+                    except CollieError as exc:
+                        self.event("start", name, "failed", str(exc))
+                    else:
+                        self.event("start", name, "back", self.where(m, pong))
+                continue
+            pong = m.ping()
+            if pong is None:
+                if not m.down:
+                    m.down = True
+                    self.event("down", name, "silent", "its bridge does not answer (restarting?)")
+                continue
+            if pong.get("started") != m.started:
+                m.started, m.down = pong.get("started"), False
+                self.event("restart", name, "back", self.where(m, pong))
+            elif m.down:
+                m.down = False
+                self.event("up", name, "answers", "its bridge answers again")
+
+    def where(self, m: Machine, pong: dict) -> str:
+        if m is not self.lead:
+            return "it reconnects to the lead by itself"
+        address = pong.get("address") or "?"
+        if address == self.address:
+            return f"same address {address}; all reconnect"
+        return f"on {address}, not {self.address}"
 
     def check_ran(self) -> None:
         """Follow the sleeper's chat from where the last read ended; a user item naming a request id ran it."""
@@ -333,34 +545,195 @@ class Demo:
                                      "title": ask.get("title") or row.get("line")})
                 for item in (self.get(f"{agent_path}/inbox") or {}).get("items", []):
                     inbox.append({**item, "machine": machine, "agent": name})
-        return Summary.from_api(dash, asks, inbox, machines=list(self.machines), asleep=self.asleep)
+        silent = {m.spec.machine for m in self.machines.values() if m.down or m.exited}
+        return Summary.from_api(dash, asks, inbox, machines=list(self.machines), asleep=self.asleep, silent=silent)
 
     def run(self) -> None:
         self.start()
+        (self.base / MARK).write_text(json.dumps({"pid": os.getpid(), "address": self.address}))
         self.out.ready(self.address, self.lead.state_dir / "api-token")
+        self.show_pairing()
+        self.out.live_view()
         cycle = SleepCycle.starting(time.monotonic(), awake=self.args.awake, asleep=self.args.asleep)
         while True:
-            step = cycle.step(time.monotonic())
+            now = time.monotonic()
+            step = cycle.step(now)
             if step == "sleep":
                 self.sleep()
             elif step == "wake":
                 self.wake()
+            self.watch(now)
+            self.send_note()
             self.check_ran()
             self.out.draw(self.summary(), self.events)
-            time.sleep(POLL)
+            deadline = now + POLL
+            while (left := deadline - time.monotonic()) > 0:
+                for ch in self.out.keys.wait(left):
+                    self.key(ch)
+
+
+def more_hint(keys: Keys) -> str:
+    press = "press p here, or " if keys.on else ""
+    return f"Another link: {press}run `{own_command()} demo pair` in another terminal."
+
+
+# --- finding the running demo from another terminal -----------------------------------------------
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_demos(root: str = DEMO_ROOT) -> list[Path]:
+    """This user's live demos' folders, newest first: private folders named collie-demo-* whose
+    demo.json names a live process."""
+    found = []
+    try:
+        entries = list(Path(root).glob(f"{DEMO_PREFIX}*"))
+    except OSError:
+        return []
+    for d in entries:
+        try:
+            st = d.lstat()
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                continue
+            mark = json.loads((d / MARK).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict) and _alive(mark.get("pid")):
+            found.append((st.st_mtime, d))
+    return [d for _t, d in sorted(found, reverse=True)]
+
+
+def lead_paths_of(folder: Path) -> Paths:
+    return Paths(config_dir=folder / LEAD.folder / "cfg", state_dir=folder / LEAD.folder / "state")
+
+
+def find_demo() -> Paths:
+    demos = running_demos()
+    if not demos:
+        raise NotRunningError("no demo is running: start one with `collie demo`")
+    if len(demos) > 1:
+        print(f"({len(demos)} demos are running; this is the newest, in {demos[0]})", file=sys.stderr)
+    return lead_paths_of(demos[0])
+
+
+def pairing_lines(got: dict, more: str) -> list[str]:
+    """What to do with a pairing link: the link, the certificate to compare, where it opens, another one."""
+    lines = ["Pair a phone: open this link on it (valid 10 minutes, works once):", f"  {got['link']}"]
+    if got.get("fingerprint"):
+        lines += [f"The lead's certificate (SHA-256): {got['fingerprint']}",
+                  "The phone's browser warns that the certificate is not trusted (the lead made it itself): open "
+                  "the certificate's details there and go on only if it shows this fingerprint."]
+    if got.get("loopback"):
+        lines.append("This address opens in a browser on this machine only; for a phone on your network, "
+                     "start the demo with `collie demo --lan`.")
+    lines.append(more)
+    return lines
+
+
+def pair_with_running(args) -> int:
+    paths = find_demo()
+    got = control.call(paths.control_socket, "pair")
+    if not args.no_qr and sys.stdout.isatty():
+        from crew.cli.pair_cmd import qr_text
+
+        print(qr_text(got["link"]))
+    for line in pairing_lines(got, f"Another link: run `{own_command()} demo pair` again."):
+        print(line)
+    return 0
+
+
+def restart_running(_args) -> int:
+    from crew.cli.restart import restart_bridge
+
+    paths = find_demo()
+    before = control.call(paths.control_socket, "ping")
+    restart_bridge(paths)
+    after = control.call(paths.control_socket, "ping")
+    same = "the same address" if after.get("address") == before.get("address") else f"not {before.get('address')}"
+    print(f"the demo's lead is back on {after.get('address')} ({same}); its members and paired phones reconnect "
+          "by themselves")
+    return 0
 
 
 # --- drawing ----------------------------------------------------------------------------------------
 def curl_line(address: str, token_file: Path) -> str:
-    return f'curl -s -H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
+    insecure = f"--cacert {token_file.parent / 'tls' / 'cert.pem'} " if address.startswith("https://") else ""
+    return f'curl -s {insecure}-H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
+
+
+class Keys:
+    """Single key presses from the terminal the demo runs in (cbreak mode: Ctrl-C still interrupts).
+
+    Off when stdin is not a terminal: `wait` then only sleeps. `close` gives the terminal back as it was.
+    """
+
+    def __init__(self, stream=None, *, on: bool = True) -> None:
+        self.fd: int | None = None
+        self.saved = None
+        stream = sys.stdin if stream is None else stream
+        try:
+            if on and stream is not None and stream.isatty():
+                import termios
+                import tty
+
+                fd = stream.fileno()
+                self.saved = termios.tcgetattr(fd)
+                tty.setcbreak(fd)
+                self.fd = fd
+        except (OSError, ValueError, ImportError):
+            self.fd = None
+
+    @property
+    def on(self) -> bool:
+        return self.fd is not None
+
+    def wait(self, timeout: float) -> str:
+        """The keys pressed within `timeout` seconds (returns at the first)."""
+        if self.fd is None:
+            time.sleep(max(0.0, timeout))
+            return ""
+        try:
+            ready, _w, _x = select.select([self.fd], [], [], max(0.0, timeout))
+            data = os.read(self.fd, 64) if ready else b""
+        except InterruptedError:
+            return ""
+        except OSError:
+            self.fd = None
+            return ""
+        if ready and not data:  # the terminal went away
+            self.close()
+            return ""
+        return data.decode(errors="ignore")
+
+    def close(self) -> None:
+        if self.saved is not None:
+            import termios
+
+            try:
+                termios.tcsetattr(self.fd if self.fd is not None else sys.stdin.fileno(), termios.TCSADRAIN,
+                                  self.saved)
+            except (OSError, ValueError, termios.error):
+                pass
+            self.saved = None
+        self.fd = None
 
 
 class PlainScreen:
     """No TTY, or --plain: progress lines, and a summary line each time it changes."""
 
-    def __init__(self, stream=None) -> None:
+    def __init__(self, stream=None, keys: Keys | None = None) -> None:
         self.stream = stream or sys.stdout
         self.last = ""
+        self.keys = keys or Keys(on=False)
+        self.is_terminal = self.stream.isatty()
 
     def progress(self, text: str) -> None:
         print(f"[demo] {text}", file=self.stream, flush=True)
@@ -369,6 +742,17 @@ class PlainScreen:
         self.progress(f"ready: phone API on {address} (Ctrl-C stops everything)")
         self.progress(f"try: {curl_line(address, token_file)}")
 
+    def pairing(self, got: dict, *, qr: bool, more: str) -> None:
+        if qr:
+            from crew.cli.pair_cmd import qr_text
+
+            print(qr_text(got["link"]), file=self.stream)
+        for line in pairing_lines(got, more):
+            print(line if line.startswith("  ") else f"[demo] {line}", file=self.stream, flush=True)
+
+    def live_view(self) -> None:
+        pass
+
     def draw(self, summary: Summary, _events) -> None:
         line = summary.plain_line()
         if line != self.last:
@@ -376,32 +760,53 @@ class PlainScreen:
             print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
-        pass
+        self.keys.close()
 
 
 class RichScreen:
     """A TTY: the live one-screen summary (machines, agents, open asks, inbox, last receipts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keys: Keys | None = None) -> None:
         from rich.console import Console
 
         self.console = Console()
         self.live = None
         self.head = None
+        self.keys = keys or Keys()
+        self.is_terminal = True
 
     def progress(self, text: str) -> None:
         if self.live is None:
             self.console.print(f"[dim]\\[demo][/dim] {escape(text)}")
 
     def ready(self, address: str, token_file: Path) -> None:
-        from rich.live import Live
         from rich.text import Text
 
-        self.head = Text.assemble(("Collie demo", "bold"), " — phone API on ", (address, "cyan"),
-                                  "   (Ctrl-C stops everything)")
+        keys = f"   ({KEYS_HELP})" if self.keys.on else "   (Ctrl-C stops everything)"
+        self.head = Text.assemble(("Collie demo", "bold"), " — phone app on ", (address, "cyan"), keys)
         self.console.print(f"[dim]\\[demo][/dim] ready: phone API on {escape(address)}")
         # printed once, above the live screen, soft-wrapped: a copy of a wrapped line stays one command
         self.console.print(Text.assemble(("[demo] try: ", "dim"), curl_line(address, token_file)), soft_wrap=True)
+
+    def pairing(self, got: dict, *, qr: bool, more: str) -> None:
+        from rich.text import Text
+
+        live = self.live
+        if live is not None:  # printed above the live screen, which is drawn again below it
+            live.stop()
+        if qr:
+            from crew.cli.pair_cmd import qr_text
+
+            self.console.print(Text(qr_text(got["link"])), soft_wrap=True, highlight=False)
+        for line in pairing_lines(got, more):
+            style = "bold" if line.startswith("  ") else ""
+            self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
+        if live is not None:
+            self.live_view()
+
+    def live_view(self) -> None:
+        from rich.live import Live
+
         self.live = Live(console=self.console, auto_refresh=False, transient=True)
         self.live.start()
 
@@ -413,6 +818,7 @@ class RichScreen:
         if self.live is not None:
             self.live.stop()
             self.live = None
+        self.keys.close()
 
 
 def escape(text: str) -> str:
@@ -435,7 +841,7 @@ def render(head, summary: Summary, events):
         return t
 
     machines = table("Machines", "machine", "role", "state")
-    colour = {"online": "green", "asleep": "yellow", "offline": "red"}
+    colour = {"online": "green", "asleep": "yellow", "offline": "red", "silent": "red"}
     for m in summary.machines:
         machines.add_row(m.machine, m.role, f"[{colour.get(m.state, 'white')}]{m.state}[/]")
     agents = table("Agents", "machine", "agent", "runtime", "status", "open", "waiting")
@@ -466,13 +872,20 @@ def _raise_interrupt(_signum, _frame):
 
 
 def run(args, _paths) -> int:
-    screen = PlainScreen() if args.plain or not sys.stdout.isatty() else RichScreen()
-    base = Path(tempfile.mkdtemp(prefix="collie-demo-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    if args.action == "pair":
+        return pair_with_running(args)
+    if args.action == "restart":
+        return restart_running(args)
+    lead_host(args.lan)  # a bad --lan is one line before anything starts
+    keys = Keys()
+    screen = PlainScreen(keys=keys) if args.plain or not sys.stdout.isatty() else RichScreen(keys=keys)
+    base = Path(tempfile.mkdtemp(prefix=DEMO_PREFIX, dir=DEMO_ROOT if os.path.isdir(DEMO_ROOT) else None))
     os.chmod(base, 0o700)
     old = {s: signal.signal(s, _raise_interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
-    demo = Demo(base, args, screen)
+    demo = None
     status = 0
     try:
+        demo = Demo(base, args, screen)
         demo.run()
     except KeyboardInterrupt:
         status = 130
@@ -484,9 +897,11 @@ def run(args, _paths) -> int:
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         screen.close()
-        if demo.client is not None:
-            demo.client.close()
-        n = demo.procs.stop_all()
+        n = 0
+        if demo is not None:
+            if demo.client is not None:
+                demo.client.close()
+            n = demo.procs.stop_all()
         shutil.rmtree(base, ignore_errors=True)
         print(f"[demo] stopped {n} processes and removed {base}", flush=True)
         for s, h in old.items():

@@ -37,7 +37,8 @@ def _when(t: float | None) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M")
 
 
-def _qr(link: str) -> str:
+def qr_text(link: str) -> str:
+    """The link as a QR code drawn with text (half blocks), for a terminal."""
     import segno
 
     out = io.StringIO()
@@ -52,7 +53,7 @@ def pair(args, paths) -> int:
     got = control.call(paths.control_socket, "pair")
     link = got["link"]
     if not args.no_qr:
-        print(_qr(link))
+        print(qr_text(link))
     print(f"Open this link on the phone (valid 10 minutes, works once):\n  {link}")
     if got.get("fingerprint"):
         print(f"The lead's certificate (SHA-256): {got['fingerprint']}")

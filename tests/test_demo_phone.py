@@ -1,0 +1,260 @@
+"""Issue 26: the first five minutes on a phone, from `collie demo` to a paired phone, as a person does it.
+
+Both tests run the real `collie demo` and its real processes. The first runs it in a terminal (a pty),
+opens the pairing link it prints in Chromium at phone size, and restarts the demo's lead with the
+documented `collie demo restart`; the second runs `collie demo --lan` in a network namespace of its
+own (addresses inside it only) and pairs over TLS, checking the fingerprint the demo printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crew import control
+from crew.paths import Paths
+from tests.crewlab import REPO, wait_for
+from tests.demolab import DemoRun, alive, home_env, listening
+
+pytestmark = pytest.mark.slow
+PHONE = {"width": 390, "height": 844}
+LINK = r"^  (https?://[^\s/]+)/pair#([A-Za-z0-9_-]{20,})\s*$"
+LAN_NET, LAN_IP = "10.214.0.1/24", "10.214.0.1"
+SCREENSHOT = os.environ.get("COLLIE_DEMO_SCREENSHOT")  # where to keep the paired dashboard's picture (docs)
+
+
+def lead_of(text: str) -> Paths:
+    """The demo's lead folders, from the `try:` line it printed (the credential's file)."""
+    import re
+
+    token_file = Path(re.search(r"\$\(cat (\S+/lead/state/api-token)\)", text).group(1))
+    return Paths(config_dir=token_file.parent.parent / "cfg", state_dir=token_file.parent)
+
+
+def members_online(paths: Paths) -> set[str]:
+    try:
+        return {m["label"] for m in control.call(paths.control_socket, "crew", timeout=2)["members"] if m["online"]}
+    except Exception:
+        return set()
+
+
+def live_channels(paths: Paths) -> int:
+    try:
+        return control.call(paths.control_socket, "live", timeout=2)["channels"]
+    except Exception:
+        return -1
+
+
+def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
+    """Issue 26 / V1: in a terminal the demo prints a pairing link with its QR code; Chromium opening it
+    is paired and sees the lead's and both members' sections; `p` prints another link; `collie demo
+    restart` brings the lead back on the same address and the page's live channel and both members
+    reconnect by themselves; nothing listens beyond loopback; only the pairing link's code is printed;
+    Ctrl-C on the terminal ends every process the demo started."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import launch
+
+    home, env = home_env()
+    demo = DemoRun(["--awake", "600"], env, tty=True)
+    try:
+        first = demo.expect(LINK)
+        origin, code = first.group(1), first.group(2)
+        assert origin.startswith("http://127.0.0.1:")
+        before_link = demo.text[: first.start()]
+        assert "▀" in before_link or "█" in before_link  # the QR code, drawn in the terminal above the link
+        demo.expect(r"press p here, or run `.+ demo pair` in another terminal")
+        lead = lead_of(demo.text)
+        port = int(origin.rsplit(":", 1)[1])
+
+        # without --lan nothing listens beyond loopback, and the lead listens on the printed port
+        socks = wait_for(lambda: listening(demo.pids()), what="the demo's listening sockets")
+        assert all(addr in ("127.0.0.1", "::1") for addr, _p in socks), socks
+        assert ("127.0.0.1", port) in socks
+
+        with sync_playwright() as p:
+            browser = launch(p)
+            ctx = browser.new_context(viewport=PHONE, device_scale_factor=2)
+            page = ctx.new_page()
+            page.goto(f"{origin}/pair#{code}")
+            for machine in ("local", "workshop", "laptop"):
+                page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=20_000)
+            assert page.url.rstrip("/") == origin or page.url.startswith(origin + "/#") or page.url == origin + "/"
+            wait_for(lambda: live_channels(lead) >= 1, timeout=20, what="the page's live channel is open")
+            page.locator('section[data-machine="workshop"] a.row').first.wait_for(timeout=10_000)
+            if SCREENSHOT:
+                page.screenshot(path=SCREENSHOT)
+
+            # another link: a key press in the live view
+            at = len(demo.text)
+            demo.press("p")
+            second = demo.expect(LINK, timeout=15, after=at)
+            assert second.group(1) == origin and second.group(2) != code
+
+            # the documented restart, from another terminal, while the page stays open
+            started = control.call(lead.control_socket, "ping")["started"]
+            done = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
+            assert f"the demo's lead is back on {origin} (the same address)" in done.stdout
+            assert control.call(lead.control_socket, "ping")["started"] != started
+            t0 = time.monotonic()
+            wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+                     what="both members reconnected to the restarted lead")
+            wait_for(lambda: live_channels(lead) >= 1, timeout=20,
+                     what="the open page reconnected its live channel by itself")
+            reconnected = time.monotonic() - t0
+            demo.expect(r"restart\s+local\s+back\s+same address " + origin, timeout=15)  # the live view says so
+            # the page still works with its device cookie: open the workshop's agent and come back
+            page.locator('section[data-machine="workshop"] a.row').first.click()
+            page.wait_for_url("**/#/a/workshop/**", timeout=10_000)
+            page.go_back()
+            for machine in ("local", "workshop", "laptop"):
+                page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=10_000)
+            browser.close()
+        print(f"members and the page reconnected {reconnected:.1f} s after `collie demo restart` returned")
+        assert demo.proc.poll() is None  # a restart never ends the demo
+
+        secrets = [(lead.state_dir / "api-token").read_text().strip()]
+        secrets += [Path(d).read_text().strip() for d in (lead.state_dir / "invites").glob("*.token")]
+        started_pids = demo.pids()
+        assert len(started_pids) >= 8  # 5 agents, 3 bridges
+        t0 = time.monotonic()
+        demo.interrupt()
+        demo.proc.wait(timeout=10)
+        wait_for(lambda: not any(alive(p) for p in started_pids), timeout=max(0.1, 5.0 - (time.monotonic() - t0)),
+                 what="every process the demo started ended")
+        assert demo.proc.returncode == 0
+        demo.expect(r"^\[demo\] stopped \d+ processes and removed ", timeout=5)
+        assert not lead.state_dir.exists()
+        text = demo.text
+        assert all(s not in text for s in secrets)
+    finally:
+        demo.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _sh(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=30)
+
+
+@pytest.fixture
+def lan_namespace():
+    """A network namespace with loopback and one interface (a veth pair, both ends inside) at 10.214.0.1/24 (its default route):
+    a machine on a network of its own. Nothing in it reaches a real network."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.fail("this test makes a network namespace: run it as root with iproute2 (`ip`)")
+    ns = f"cl-demo-{uuid.uuid4().hex[:6]}"
+    made = _sh("ip", "netns", "add", ns)
+    assert made.returncode == 0, made.stderr
+    try:
+        for step in (("ip", "-n", ns, "link", "set", "lo", "up"),
+                     ("ip", "-n", ns, "link", "add", "lan0", "type", "veth", "peer", "name", "lan1"),  # both ends inside
+                     ("ip", "-n", ns, "link", "set", "lan1", "up"),
+                     ("ip", "-n", ns, "addr", "add", LAN_NET, "dev", "lan0"),
+                     ("ip", "-n", ns, "link", "set", "lan0", "up"),
+                     ("ip", "-n", ns, "route", "add", "default", "dev", "lan0")):
+            done = _sh(*step)
+            assert done.returncode == 0, f"{' '.join(step)}: {done.stderr}"
+        yield ns
+    finally:
+        _sh("ip", "netns", "del", ns)
+
+
+PHONE_CLIENT = r"""
+import hashlib, json, ssl, sys
+import httpx
+origin, code, printed = sys.argv[1], sys.argv[2], sys.argv[3]
+host, port = origin.removeprefix("https://").rsplit(":", 1)
+out = {}
+try:
+    httpx.get(origin.replace("https://", "http://") + "/healthz", timeout=5)
+    out["plain_http"] = "answered"
+except httpx.HTTPError as exc:
+    out["plain_http"] = type(exc).__name__
+pem = ssl.get_server_certificate((host, int(port)))
+der = ssl.PEM_cert_to_DER_cert(pem)
+out["fingerprint"] = ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+if out["fingerprint"] != printed:
+    print(json.dumps(out)); sys.exit(0)
+ctx = ssl.create_default_context(cadata=pem)  # trust this certificate, and only it, once it was compared
+with httpx.Client(base_url=origin, verify=ctx, timeout=10) as c:
+    page = c.get("/pair")
+    out["pair_page"] = page.status_code
+    got = c.post("/pair", json={"code": code, "name": "demo-phone"},
+                 headers={"X-Collie-CSRF": "1", "Origin": origin})
+    out["paired"] = got.status_code
+    out["cookie_secure"] = "secure" in got.headers.get("set-cookie", "").lower()
+    dash = c.get("/api/dashboard")
+    out["dashboard"] = dash.status_code
+    out["sections"] = sorted(s["machine"] for s in dash.json()["sections"]) if dash.status_code == 200 else []
+    out["agents"] = sum(len(s["agents"]) for s in dash.json()["sections"]) if dash.status_code == 200 else 0
+    again = c.post("/pair", json={"code": code, "name": "second"}, headers={"X-Collie-CSRF": "1", "Origin": origin})
+    out["reused_code"] = again.status_code
+print(json.dumps(out))
+"""
+
+
+def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_fingerprint(lan_namespace, tmp_path):
+    """Issue 26: `collie demo --lan` on a machine whose network address is 10.214.0.1 (a namespace of the
+    test's own) serves the lead there over TLS only, with the certificate it made itself; a phone that
+    compares the printed SHA-256 fingerprint with the certificate it is shown, then trusts it, pairs with
+    the printed link and sees the lead's and both members' sections (members joined over wss://); a
+    restart keeps the address and the certificate."""
+    ns = lan_namespace
+    home, env = home_env()
+    demo = DemoRun(["--lan", "--awake", "600"], env, tty=False, prefix=["ip", "netns", "exec", ns])
+    try:
+        link = demo.expect(LINK)
+        origin, code = link.group(1), link.group(2)
+        assert origin.startswith(f"https://{LAN_IP}:")
+        printed = demo.expect(r"The lead's certificate \(SHA-256\): ([0-9A-F:]{95})").group(1)
+        demo.expect(r"open the certificate's details there and go on only if it shows this fingerprint")
+        assert "▀" not in demo.text and "█" not in demo.text  # not a terminal: the link alone, no QR code
+        port = int(origin.rsplit(":", 1)[1])
+        socks = wait_for(lambda: listening(demo.pids()), what="the demo's listening sockets")
+        assert socks == [(LAN_IP, port)], socks  # the network address only, no wildcard
+
+        script = tmp_path / "phone.py"
+        script.write_text(PHONE_CLIENT)
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(script), origin, code, printed],
+                              cwd=REPO, env={k: v for k, v in env.items() if not k.startswith("SSL_")}, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)
+        assert got["fingerprint"] == printed
+        assert got["plain_http"] != "answered"  # off loopback no plain HTTP
+        assert got["pair_page"] == 200 and got["paired"] == 200 and got["cookie_secure"]
+        assert got["dashboard"] == 200 and got["sections"] == ["laptop", "local", "workshop"] and got["agents"] == 5
+        assert got["reused_code"] == 401  # the link works once
+
+        lead = Paths(config_dir=Path(), state_dir=Path(demo.expect(r"\$\(cat (\S+)/api-token\)").group(1)))
+        cert = (lead.state_dir / "tls" / "cert.pem").read_bytes()
+        done = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert f"back on {origin} (the same address)" in done.stdout
+        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+                 what="both members reconnected over wss:// to the restarted lead")
+        assert (lead.state_dir / "tls" / "cert.pem").read_bytes() == cert
+        again = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "pair", "--no-qr"], cwd=REPO, env=env,
+                               capture_output=True, text=True, timeout=30)
+        assert again.returncode == 0, again.stderr
+        assert f"  {origin}/pair#" in again.stdout and f"(SHA-256): {printed}" in again.stdout
+        started = demo.pids()
+        demo.interrupt()
+        demo.proc.wait(timeout=10)
+        wait_for(lambda: not any(alive(p) for p in started), timeout=5, what="every process the demo started ended")
+        assert demo.proc.returncode == 0
+    finally:
+        demo.close()
+        shutil.rmtree(home, ignore_errors=True)
+
