@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,13 @@ def members_online(paths: Paths) -> set[str]:
         return {m["label"] for m in control.call(paths.control_socket, "crew", timeout=2)["members"] if m["online"]}
     except Exception:
         return set()
+
+
+def started_at(paths: Paths) -> float | None:
+    try:
+        return control.call(paths.control_socket, "ping", timeout=1)["started"]
+    except Exception:
+        return None
 
 
 def live_channels(paths: Paths) -> int:
@@ -113,6 +121,12 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
                      what="the open page reconnected its live channel by itself")
             reconnected = time.monotonic() - t0
             demo.expect(r"restart\s+local\s+back\s+same address " + origin, timeout=15)  # the live view says so
+            # the live view's own key does the same
+            started = control.call(lead.control_socket, "ping")["started"]
+            demo.press("r")
+            wait_for(lambda: started_at(lead) not in (None, started), timeout=20, what="`r` restarted the lead")
+            wait_for(lambda: members_online(lead) == {"workshop", "laptop"} and live_channels(lead) >= 1, timeout=20,
+                     what="members and the page reconnected after `r`")
             # the page still works with its device cookie: open the workshop's agent and come back
             page.locator('section[data-machine="workshop"] a.row').first.click()
             page.wait_for_url("**/#/a/workshop/**", timeout=10_000)
@@ -208,7 +222,8 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
     test's own) serves the lead there over TLS only, with the certificate it made itself; a phone that
     compares the printed SHA-256 fingerprint with the certificate it is shown, then trusts it, pairs with
     the printed link and sees the lead's and both members' sections (members joined over wss://); a
-    restart keeps the address and the certificate."""
+    restart keeps the address and the certificate; a bridge killed outright is started again (the lead on
+    its same address) and the demo goes on."""
     ns = lan_namespace
     home, env = home_env()
     demo = DemoRun(["--lan", "--awake", "600"], env, tty=False, prefix=["ip", "netns", "exec", ns])
@@ -245,6 +260,15 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
                  what="both members reconnected over wss:// to the restarted lead")
         assert (lead.state_dir / "tls" / "cert.pem").read_bytes() == cert
+        # a bridge that dies is started again, the lead on its same address; the demo goes on
+        workshop = Paths(config_dir=Path(), state_dir=lead.state_dir.parent.parent / "workshop" / "state")
+        for paths, name, back in ((workshop, "workshop", "it reconnects"), (lead, "local", f"same address {origin}")):
+            at = len(demo.text)
+            os.kill(control.call(paths.control_socket, "ping")["pid"], signal.SIGKILL)
+            demo.expect(rf"^\[demo\] exit {name}: exited -9", timeout=15, after=at)
+            demo.expect(rf"^\[demo\] start {name}: back \({back}", timeout=40, after=at)
+        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+                 what="both members are back on the lead after the kills")
         again = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "pair", "--no-qr"], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 0, again.stderr
