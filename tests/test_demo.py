@@ -185,3 +185,84 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp
     assert procs.stop_all() == 2
     assert stubborn.returncode == -signal.SIGKILL and polite.returncode == -signal.SIGTERM
     assert procs.procs == []
+
+
+def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(monkeypatch):
+    """Issue 26: without --lan the lead binds 127.0.0.1; --lan takes this machine's network address, or
+    the one given; loopback, wildcard and non-addresses are refused in one line before anything starts."""
+    from crew.cli import demo
+    from crew.errors import UsageError
+
+    assert demo.lead_host(None) == "127.0.0.1"
+    assert demo.lead_host("10.214.0.1") == "10.214.0.1"
+    monkeypatch.setattr(demo, "lan_address", lambda: "192.168.1.20")
+    assert demo.lead_host("auto") == "192.168.1.20"
+    monkeypatch.setattr(demo, "lan_address", lambda: None)
+    for bad, words in (("auto", "no network address besides loopback"), ("127.0.0.1", "not a network address"),
+                       ("0.0.0.0", "not a network address"), ("phone.example", "not an IP address")):
+        with pytest.raises(UsageError, match=words):
+            demo.lead_host(bad)
+    port = demo.free_port("127.0.0.1")
+    import socket
+
+    with socket.socket() as s:  # free now: the lead binds it, and binds it again at every restart
+        s.bind(("127.0.0.1", port))
+
+
+def test_pairing_lines_say_what_to_do_and_escape_what_the_lead_sent():
+    """Issue 26: the link on a line of its own; with TLS the fingerprint and what to compare on the phone;
+    on loopback where it opens and how to reach a phone; how to get another; nothing unescaped."""
+    from crew.cli.demo import pairing_lines
+
+    tls = pairing_lines({"link": "https://10.0.0.2:4/pair#abc", "fingerprint": "AB:CD", "loopback": False}, "more")
+    assert tls[1] == "  https://10.0.0.2:4/pair#abc"
+    assert "The lead's certificate (SHA-256): AB:CD" in tls and tls[-1] == "more"
+    assert any("go on only if it shows this fingerprint" in line for line in tls)
+    assert not any("--lan" in line for line in tls)
+    loop = pairing_lines({"link": "http://127.0.0.1:4/pair#abc\x1b[2J", "fingerprint": None, "loopback": True}, "m")
+    assert "\x1b" not in "".join(loop) and any("`collie demo --lan`" in line for line in loop)
+    assert not any("SHA-256" in line for line in loop)
+
+
+def test_running_demos_are_this_users_private_live_ones_newest_first(tmp_path):
+    """Issue 26: `collie demo pair` finds a demo by its folder: private (0700), this user's, and its
+    demo.json naming a live process; a folder left by a killed demo, or open to others, is not one."""
+    import json
+
+    from crew.cli import demo
+
+    def make(name: str, pid: int, mode: int = 0o700, mtime: float = 0.0) -> Path:
+        d = tmp_path / f"{demo.DEMO_PREFIX}{name}"
+        d.mkdir()
+        (d / demo.MARK).write_text(json.dumps({"pid": pid}))
+        d.chmod(mode)
+        os.utime(d, (mtime, mtime))
+        return d
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old, new = make("old", os.getpid(), mtime=1000.0), make("new", os.getpid(), mtime=2000.0)
+    make("left", dead.pid)
+    make("open", os.getpid(), mode=0o755)
+    (tmp_path / f"{demo.DEMO_PREFIX}nomark").mkdir(mode=0o700)
+    assert demo.running_demos(str(tmp_path)) == [new, old]
+    assert demo.lead_paths_of(new).control_socket == new / "lead" / "state" / "bridge.sock"
+
+
+def test_a_silent_bridge_is_shown_as_silent_not_as_its_last_view():
+    """Issue 26: a machine whose bridge does not answer (restarting, exited) says so in the live view."""
+    dashboard = {"sections": [{"machine": "local", "online": True, "agents": []},
+                              {"machine": "workshop", "online": True, "agents": []}]}
+    s = Summary.from_api(dashboard, [], [], machines=["local", "workshop", "laptop"], asleep={"laptop"},
+                         silent={"local", "laptop"})
+    assert [m.state for m in s.machines] == ["silent", "online", "asleep"]
+
+
+def test_keys_are_off_without_a_terminal_and_waiting_then_only_sleeps():
+    """Keys are read only from a terminal; without one `wait` returns nothing (and the demo still polls)."""
+    from crew.cli.demo import Keys
+
+    with open(os.devnull) as stream:
+        keys = Keys(stream)
+        assert not keys.on and keys.wait(0.0) == ""
+        keys.close()

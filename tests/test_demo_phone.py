@@ -99,7 +99,7 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             wait_for(lambda: live_channels(lead) >= 1, timeout=20, what="the page's live channel is open")
             page.locator('section[data-machine="workshop"] a.row').first.wait_for(timeout=10_000)
             if SCREENSHOT:
-                page.screenshot(path=SCREENSHOT)
+                page.screenshot(path=SCREENSHOT, full_page=True)  # the laptop section is below the fold
 
             # another link: a key press in the live view
             at = len(demo.text)

@@ -53,6 +53,7 @@ import httpx
 from crew import control
 from crew.demo import Event, SleepCycle, Summary, clip, push_event
 from crew.errors import CollieError, NotRunningError, UsageError
+from crew.logs import printable
 from crew.paths import Paths
 
 STOP_GRACE = 3.0  # seconds a child gets after SIGTERM before SIGKILL (features: Ctrl-C ends all within 5 s)
@@ -626,9 +627,9 @@ def find_demo() -> Paths:
 
 def pairing_lines(got: dict, more: str) -> list[str]:
     """What to do with a pairing link: the link, the certificate to compare, where it opens, another one."""
-    lines = ["Pair a phone: open this link on it (valid 10 minutes, works once):", f"  {got['link']}"]
+    lines = ["Pair a phone: open this link on it (valid 10 minutes, works once):", f"  {printable(got['link'])}"]
     if got.get("fingerprint"):
-        lines += [f"The lead's certificate (SHA-256): {got['fingerprint']}",
+        lines += [f"The lead's certificate (SHA-256): {printable(got['fingerprint'])}",
                   "The phone's browser warns that the certificate is not trusted (the lead made it itself): open "
                   "the certificate's details there and go on only if it shows this fingerprint."]
     if got.get("loopback"):
@@ -644,7 +645,7 @@ def pair_with_running(args) -> int:
     if not args.no_qr and sys.stdout.isatty():
         from crew.cli.pair_cmd import qr_text
 
-        print(qr_text(got["link"]))
+        print(qr_text(printable(got["link"])))
     for line in pairing_lines(got, f"Another link: run `{own_command()} demo pair` again."):
         print(line)
     return 0
@@ -665,8 +666,8 @@ def restart_running(_args) -> int:
 
 # --- drawing ----------------------------------------------------------------------------------------
 def curl_line(address: str, token_file: Path) -> str:
-    insecure = f"--cacert {token_file.parent / 'tls' / 'cert.pem'} " if address.startswith("https://") else ""
-    return f'curl -s {insecure}-H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
+    cacert = f"--cacert {token_file.parent / 'tls' / 'cert.pem'} " if address.startswith("https://") else ""
+    return f'curl -s {cacert}-H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
 
 
 class Keys:
@@ -746,7 +747,7 @@ class PlainScreen:
         if qr:
             from crew.cli.pair_cmd import qr_text
 
-            print(qr_text(got["link"]), file=self.stream)
+            print(qr_text(printable(got["link"])), file=self.stream)
         for line in pairing_lines(got, more):
             print(line if line.startswith("  ") else f"[demo] {line}", file=self.stream, flush=True)
 
@@ -797,7 +798,7 @@ class RichScreen:
         if qr:
             from crew.cli.pair_cmd import qr_text
 
-            self.console.print(Text(qr_text(got["link"])), soft_wrap=True, highlight=False)
+            self.console.print(Text(qr_text(printable(got["link"]))), soft_wrap=True, highlight=False)
         for line in pairing_lines(got, more):
             style = "bold" if line.startswith("  ") else ""
             self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
