@@ -329,7 +329,13 @@ class Demo:
             wait_until(f"agent {name}", listening)
             m.collie("durable", "attach", name, "--socket", str(m.socket(name)))
         self.out.progress("attached them with `collie durable attach`")
-        pong = self.serve(self.lead, "--host", self.host, "--port", str(free_port(self.host)))
+        for attempt in range(3):  # the free port can be taken between our look and the lead's bind
+            try:
+                pong = self.serve(self.lead, "--host", self.host, "--port", str(free_port(self.host)))
+                break
+            except CollieError as exc:
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
         self.address = pong["address"]
         token = (self.lead.state_dir / "api-token").read_text().strip()
         verify: ssl.SSLContext | bool = True
@@ -625,7 +631,7 @@ def find_demo() -> Paths:
     return lead_paths_of(demos[0])
 
 
-def pairing_lines(got: dict, more: str) -> list[str]:
+def pairing_lines(got: dict, more: str, command: str = "collie") -> list[str]:
     """What to do with a pairing link: the link, the certificate to compare, where it opens, another one."""
     lines = ["Pair a phone: open this link on it (valid 10 minutes, works once):", f"  {printable(got['link'])}"]
     if got.get("fingerprint"):
@@ -634,7 +640,7 @@ def pairing_lines(got: dict, more: str) -> list[str]:
                   "the certificate's details there and go on only if it shows this fingerprint."]
     if got.get("loopback"):
         lines.append("This address opens in a browser on this machine only; for a phone on your network, "
-                     "start the demo with `collie demo --lan`.")
+                     f"start the demo with `{command} demo --lan`.")
     lines.append(more)
     return lines
 
@@ -646,7 +652,7 @@ def pair_with_running(args) -> int:
         from crew.cli.pair_cmd import qr_text
 
         print(qr_text(printable(got["link"])))
-    for line in pairing_lines(got, f"Another link: run `{own_command()} demo pair` again."):
+    for line in pairing_lines(got, f"Another link: run `{own_command()} demo pair` again.", own_command()):
         print(line)
     return 0
 
@@ -748,7 +754,7 @@ class PlainScreen:
             from crew.cli.pair_cmd import qr_text
 
             print(qr_text(printable(got["link"])), file=self.stream)
-        for line in pairing_lines(got, more):
+        for line in pairing_lines(got, more, own_command()):
             print(line if line.startswith("  ") else f"[demo] {line}", file=self.stream, flush=True)
 
     def live_view(self) -> None:
@@ -799,7 +805,7 @@ class RichScreen:
             from crew.cli.pair_cmd import qr_text
 
             self.console.print(Text(qr_text(printable(got["link"]))), soft_wrap=True, highlight=False)
-        for line in pairing_lines(got, more):
+        for line in pairing_lines(got, more, own_command()):
             style = "bold" if line.startswith("  ") else ""
             self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
         if live is not None:
