@@ -223,7 +223,7 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
     compares the printed SHA-256 fingerprint with the certificate it is shown, then trusts it, pairs with
     the printed link and sees the lead's and both members' sections (members joined over wss://); a
     restart keeps the address and the certificate; a bridge killed outright is started again (the lead on
-    its same address) and the demo goes on."""
+    its same address), so is an agent, and the demo goes on."""
     ns = lan_namespace
     home, env = home_env()
     demo = DemoRun(["--lan", "--awake", "600"], env, tty=False, prefix=["ip", "netns", "exec", ns])
@@ -269,6 +269,19 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
             demo.expect(rf"^\[demo\] start {name}: back \({back}", timeout=40, after=at)
         wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
                  what="both members are back on the lead after the kills")
+        # so is an agent: the workshop's `forms` comes back ready with its four asks
+        forms = next(p for p in demo.pids() if b"fixtures\x00asker" in Path(f"/proc/{p}/cmdline").read_bytes())
+        at = len(demo.text)
+        os.kill(forms, signal.SIGKILL)
+        demo.expect(r"^\[demo\] exit workshop/forms: exited -9", timeout=15, after=at)
+
+        def forms_ready():
+            try:
+                agents = control.call(workshop.control_socket, "agents", timeout=2)["agents"]
+            except Exception:
+                return False
+            return any(a["name"] == "forms" and a["status"] == "ready" and a["waiting_count"] == 4 for a in agents)
+        wait_for(forms_ready, timeout=30, what="the workshop's forms agent started again and ready")
         again = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "pair", "--no-qr"], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 0, again.stderr

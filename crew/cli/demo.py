@@ -307,6 +307,7 @@ class Demo:
         self.waiting_to_run: list[str] = []  # request ids sent while the sleeper slept, not yet run
         self.naps = 0
         self.items_since = 0  # how far check_ran has read the sleeper's chat
+        self.agents: dict[tuple[str, str], tuple[str, subprocess.Popen, float]] = {}  # (kind, process, retry at)
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -314,8 +315,7 @@ class Demo:
         for m in self.machines.values():
             for name, kind in m.spec.agents:
                 log = m.log_dir / f"agent-{name}.log"
-                proc = self.procs.start(f"{m.spec.machine}/{name}", [sys.executable, "-m", "fixtures", kind,
-                                                                     "--socket", str(m.socket(name))], m.env, log)
+                proc = self.start_agent(m, name, kind)
                 agents.append((m, name, proc, log))
         self.out.progress(f"started {len(agents)} fixture agents")
         for m, name, proc, log in agents:
@@ -357,6 +357,13 @@ class Demo:
             self.out.progress(f"{spec.machine} joined with `collie crew invite` / `collie crew join`")
         wait_until("every agent to be ready on the lead", self.all_ready)
         self.send_to_sleeper("Hello from collie demo: please summarise the crew.")
+
+    def start_agent(self, m: Machine, name: str, kind: str) -> subprocess.Popen:
+        proc = self.procs.start(f"{m.spec.machine}/{name}", [sys.executable, "-m", "fixtures", kind,
+                                                             "--socket", str(m.socket(name))], m.env,
+                                m.log_dir / f"agent-{name}.log")
+        self.agents[(m.spec.machine, name)] = (kind, proc, 0.0)
+        return proc
 
     def serve(self, m: Machine, *options: str, timeout: float = START_TIMEOUT) -> dict:
         if options:
@@ -499,6 +506,16 @@ class Demo:
                 m.down = False
                 self.event("up", name, "answers", "its bridge answers again")
 
+    def watch_agents(self, now: float) -> None:
+        """A fixture agent that exited is started again on its socket; its bridge reconnects by itself."""
+        for (machine, name), (kind, proc, retry_at) in list(self.agents.items()):
+            if proc.poll() is None or now < retry_at:
+                continue
+            self.event("exit", f"{machine}/{name}", f"exited {proc.returncode}", "the demo starts the agent again")
+            self.procs.procs = [(n, p) for n, p in self.procs.procs if p is not proc]
+            self.start_agent(self.machines[machine], name, kind)
+            self.agents[(machine, name)] = (kind, self.agents[(machine, name)][1], now + RESTART_EVERY)
+
     def where(self, m: Machine, pong: dict) -> str:
         if m is not self.lead:
             return "it reconnects to the lead by itself"
@@ -570,6 +587,7 @@ class Demo:
             elif step == "wake":
                 self.wake()
             self.watch(now)
+            self.watch_agents(now)
             self.send_note()
             self.check_ran()
             self.out.draw(self.summary(), self.events)
