@@ -95,7 +95,7 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             page.goto(f"{origin}/pair#{code}")
             for machine in ("local", "workshop", "laptop"):
                 page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=20_000)
-            assert page.url.rstrip("/") == origin or page.url.startswith(origin + "/#") or page.url == origin + "/"
+            assert page.url.startswith(origin + "/") and code not in page.url  # the used code left the address bar
             wait_for(lambda: live_channels(lead) >= 1, timeout=20, what="the page's live channel is open")
             page.locator('section[data-machine="workshop"] a.row').first.wait_for(timeout=10_000)
             if SCREENSHOT:
