@@ -96,7 +96,7 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             for machine in ("local", "workshop", "laptop"):
                 page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=20_000)
             assert page.url.startswith(origin + "/") and code not in page.url  # the used code left the address bar
-            wait_for(lambda: live_channels(lead) >= 1, timeout=20, what="the page's live channel is open")
+            wait_for(lambda: live_channels(lead) >= 1, timeout=30, what="the page's live channel is open")
             page.locator('section[data-machine="workshop"] a.row').first.wait_for(timeout=10_000)
             if SCREENSHOT:
                 page.screenshot(path=SCREENSHOT, full_page=True)  # the laptop section is below the fold
@@ -115,18 +115,29 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             assert f"the demo's lead is back on {origin} (the same address)" in done.stdout
             assert control.call(lead.control_socket, "ping")["started"] != started
             t0 = time.monotonic()
-            wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+            wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=30,
                      what="both members reconnected to the restarted lead")
-            wait_for(lambda: live_channels(lead) >= 1, timeout=20,
+            wait_for(lambda: live_channels(lead) >= 1, timeout=30,
                      what="the open page reconnected its live channel by itself")
             reconnected = time.monotonic() - t0
             demo.expect(r"restart\s+local\s+back\s+same address " + origin, timeout=15)  # the live view says so
             # the live view's own key does the same
             started = control.call(lead.control_socket, "ping")["started"]
             demo.press("r")
-            wait_for(lambda: started_at(lead) not in (None, started), timeout=20, what="`r` restarted the lead")
-            wait_for(lambda: members_online(lead) == {"workshop", "laptop"} and live_channels(lead) >= 1, timeout=20,
+            wait_for(lambda: started_at(lead) not in (None, started), timeout=30, what="`r` restarted the lead")
+            wait_for(lambda: members_online(lead) == {"workshop", "laptop"} and live_channels(lead) >= 1, timeout=30,
                      what="members and the page reconnected after `r`")
+            # and the plain `collie restart` with the demo's lead folders (what the issue found coming back on a
+            # new port, with the phone and the members left behind)
+            started = started_at(lead)
+            done = subprocess.run([sys.executable, "-m", "crew.cli.main", "restart"], cwd=REPO, timeout=60,
+                                  env={**env, "COLLIE_CONFIG_DIR": str(lead.config_dir),
+                                       "COLLIE_STATE_DIR": str(lead.state_dir)}, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            assert control.call(lead.control_socket, "ping")["address"] == origin
+            wait_for(lambda: started_at(lead) not in (None, started) and live_channels(lead) >= 1
+                     and members_online(lead) == {"workshop", "laptop"}, timeout=30,
+                     what="members and the page reconnected after `collie restart`")
             # the page still works with its device cookie: open the workshop's agent and come back
             page.locator('section[data-machine="workshop"] a.row').first.click()
             page.wait_for_url("**/#/a/workshop/**", timeout=10_000)
@@ -257,7 +268,7 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert f"back on {origin} (the same address)" in done.stdout
-        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=30,
                  what="both members reconnected over wss:// to the restarted lead")
         assert (lead.state_dir / "tls" / "cert.pem").read_bytes() == cert
         # a bridge that dies is started again, the lead on its same address; the demo goes on
@@ -267,7 +278,7 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
             os.kill(control.call(paths.control_socket, "ping")["pid"], signal.SIGKILL)
             demo.expect(rf"^\[demo\] exit {name}: exited -9", timeout=15, after=at)
             demo.expect(rf"^\[demo\] start {name}: back \({back}", timeout=40, after=at)
-        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=20,
+        wait_for(lambda: members_online(lead) == {"workshop", "laptop"}, timeout=30,
                  what="both members are back on the lead after the kills")
         # so is an agent: the workshop's `forms` comes back ready with its four asks
         forms = next(p for p in demo.pids() if b"fixtures\x00asker" in Path(f"/proc/{p}/cmdline").read_bytes())
