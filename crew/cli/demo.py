@@ -710,10 +710,12 @@ class Keys:
                 import tty
 
                 fd = stream.fileno()
+                if os.tcgetpgrp(fd) != os.getpgrp():
+                    return  # started in the background (`collie demo &`): changing the terminal would stop us
                 self.saved = termios.tcgetattr(fd)
                 tty.setcbreak(fd)
                 self.fd = fd
-        except (OSError, ValueError, ImportError):
+        except Exception:  # no terminal to read keys from (termios.error, OSError, …): the demo runs without
             self.fd = None
 
     @property
