@@ -149,7 +149,9 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
         assert demo.proc.poll() is None  # a restart never ends the demo
 
         secrets = [(lead.state_dir / "api-token").read_text().strip()]
-        secrets += [Path(d).read_text().strip() for d in (lead.state_dir / "invites").glob("*.token")]
+        base = lead.state_dir.parent.parent
+        secrets += [json.loads((base / m / "cfg" / "crew.json").read_text())["token"] for m in ("workshop", "laptop")]
+        assert all(len(s) >= 32 for s in secrets)
         started_pids = demo.pids()
         assert len(started_pids) >= 8  # 5 agents, 3 bridges
         t0 = time.monotonic()
