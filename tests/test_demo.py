@@ -140,6 +140,7 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
         reader.join(timeout=5)
         proc.stdout.close()
     assert tree(home) == before == []
+    home.rmdir()
     assert not real.config_dir.exists() and not real.state_dir.exists()
 
 
