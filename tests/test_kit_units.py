@@ -1,0 +1,125 @@
+"""The fake member's agents and scripts, with no I/O (issue 28; wire-v1.md §4–§6, features B2–B5).
+
+A fake agent answers a write as a durable agent would, and its receipts are true: a refusal changes
+nothing; a request id is applied once. A script is checked before anything runs, and a mistake names
+where it is."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from crew.receipts import REASONS
+from crew.wire import ask_digest
+from fixtures.member.script import ScriptError, load_script, parse_script
+from fixtures.member.state import FakeAgent
+from tests.crewlab import REPO
+
+WALL = 1_796_000_000.0
+
+
+def send(agent: FakeAgent, rid: str, text: str, turn: int, conv: str = "c1"):
+    return agent.write({"request_id": rid, "op": "send", "agent": agent.name, "conversation": conv,
+                        "text": text, "turn": turn}, WALL)
+
+
+def test_a_send_with_the_current_turn_is_sent_recorded_and_answered():
+    agent = FakeAgent("agent-1", 3, "i1", WALL)
+    rec = send(agent, "r1", "hello", 1)
+    assert (rec.outcome, rec.turn) == ("sent", 2)
+    items = agent.items("c1", 0)["items"]
+    assert [(i["kind"], i.get("text"), i.get("request_id")) for i in items] == [
+        ("user", "hello", "r1"), ("reply", "You said: hello", None)]
+    state = agent.state()
+    assert state["conversations"][0]["turn"] == 2 and state["conversations"][0]["state"] == "idle"
+
+
+def test_refusals_change_nothing():
+    agent = FakeAgent("agent-1", 1, "i1", WALL)
+    before = json.dumps(agent.state())
+    stale = send(agent, "r1", "hello", 7)
+    assert (stale.outcome, stale.reason, stale.text) == ("refused", "turn_moved", REASONS["turn_moved"])
+    assert send(agent, "r2", "x" * 2001, 1).reason == "too_long"
+    assert send(agent, "r3", "hi", 1, conv="nope").reason == "closed"
+    assert json.dumps(agent.state()) == before
+    agent.raise_ask("c1", WALL, title="Deploy?")
+    assert send(agent, "r4", "hello", 1).reason == "ask_open"
+    assert agent.conversation("c1").turn == 1 and len(agent.items("c1", 0)["items"]) == 1  # the ask item only
+
+
+def test_a_request_id_is_applied_once():
+    agent = FakeAgent("agent-1", 1, "i1", WALL)
+    first = send(agent, "r1", "hello", 1)
+    again = send(agent, "r1", "hello", 1)
+    assert again.replay and again.outcome == "sent" and again.turn == first.turn
+    other = send(agent, "r1", "another body", 2)
+    assert (other.outcome, other.reason) == ("unknown", "conflict")
+    assert [i["kind"] for i in agent.items("c1", 0)["items"]] == ["user", "reply"]
+
+
+def test_an_answer_needs_the_listed_asks_digest_and_an_offered_option():
+    agent = FakeAgent("agent-1", 1, "i1", WALL)
+    ask = agent.raise_ask("c1", WALL, title="Deploy?", options=["Yes", "No"])
+    assert [o["id"] for o in ask["options"]] == ["yes", "no"]
+
+    def answer(rid, digest, options):
+        return agent.write({"request_id": rid, "op": "answer", "agent": "agent-1", "ask_id": ask["id"],
+                            "digest": digest, "option_ids": options}, WALL)
+    assert answer("a1", "0" * 64, ["yes"]).outcome == "changed"
+    assert answer("a2", ask_digest(ask), ["maybe"]).outcome == "invalid"
+    ok = answer("a3", ask_digest(ask), ["yes"])
+    assert (ok.outcome, ok.channel, ok.text) == ("accepted", "program", None)
+    assert agent.conversation("c1").asks == [] and agent.conversation("c1").state == "idle"
+    assert [i.get("end") for i in agent.items("c1", 0)["items"] if i["kind"] == "ask"] == ["answered"]
+    assert answer("a4", ask_digest(ask), ["yes"]).outcome == "not_open"
+
+
+def test_a_streamed_turn_runs_until_its_last_chunk_and_stop_ends_it():
+    agent = FakeAgent("agent-1", 1, "i1", WALL)
+    rec = agent.write({"request_id": "r1", "op": "send", "conversation": "c1", "text": "go", "turn": 1}, WALL,
+                      stream=True)
+    assert rec.outcome == "sent" and agent.conversation("c1").state == "working"
+    assert send(agent, "r2", "more", 2).outcome == "queued"  # a turn runs: kept for after it
+    agent.stream("c1", "half", WALL)
+    assert agent.conversation("c1").state == "working"
+    stop = agent.write({"request_id": "r3", "op": "abort", "conversation": "c1", "turn": 2}, WALL)
+    assert stop.outcome == "stopped" and agent.conversation("c1").state == "idle"
+    assert agent.write({"request_id": "r4", "op": "abort", "conversation": "c1", "turn": 2}, WALL).reason == "not_running"
+
+
+@pytest.mark.parametrize("script, error", [
+    ([], "the top level must be an object"),
+    ({"steps": []}, "unknown field 'steps'"),
+    ({"requests": [{"receipt": {"outcome": "refused"}}]}, "requests[0].receipt: a refused receipt needs a reason"),
+    ({"requests": [{"receipt": {"outcome": "maybe"}}]}, "requests[0].receipt.outcome must be one of"),
+    ({"requests": [{"op": 3}]}, "requests[0].op must be a string"),
+    ({"requests": [{"delay": -1}]}, "requests[0].delay must be a number ≥ 0"),
+    ({"requests": [{"stream": {"chunks": []}}]}, "requests[0].stream.chunks must be a non-empty list"),
+    ({"timeline": [{"do": "explode"}]}, "timeline[0].do must be one of ask, close_ask"),
+    ({"timeline": [{"do": "say", "title": "x"}]}, "timeline[0]: say takes no field 'title'"),
+    ({"timeline": [{"do": "malformed", "kind": "evil"}]}, "timeline[0].kind must be one of json"),
+    ({"timeline": [{"do": "silent", "for": "long"}]}, "timeline[0].for must be a number"),
+    ({"timeline": [{"do": "close_ask", "end": "answered"}]}, "timeline[0].end must be \"decided\" or \"expired\""),
+])
+def test_a_script_mistake_is_named(script, error):
+    with pytest.raises(ScriptError) as got:
+        parse_script(script)
+    assert error in str(got.value)
+
+
+def test_the_docs_example_script_is_valid_and_shown_in_the_docs():
+    path = REPO / "docs" / "examples" / "lab-script.json"
+    script = load_script(path)
+    assert [s.do for s in script.timeline] == ["ask", "say", "malformed", "drop", "silent"]
+    assert path.read_text().strip() in (REPO / "docs" / "testing.md").read_text()
+
+
+def test_the_first_matching_rule_with_uses_left_decides():
+    script = parse_script({"requests": [
+        {"op": "send", "text": "deploy", "receipt": {"outcome": "refused", "reason": "busy"}, "times": 1},
+        {"op": "send", "members": ["b"], "receipt": "none"}]})
+    args = {"op": "send", "text": "please deploy", "agent": "agent-1"}
+    assert script.rule_for("a", args).receipt == {"outcome": "refused", "reason": "busy"}
+    assert script.rule_for("a", args) is None  # used up
+    assert script.rule_for("b", args).receipt == "none"
