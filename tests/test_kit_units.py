@@ -123,3 +123,19 @@ def test_the_first_matching_rule_with_uses_left_decides():
     assert script.rule_for("a", args).receipt == {"outcome": "refused", "reason": "busy"}
     assert script.rule_for("a", args) is None  # used up
     assert script.rule_for("b", args).receipt == "none"
+
+
+def test_a_snapshot_too_big_for_one_frame_names_the_rest_and_every_frame_fits_the_wire():
+    """100 agents of 200 conversations (~7 MB of views): the snapshot carries what fits one frame,
+    names the others in `more`, and they follow as `agent` frames; the lead's parser takes every frame."""
+    from crew import crewwire
+    from fixtures.member.link import snapshot_frames
+
+    agents = [FakeAgent(f"agent-{i}", 200, "i", WALL) for i in range(1, 101)]
+    frames = snapshot_frames([(a.name, crewwire.encode(a.view())) for a in agents])
+    parsed = [crewwire.parse_member_frame(f) for f in frames]
+    assert all(len(f) <= crewwire.MAX_FRAME for f in frames)
+    kind, snap = parsed[0]
+    assert kind == "snapshot" and snap.more and len(frames) == 1 + len(snap.more)
+    assert {v.name for v in snap.agents} | {f.name for _, f in parsed[1:]} == {a.name for a in agents}
+    assert [f.name for _, f in parsed[1:]] == snap.more
