@@ -147,3 +147,27 @@ def test_going_offline_queues_writes_and_a_restarted_member_resumes_them(collie_
     assert m.wait_request(op="send").text == "later"
     collie_lead.wait_for(lambda: collie_lead.api.get(f"/api/inbox/{queued['request_id']}").json()["state"] == "done")
     assert [s.op for s in m.requests] == ["send"]
+
+
+@pytest.mark.slow
+def test_a_slow_receipt_holds_the_conversation_busy_on_the_lead(collie_lead, fake_member):
+    """A scripted slow answer (`delay`): while the member has not answered, the lead holds that
+    conversation's lock, so a second write to it is refused `busy` at once and never reaches the member
+    (features B7, crew.md "Writes"); the slow one then gets the member's receipt."""
+    import threading
+
+    m = fake_member("laptop", script={"requests": [{"op": "rename", "text": "slow", "delay": 3}]})
+    got: dict = {}
+
+    def rename(title: str) -> dict:
+        return collie_lead.api.post("/api/agents/laptop/agent-1/conversations/c1/rename",
+                                    json={"request_id": str(uuid.uuid4()), "title": title, "turn": 1}).json()
+    slow = threading.Thread(target=lambda: got.setdefault("slow", rename("slow")))
+    slow.start()
+    collie_lead.wait_for(lambda: m.in_flight)  # the slow one reached the member and waits there
+    second = rename("fast")
+    slow.join(20)
+    assert (second["outcome"], second["reason"]) == ("refused", "busy")
+    assert got["slow"]["outcome"] == "done"
+    assert [(s.text, s.outcome) for s in m.requests] == [(None, "done")]  # the refused one never arrived
+    assert m.member.agent("agent-1").conversation("c1").title == "slow"
