@@ -48,6 +48,8 @@ def test_the_docs_examples_pass_in_a_fresh_project_and_leave_no_process(tmp_path
         f"    open({str(pids)!r}, 'w').write(f'{{collie_lead.process.pid}} {{agent.process.pid}}')\n")
     without = inner_pytest(tmp_path, "test_crew_lab.py")
     assert "fixture 'collie_lead' not found" in without.stdout  # opt-in: nothing without --collie
+    by_ini = inner_pytest(tmp_path, "-o", "collie_fixtures=true", "test_crew_lab.py")
+    assert by_ini.returncode == 0 and "1 passed" in by_ini.stdout, by_ini.stdout[-3000:]
     got = inner_pytest(tmp_path, "--collie")
     assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
     assert "3 passed" in got.stdout

@@ -139,3 +139,49 @@ def test_a_snapshot_too_big_for_one_frame_names_the_rest_and_every_frame_fits_th
     assert kind == "snapshot" and snap.more and len(frames) == 1 + len(snap.more)
     assert {v.name for v in snap.agents} | {f.name for _, f in parsed[1:]} == {a.name for a in agents}
     assert [f.name for _, f in parsed[1:]] == snap.more
+
+
+class FakeSocket:
+    """The two calls a fake member's session makes on its WebSocket, in memory, with virtual times."""
+
+    def __init__(self) -> None:
+        import trio
+
+        self.sent: list[tuple[float, dict]] = []
+        self.to_member, self.inbox = trio.open_memory_channel(100)
+
+    async def send_message(self, text) -> None:
+        import trio
+
+        self.sent.append((trio.current_time(), json.loads(text)))
+
+    async def get_message(self):
+        return await self.inbox.receive()
+
+
+async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(autojump_clock):
+    """`silent` (docs/testing.md): no beat, no receipt, no view while it lasts — what the lead takes for
+    a machine gone quiet — and everything resumes after it, on exact virtual times."""
+    import trio
+
+    from fixtures.member.link import FakeMember
+
+    m = FakeMember("ws://127.0.0.1:1", "laptop", "t" * 64, agents=1, conversations=1)
+    ws = FakeSocket()
+    request = {"type": "request", "id": "r1", "agent": "agent-1", "op": "rename",
+               "args": {"request_id": "r1", "op": "rename", "agent": "agent-1", "conversation": "c1", "title": "x"}}
+    async with trio.open_nursery() as n:
+        n.start_soon(m._session, ws, None)
+        await trio.sleep(15)
+        m.set_silent(40)  # 15 s → 55 s
+        m.raise_ask("agent-1", "c1", title="Deploy?")
+        await ws.to_member.send(json.dumps(request))  # ignored: silent
+        await trio.sleep(50)
+        await ws.to_member.send(json.dumps({**request, "id": "r2", "args": {**request["args"], "request_id": "r2"}}))
+        await trio.sleep(10)
+        n.cancel_scope.cancel()
+    kinds = [(t, f["type"]) for t, f in ws.sent]
+    assert kinds[0] == (0, "snapshot")
+    assert [t for t, k in kinds if k == "beat"] == [10, 60, 70]  # none at 20 … 50: silent
+    assert [t for t, k in kinds if k == "agent"][0] == 55  # the ask raised while silent goes when it ends
+    assert [(t, f["id"]) for t, f in ws.sent if f["type"] == "receipt"] == [(65, "r2")]
