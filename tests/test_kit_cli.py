@@ -93,3 +93,34 @@ def test_a_lead_off_loopback_needs_wss(tmp_path):
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2 and "wss://" in got.stderr
     assert not (tmp_path / "crew.sqlite").exists()  # nobody was invited
+
+
+@pytest.mark.slow
+def test_a_member_joins_a_tls_lead_trusting_its_ca_through_ssl_cert_file(tmp_path):
+    """A lab against a lead that serves TLS (as every lead off loopback does): the fake member dials
+    wss:// and trusts the lead's CA through SSL_CERT_FILE."""
+    import trustme
+
+    from fixtures.pytest_plugin import Lead, _private_dir
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "lead.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "lead.key"))
+    home = _private_dir("collie-tls-")
+    lead = Lead(home, ("--tls-cert", str(tmp_path / "lead.pem"), "--tls-key", str(tmp_path / "lead.key")))
+    lead.start()
+    try:
+        assert lead.url.startswith("https://")
+        proc = start(lead, "--invite", "--label", "far", env={"SSL_CERT_FILE": str(tmp_path / "ca.pem")})
+        try:
+            assert read_lines(proc, 1)[0].startswith("joined far: ")
+            lead.wait_for(lambda: lead.online("far"))
+        finally:
+            code, _out, err = interrupt(proc)
+        assert code == 0 and err == ""
+    finally:
+        lead.close()
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)
