@@ -173,3 +173,13 @@ def test_a_slow_receipt_holds_the_conversation_busy_on_the_lead(collie_lead, fak
     assert got["slow"]["outcome"] == "done"
     assert [(s.text, s.outcome) for s in m.requests] == [(None, "done")]  # the refused one never arrived
     assert m.member.agent("agent-1").conversation("c1").title == "slow"
+
+
+@pytest.mark.slow
+def test_many_members_start_together_and_each_is_its_own_machine(collie_lead, fake_member):
+    """`fake_member.many(K)`: LABEL-1 … LABEL-K online together, each a dashboard section of its own."""
+    lab = fake_member.many(5, label="lab", agents=1, conversations=2)
+    assert [m.label for m in lab] == [f"lab-{i}" for i in range(1, 6)]
+    sections = collie_lead.api.get("/api/dashboard").json()["sections"]
+    assert sorted((s["machine"], s["online"], len(s["agents"])) for s in sections) == [
+        (f"lab-{i}", True, 1) for i in range(1, 6)]
