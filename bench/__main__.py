@@ -27,7 +27,7 @@ Every latency stands beside its floor — a loopback HTTP round trip measured by
 the same run (each benchmark's docstring says which) — and the ratio is latency / floor p50. A
 benchmark that fails is reported in the table and in the JSON (`error`) and the others still run; the
 exit status is 1 when any failed. One whose module is not in this checkout is listed as skipped. `--quick` (CI) is small sizes, about 2 minutes; the full run about
-10 minutes on two cores (588 s, 2026-12-01). The load average before and after each benchmark is in the JSON.
+10 minutes on two cores (588 s, 2026-12-01, before `members`, which adds about 80 s). The load average before and after each benchmark is in the JSON.
 """
 
 from __future__ import annotations
