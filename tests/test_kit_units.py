@@ -83,9 +83,18 @@ def test_a_streamed_turn_runs_until_its_last_chunk_and_stop_ends_it():
     assert send(agent, "r2", "more", 2).outcome == "queued"  # a turn runs: kept for after it
     agent.stream("c1", "half", WALL)
     assert agent.conversation("c1").state == "working"
-    stop = agent.write({"request_id": "r3", "op": "abort", "conversation": "c1", "turn": 2}, WALL)
+    agent.stream("c1", " done", WALL, last=True)  # the turn ends: the kept send runs as the next turn
+    conv = agent.conversation("c1")
+    assert (conv.state, conv.turn) == ("idle", 3)
+    assert [(i["kind"], i.get("request_id"), i.get("text")) for i in agent.items("c1", 0)["items"]][-3:] == [
+        ("reply", None, "half done"), ("user", "r2", "more"), ("reply", None, "You said: more")]
+    agent.write({"request_id": "r5", "op": "send", "conversation": "c1", "text": "again", "turn": 3}, WALL,
+                stream=True)
+    assert send(agent, "r6", "dropped", 4).outcome == "queued"
+    stop = agent.write({"request_id": "r3", "op": "abort", "conversation": "c1", "turn": 4}, WALL)
     assert stop.outcome == "stopped" and agent.conversation("c1").state == "idle"
-    assert agent.write({"request_id": "r4", "op": "abort", "conversation": "c1", "turn": 2}, WALL).reason == "not_running"
+    assert "dropped" not in json.dumps(agent.items("c1", 0)) and agent.conversation("c1").turn == 4  # discarded
+    assert agent.write({"request_id": "r4", "op": "abort", "conversation": "c1", "turn": 4}, WALL).reason == "not_running"
 
 
 @pytest.mark.parametrize("script, error", [
