@@ -56,10 +56,11 @@ def test_k_members_join_through_invite_and_ctrl_c_ends_quietly_with_a_summary(co
 
 
 @pytest.mark.slow
-def test_one_member_with_its_token_in_a_variable_never_prints_it(collie_lead):
+def test_one_member_with_its_token_in_a_variable_never_prints_it_and_a_script_drives_it(collie_lead):
     token = collie_lead.invite("desk")
     script = collie_lead.home / "script.json"
-    script.write_text(json.dumps({"timeline": [{"do": "ask", "title": "Ship it?"}]}))
+    script.write_text(json.dumps({"timeline": [{"do": "ask", "title": "Ship it?"},
+                                               {"after": 0.5, "do": "drop", "for": 1}]}))
     proc = start(collie_lead, "--token-env", "LAB_TOKEN", "--label", "desk", "--script", str(script),
                  env={"LAB_TOKEN": token})
     try:
@@ -67,6 +68,9 @@ def test_one_member_with_its_token_in_a_variable_never_prints_it(collie_lead):
         pane = collie_lead.wait_for(
             lambda: collie_lead.api.get("/api/agents/desk/agent-1/conversations/c1").json().get("ask"))
         assert pane["title"] == "Ship it?"
+        assert read_lines(proc, 1)[0].startswith("back desk: ")  # dropped its link, came back
+        collie_lead.wait_for(lambda: collie_lead.online("desk"))
+        assert collie_lead.api.get("/api/agents/desk/agent-1/conversations/c1").json()["ask"]["title"] == "Ship it?"
     finally:
         code, out, err = interrupt(proc)
     assert code == 0 and token not in out + err + collie_lead.log()
