@@ -19,12 +19,15 @@ to JSON (`--json`, default bench/results.json, or bench/results-quick.json with 
                                     journals fsync'd: receipts per second, p50/p99
     scale    bench/crew_scale.py    the lead with 100 members (99 simulated, 1 real) x 10 agents x 100
                                     conversations: CPU, RSS, dashboard API size and time, write round trip
+    members  bench/fake_members.py  one `python -m fixtures member --count 100 --agents 10 --conversations
+                                    100` process against one lead: join time, lead CPU/RSS idle and at one
+                                    change a second per member, the fake-member process's own memory
 
 Every latency stands beside its floor — a loopback HTTP round trip measured by the same benchmark in
 the same run (each benchmark's docstring says which) — and the ratio is latency / floor p50. A
 benchmark that fails is reported in the table and in the JSON (`error`) and the others still run; the
 exit status is 1 when any failed. One whose module is not in this checkout is listed as skipped. `--quick` (CI) is small sizes, about 2 minutes; the full run about
-10 minutes on two cores (588 s, 2026-12-01). The load average before and after each benchmark is in the JSON.
+10 minutes on two cores (588 s, 2026-12-01, before `members`, which adds about 80 s). The load average before and after each benchmark is in the JSON.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 BENCHES = {"wire": "wire_idle", "idle": "many_agents", "live": "live_channel", "writes": "crew_writes",
-           "scale": "crew_scale"}
+           "scale": "crew_scale", "members": "fake_members"}
 MS = 1000.0
 
 
@@ -156,7 +159,24 @@ def rows_scale(r: dict) -> list[dict]:
                 "ms", floor=f)]
 
 
-ROWS = {"wire": rows_wire, "idle": rows_idle, "live": rows_live, "writes": rows_writes, "scale": rows_scale}
+def rows_members(r: dict) -> list[dict]:
+    o, lf, fk = r["sizes"], r["lead_floor"], r["fake"]
+    lab = f"{o['count']} x {o['agents']} x {o['conversations']}"
+    return [row("members.join_s", f"fake members ({lab}): every one online on the lead, s", r["join_s"], "s"),
+            row("members.join_one_s", "fake members: one member of 1 x 1 online on the lead (floor), s",
+                r["one_member"]["join_s"], "s"),
+            row("members.lead_cpu_idle", f"fake members ({lab}): lead CPU idle, share of one core (floor "
+                f"{lf['cpu'] * 100:.1f} % with none)", r["idle_cpu"] * 100, "%"),
+            row("members.lead_cpu_busy", f"fake members: lead CPU at {r['changes_per_s']} changes/s, share of one core",
+                r["busy_cpu"] * 100, "%"),
+            row("members.lead_rss", f"fake members: lead RSS busy (floor {lf['rss_mib']:.0f} MiB with none)",
+                r["busy_rss_mib"], "MiB"),
+            row("members.fake_rss", f"fake members: the fake-member process's RSS, busy (floor "
+                f"{r['one_member']['rss_mib']:.0f} MiB for one 1 x 1 member)", fk["rss_busy_mib"], "MiB")]
+
+
+ROWS = {"wire": rows_wire, "idle": rows_idle, "live": rows_live, "writes": rows_writes, "scale": rows_scale,
+        "members": rows_members}
 # the keys every run (quick or full) has when nothing failed: tests/test_bench_runner.py checks them
 KEYS = {
     "wire": ["wire.requests_per_day.polling_idle", "wire.requests_per_day.polling_viewed", "wire.requests_per_day.watch",
@@ -169,6 +189,8 @@ KEYS = {
     "scale": ["scale.conversations", "scale.load_s", "scale.cpu_idle", "scale.cpu_busy", "scale.rss_peak",
               "scale.dashboard_bytes", "scale.dashboard.p50", "scale.dashboard.p99", "scale.dashboard_busy.p99",
               "scale.write.p50", "scale.write.p99"],
+    "members": ["members.join_s", "members.join_one_s", "members.lead_cpu_idle", "members.lead_cpu_busy",
+                "members.lead_rss", "members.fake_rss"],
 }
 
 

@@ -4,7 +4,7 @@
                                          [--seconds 30] [--rate 10] [--dashboards 200] [--writes 200]
 
 A real `collie serve` lead; members-1 simulated members in this process (real WebSocket links, real
-hello/snapshot/beat frames, views built like a bridge's: tests.crewlab.sim_member) and one real member
+hello/snapshot/beat frames: the testing kit's fixtures.member.FakeMember, docs/testing.md) and one real member
 process with a real `many` fixture agent of `--conversations` conversations. One phone keeps a live
 channel (`GET /api/events`) open throughout. Measured, with the lead's CPU time and RSS from /proc:
 
@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import Floor, cpu_seconds, ms, pct, rss_mib  # noqa: E402
 
-from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
+from tests.crewlab import Crew, invite_sims, start_fake_members, toggle_fake_ask, wait_for  # noqa: E402
 
 FINISHED = ("done", "expired", "cancelled", "failed")  # inbox items that no longer wait (lead/inbox.py)
 FULL = {"members": 100, "agents": 10, "conversations": 100, "seconds": 30.0, "rate": 10.0, "dashboards": 200,
@@ -115,14 +115,12 @@ def run(quick: bool = False, loopwatch: bool = False, **sizes) -> dict:
 
         async def scenario():
             r["floor_before"] = await floor.measure(200)
-            senders, receivers = zip(*[trio.open_memory_channel(1000) for _ in sims]) if sims else ((), ())
             async with httpx.AsyncClient(base_url=crew.address, headers={"authorization": f"Bearer {token}"},
                                          timeout=60) as c, trio.open_nursery() as n:
                 counts: dict = {}
                 await n.start(live_channel, c, counts)
                 t0 = time.monotonic()
-                await start_sims(n, crew, sims, agents=o["agents"], conversations=o["conversations"],
-                                 changes=list(receivers))
+                fakes = await start_fake_members(n, crew, sims, agents=o["agents"], conversations=o["conversations"])
                 while True:  # every view fed (the lead parses snapshots in a worker thread, one at a time)
                     sections = (await c.get("/api/dashboard")).json()["sections"]
                     if sum(len(s["agents"]) for s in sections) >= want_agents:
@@ -146,14 +144,14 @@ def run(quick: bool = False, loopwatch: bool = False, **sizes) -> dict:
                     k = 0
                     end = time.monotonic() + o["seconds"]
                     while time.monotonic() < end:
-                        await senders[k % len(senders)].send(f"k{k}")
+                        toggle_fake_ask(fakes[k % len(fakes)], f"k{k}")
                         k += 1
                         await trio.sleep(1 / o["rate"])
                     r["changes"] = k
 
                 c0, w0, wall0 = cpu_seconds(lead_pid), time.monotonic(), time.time()
                 async with trio.open_nursery() as busy:
-                    if senders:
+                    if fakes:
                         busy.start_soon(changes)
                     r["dash_busy"], _ = await dashboards(c, until=time.monotonic() + o["seconds"])
                 r["busy_cpu"] = (cpu_seconds(lead_pid) - c0) / (time.monotonic() - w0)

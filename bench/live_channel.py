@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import cpu_seconds, pct, rss_mib  # noqa: E402
 
 from crew.sdk import open_collie  # noqa: E402
-from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
+from tests.crewlab import Crew, invite_sims, start_fake_members, toggle_fake_ask, wait_for  # noqa: E402
 
 
 def ms(x: float) -> str:
@@ -246,11 +246,8 @@ def part2(args, crew: Crew) -> dict:
 
     async def run():
         token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
-        chans = [trio.open_memory_channel(100) for _ in sims]
         async with trio.open_nursery() as n:
-            await start_sims(n, crew, sims, agents=args.agents, conversations=args.conversations,
-                             changes=[r for _s, r in chans],
-                             on_change=lambda key: sent_at.__setitem__(key, time.perf_counter()))
+            fakes = await start_fake_members(n, crew, sims, agents=args.agents, conversations=args.conversations)
             await trio.sleep(3)
             opened = [0]
             phones_up = trio.Event()
@@ -285,13 +282,14 @@ def part2(args, crew: Crew) -> dict:
                 k = 0
                 end = time.monotonic() + args.seconds
                 while time.monotonic() < end:
-                    s, _r = chans[k % len(chans)]
-                    label = sims[k % len(sims)][0]
+                    fake = fakes[k % len(fakes)]
+                    label = fake.label
                     # alternate raise/close on that member's first agent; the row's waiting count says which
                     key_on = f"{label}:1"
                     key = key_on if not sent_at.get(f"{label}:on") else f"{label}:None"
                     sent_at[f"{label}:on"] = key == key_on
-                    await s.send(key)
+                    sent_at[key] = time.perf_counter()  # the member's agent frame goes in this loop's next step
+                    toggle_fake_ask(fake, key)
                     k += 1
                     await trio.sleep(1 / args.rate)
                 await trio.sleep(1)

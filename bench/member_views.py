@@ -3,7 +3,7 @@
     .venv/bin/python bench/member_views.py [--agents 100] [--chars ascii|emoji|tiny] [--same] [--seconds 8]
 
 A real lead (`collie serve`) takes one member at crew.md §6's design scale (10 agents × 100
-conversations, `tests.crewlab.fake_view`), then one hostile member on a real WebSocket link that fills
+conversations: the testing kit's fixtures.member.FakeMember), then one hostile member on a real WebSocket link that fills
 every limit: `--agents` agents (100 at most), each one `agent` frame of just under 1 MiB carrying 200
 conversations with long titles. `emoji` titles are four UTF-8 bytes a character on the link but twelve
 characters in the lead's kept JSON (`\\ud83d\\ude00`). Printed: the lead's VmRSS after the normal member
@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from crew import control  # noqa: E402
-from tests.crewlab import Crew, fake_view, hello_frame, invite, sim_member, wait_for  # noqa: E402
+from fixtures.member import FakeMember  # noqa: E402
+from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import rss_mib  # noqa: E402
@@ -80,7 +81,7 @@ async def main(args) -> dict:
         url = crew.address.replace("http://", "ws://") + "/crew/v1"
         out: dict = {"rss_start_mib": rss_mib(pid)}
         async with trio.open_nursery() as n:
-            n.start_soon(lambda: sim_member(url, "normal", normal, agents=10, conversations=100, beat=5))
+            n.start_soon(FakeMember(url, "normal", normal, agents=10, conversations=100, beat=5).run)
             await trio.to_thread.run_sync(wait_for, lambda: crew.online("normal"))
             await trio.sleep(4)  # its views saved
             out["rss_normal_mib"] = rss_mib(pid)

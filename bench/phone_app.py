@@ -44,7 +44,7 @@ from measure import pct  # noqa: E402
 
 from crew.sdk import open_collie  # noqa: E402
 from tests.browser import launch  # noqa: E402
-from tests.crewlab import Crew, invite_sims, start_sims, wait_for  # noqa: E402
+from tests.crewlab import Crew, invite_sims, start_fake_members, wait_for  # noqa: E402
 
 OBSERVE = """() => { window.__cards = {}; new MutationObserver(() => {
   for (const c of document.querySelectorAll('.card[data-ask]')) {
@@ -191,7 +191,8 @@ def main() -> None:
             def sim_thread():
                 async def run():
                     async with trio.open_nursery() as n:
-                        await start_sims(n, crew, sims, agents=args.agents, conversations=args.conversations, beat=5)
+                        await start_fake_members(n, crew, sims, agents=args.agents, conversations=args.conversations,
+                                                 beat=5)
                         sims_up.set()
                         while not stop.is_set():
                             await trio.sleep(0.2)

@@ -319,3 +319,26 @@ async def start_sims(nursery, crew: Crew, sims: list[tuple[str, str]], *, change
                                    changes=changes[i] if changes else None, **kw))
     if sims:
         await all_ready.wait()
+
+
+# --- fake members from the testing kit (fixtures.member, docs/testing.md; issue 28) ----------------
+async def start_fake_members(nursery, crew: Crew, sims: list[tuple[str, str]], **kw) -> list:
+    """A `fixtures.member.FakeMember` for each (label, token) of `sims`, run in `nursery`; returns them
+    once every one has sent its snapshot. `kw`: agents, conversations, script, beat (FakeMember's)."""
+    from fixtures.member import FakeMember
+
+    members = [FakeMember(crew.address, label, token, **kw) for label, token in sims]
+    for m in members:
+        nursery.start_soon(m.run)
+    for m in members:
+        await m.wait_joined()
+    return members
+
+
+def toggle_fake_ask(member, key: str, agent: str = "agent-1", conversation: str = "c1") -> None:
+    """Raise an ask titled `key` in a fake member's conversation, or close the open one (what
+    `toggle_ask` does to a simulated member's view)."""
+    if member.agent(agent).conversation(conversation).asks:
+        member.close_ask(agent, conversation)
+    else:
+        member.raise_ask(agent, conversation, title=key)

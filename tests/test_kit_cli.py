@@ -1,0 +1,130 @@
+"""`python -m fixtures member` (issue 28, docs/testing.md "Labs"): K members in one process join a
+real lead through `collie crew invite`'s own path, one line each; Ctrl-C ends it quietly with a summary
+of the requests received; a single member takes its token from a variable that is never printed; a
+script drives what the lead shows; mistakes are refused before anything joins."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from fixtures.pytest_plugin import collie_lead  # noqa: F401 (fixture)
+from tests.crewlab import REPO
+
+
+def start(lead, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", lead.ws_url.removesuffix("/crew/v1"),
+                             *args], cwd=REPO, env={**lead.env, "PYTHONPATH": str(REPO), **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def interrupt(proc: subprocess.Popen) -> tuple[int, str, str]:
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    return proc.returncode, out, err
+
+
+def read_lines(proc: subprocess.Popen, n: int) -> list[str]:
+    return [proc.stdout.readline().strip() for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_k_members_join_through_invite_and_ctrl_c_ends_quietly_with_a_summary(collie_lead):
+    proc = start(collie_lead, "--invite", "--label", "lab", "--count", "3", "--agents", "2", "--conversations", "4")
+    try:
+        lines = read_lines(proc, 3)
+        assert sorted(line.split(":")[0] for line in lines) == ["joined lab-1", "joined lab-2", "joined lab-3"]
+        assert all(": 2 agents, 8 open conversations (" in line for line in lines)
+        collie_lead.wait_for(lambda: sorted((m["label"], m["online"], m["agents"]) for m in collie_lead.members())
+                             == [("lab-1", True, 2), ("lab-2", True, 2), ("lab-3", True, 2)])
+        assert not list((collie_lead.paths.state_dir / "invites").iterdir())  # the lead deleted them on join
+        rid = str(uuid.uuid4())
+        got = collie_lead.api.post("/api/send", json={"request_id": rid, "machine": "lab-2", "agent": "agent-2",
+                                                     "conversation": "c3", "text": "hi", "turn": 1}).json()
+        assert got["outcome"] == "sent"
+    finally:
+        code, out, err = interrupt(proc)
+    assert code == 0 and err == ""
+    assert out.splitlines()[-4:] == ["lab-1: 0 requests", "lab-2: 1 requests (send sent 1)", "lab-3: 0 requests",
+                                     "3 members, 1 requests in all"]
+
+
+@pytest.mark.slow
+def test_one_member_with_its_token_in_a_variable_never_prints_it_and_a_script_drives_it(collie_lead):
+    token = collie_lead.invite("desk")
+    script = collie_lead.home / "script.json"
+    script.write_text(json.dumps({"timeline": [{"do": "ask", "title": "Ship it?"},
+                                               {"after": 0.5, "do": "drop", "for": 1}]}))
+    proc = start(collie_lead, "--token-env", "LAB_TOKEN", "--label", "desk", "--script", str(script),
+                 env={"LAB_TOKEN": token})
+    try:
+        assert read_lines(proc, 1)[0].startswith("joined desk: 2 agents, 6 open conversations")
+        pane = collie_lead.wait_for(
+            lambda: collie_lead.api.get("/api/agents/desk/agent-1/conversations/c1").json().get("ask"))
+        assert pane["title"] == "Ship it?"
+        assert read_lines(proc, 1)[0].startswith("back desk: ")  # dropped its link, came back
+        collie_lead.wait_for(lambda: collie_lead.online("desk"))
+        assert collie_lead.api.get("/api/agents/desk/agent-1/conversations/c1").json()["ask"]["title"] == "Ship it?"
+    finally:
+        code, out, err = interrupt(proc)
+    assert code == 0 and token not in out + err + collie_lead.log()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, error", [
+    (["--token-env", "T", "--label", "a", "--count", "2"], "--token-env gives one member's token"),
+    (["--token-env", "UNSET_VAR_FOR_TEST", "--label", "a"], "the variable UNSET_VAR_FOR_TEST is not set"),
+    (["--invite", "--label", "Bad Label"], "breaks the name rule"),
+    (["--invite", "--label", "a", "--agents", "101"], "--agents is from 0 to 100"),
+    (["--invite", "--label", "a", "--script", "/nonexistent.json"], "cannot read the script"),
+])
+def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
+    proc = start(collie_lead, *args)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 2 and error in err
+    assert collie_lead.members() == []
+
+
+def test_a_lead_off_loopback_needs_wss(tmp_path):
+    got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", "ws://10.1.2.3:8470", "--invite",
+                          "--label", "a"], cwd=REPO, capture_output=True, text=True, timeout=20,
+                         env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
+    assert got.returncode == 2 and "wss://" in got.stderr
+    assert not (tmp_path / "crew.sqlite").exists()  # nobody was invited
+
+
+@pytest.mark.slow
+def test_a_member_joins_a_tls_lead_trusting_its_ca_through_ssl_cert_file(tmp_path):
+    """A lab against a lead that serves TLS (as every lead off loopback does): the fake member dials
+    wss:// and trusts the lead's CA through SSL_CERT_FILE."""
+    import trustme
+
+    from fixtures.pytest_plugin import Lead, _private_dir
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "lead.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "lead.key"))
+    home = _private_dir("collie-tls-")
+    lead = Lead(home, ("--tls-cert", str(tmp_path / "lead.pem"), "--tls-key", str(tmp_path / "lead.key")))
+    lead.start()
+    try:
+        assert lead.url.startswith("https://")
+        proc = start(lead, "--invite", "--label", "far", env={"SSL_CERT_FILE": str(tmp_path / "ca.pem")})
+        try:
+            assert read_lines(proc, 1)[0].startswith("joined far: ")
+            lead.wait_for(lambda: lead.online("far"))
+        finally:
+            code, _out, err = interrupt(proc)
+        assert code == 0 and err == ""
+    finally:
+        lead.close()
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)

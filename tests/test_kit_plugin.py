@@ -1,0 +1,185 @@
+"""The testing kit's pytest fixtures (issue 28, docs/testing.md): the docs' example file passes as
+written in a fresh project, the fixtures clean up every process they started, and scripted members
+make the lead show what a real member's behaviour would (crew.md §2–§4, features B2–B5, I1, I2)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from crew.receipts import REASONS
+from fixtures.pytest_plugin import collie_lead, fake_agent, fake_member  # noqa: F401 (fixtures)
+from tests.crewlab import REPO
+
+DOC = REPO / "docs" / "testing.md"
+
+
+def python_blocks(path: Path) -> list[str]:
+    return [m.group(1) for m in re.finditer(r"^```python\n(.*?)^```$", path.read_text(), re.S | re.M)]
+
+
+def inner_pytest(folder: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLIE_", "PYTEST_"))}
+    env.pop("PYTHONPATH", None)  # as a user's project: Collie comes from the installed package
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=240)
+
+
+@pytest.mark.slow
+def test_the_docs_examples_pass_in_a_fresh_project_and_leave_no_process(tmp_path):
+    """A user copies docs/testing.md's example files into a project of their own (no conftest, no
+    settings) and runs `pytest --collie`: both pass, and every process the fixtures started is gone
+    afterwards."""
+    plain, trio_test = python_blocks(DOC)
+    assert plain.strip() == (REPO / "docs" / "examples" / "test_crew_lab.py").read_text().strip()
+    (tmp_path / "test_crew_lab.py").write_text(plain)
+    (tmp_path / "test_trio_lab.py").write_text(trio_test)
+    pids = tmp_path / "pids"
+    (tmp_path / "test_pids.py").write_text(
+        "def test_pids(collie_lead, fake_agent, fake_member):\n"
+        "    agent = fake_agent('streamer')\n"
+        "    fake_member('laptop')\n"
+        f"    open({str(pids)!r}, 'w').write(f'{{collie_lead.process.pid}} {{agent.process.pid}}')\n")
+    without = inner_pytest(tmp_path, "test_crew_lab.py")
+    assert "fixture 'collie_lead' not found" in without.stdout  # opt-in: nothing without --collie
+    by_ini = inner_pytest(tmp_path, "-o", "collie_fixtures=true", "test_crew_lab.py")
+    assert by_ini.returncode == 0 and "1 passed" in by_ini.stdout, by_ini.stdout[-3000:]
+    got = inner_pytest(tmp_path, "--collie")
+    assert got.returncode == 0, got.stdout[-3000:] + got.stderr[-2000:]
+    assert "3 passed" in got.stdout
+    for pid in map(int, pids.read_text().split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def api_send(lead, machine: str, text: str, conversation: str = "c1", agent: str = "agent-1") -> dict:
+    pane = lead.api.get(f"/api/agents/{machine}/{agent}/conversations/{conversation}").json()
+    return lead.api.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": machine, "agent": agent,
+                                            "conversation": conversation, "text": text, "turn": pane["turn"]}).json()
+
+
+@pytest.mark.slow
+def test_chosen_receipts_reach_the_api_as_the_member_gave_them(collie_lead, fake_member):
+    """A scripted refusal (with its reason's sentence), an `unknown`, and a receipt that does not fit
+    the crew wire (`unknown`, reason `protocol`) are what the lead's API answers; a refusal changed
+    nothing at the agent (B2, B3, crew.md "The lead trusts no frame")."""
+    m = fake_member("laptop")
+    m.rules({"op": "rename", "receipt": {"outcome": "refused", "reason": "disabled"}, "times": 1},
+            {"op": "rename", "text": "x", "receipt": "malformed"},
+            {"op": "rename", "receipt": {"outcome": "unknown", "reason": "internal"}, "times": 1})
+
+    def rename(title: str) -> dict:
+        return collie_lead.api.post("/api/agents/laptop/agent-1/conversations/c2/rename",
+                                    json={"request_id": str(uuid.uuid4()), "title": title, "turn": 1}).json()
+
+    first = rename("First")
+    assert (first["outcome"], first["reason"], first["text"]) == ("refused", "disabled", REASONS["disabled"])
+    assert m.member.agent("agent-1").conversation("c2").title == "Conversation 2"
+    assert (rename("x marks")["outcome"], rename("x again")["reason"]) == ("unknown", "protocol")
+    assert rename("Third")["outcome"] == "unknown"
+    assert rename("Fourth")["outcome"] == "done"
+    assert [(s.op, s.outcome) for s in m.requests] == [("rename", "refused"), ("rename", None), ("rename", None),
+                                                        ("rename", "unknown"), ("rename", "done")]
+
+
+@pytest.mark.slow
+def test_a_streamed_reply_keeps_the_turn_running_until_its_last_chunk(collie_lead, fake_member):
+    """A send answered with a streamed reply: the phone sees the turn working and the reply growing,
+    then the reply final and the conversation idle (wire §5)."""
+    m = fake_member("laptop", script={"requests": [
+        {"op": "send", "stream": {"chunks": ["Reading ", "the code", ", done."], "every": 0.3}}]})
+    assert api_send(collie_lead, "laptop", "explain it")["outcome"] == "sent"
+    path = "/api/agents/laptop/agent-1/conversations/c1"
+    assert collie_lead.wait_for(lambda: collie_lead.api.get(path).json()["state"] == "working")
+    items = collie_lead.wait_for(lambda: [i for i in collie_lead.api.get(f"{path}/items").json()["items"]
+                                          if i["kind"] == "reply" and i.get("final")])
+    assert items[-1]["text"] == "Reading the code, done."
+    assert collie_lead.wait_for(lambda: collie_lead.api.get(path).json()["state"] == "idle")
+
+
+@pytest.mark.slow
+def test_bad_frames_are_ignored_and_a_huge_one_costs_the_link_only(collie_lead, fake_member):
+    """Frames that do not fit the crew wire are logged (escaped) and ignored, the member stays online;
+    a frame over 1 MiB closes its link, the member comes back, and the other member never left."""
+    m, other = fake_member("laptop"), fake_member("desk")
+    m.step("malformed", kind="type", count=3)
+    collie_lead.wait_for(lambda: "a frame that does not fit the crew wire was ignored" in collie_lead.log())
+    assert "\\x1b" in collie_lead.log() and "\x1b" not in collie_lead.log()
+    assert collie_lead.online("laptop") and m.member.connects == 1
+    m.step("malformed", kind="huge")
+    collie_lead.wait_for(lambda: m.member.connects == 2 and collie_lead.online("laptop"), what="laptop back")
+    assert other.member.connects == 1 and collie_lead.online("desk")
+
+
+@pytest.mark.slow
+def test_a_fake_agent_attached_to_the_lead_beside_fake_members(collie_lead, fake_agent, fake_member):
+    """`fake_agent` runs a fixture agent on a private socket; attached, the lead shows it as its own
+    (machine `local`), and a member that joined before the lead restarted comes back by itself."""
+    m = fake_member("laptop")
+    agent = fake_agent("streamer")
+    assert oct(agent.socket.parent.stat().st_mode & 0o777) == "0o700"
+    collie_lead.attach("desk", agent)
+    m.wait_joined()
+
+    def sections():
+        return {s["machine"]: [a["status"] for a in s["agents"]]
+                for s in collie_lead.api.get("/api/dashboard").json()["sections"]}
+    assert collie_lead.wait_for(lambda: sections() == {"local": ["ready"], "laptop": ["ready", "ready"]} and True)
+    assert m.member.connects == 2
+
+
+@pytest.mark.slow
+def test_going_offline_queues_writes_and_a_restarted_member_resumes_them(collie_lead, fake_member):
+    """Offline: a session-bound write fails at once with `machine_offline`, a send waits in the inbox;
+    the member back as a restarted process (a new boot) gets the send once (crew.md "Writes", I2)."""
+    m = fake_member("laptop")
+    m.offline()
+    stop = collie_lead.api.post("/api/agents/laptop/agent-1/conversations/c1/rename",
+                                json={"request_id": str(uuid.uuid4()), "title": "x", "turn": 1}).json()
+    assert (stop["outcome"], stop["reason"]) == ("refused", "machine_offline")
+    queued = api_send(collie_lead, "laptop", "later")
+    assert queued["outcome"] == "queued"
+    m.online(restart=True)
+    assert m.wait_request(op="send").text == "later"
+    collie_lead.wait_for(lambda: collie_lead.api.get(f"/api/inbox/{queued['request_id']}").json()["state"] == "done")
+    assert [s.op for s in m.requests] == ["send"]
+
+
+@pytest.mark.slow
+def test_a_slow_receipt_holds_the_conversation_busy_on_the_lead(collie_lead, fake_member):
+    """A scripted slow answer (`delay`): while the member has not answered, the lead holds that
+    conversation's lock, so a second write to it is refused `busy` at once and never reaches the member
+    (features B7, crew.md "Writes"); the slow one then gets the member's receipt."""
+    import threading
+
+    m = fake_member("laptop", script={"requests": [{"op": "rename", "text": "slow", "delay": 3}]})
+    got: dict = {}
+
+    def rename(title: str) -> dict:
+        return collie_lead.api.post("/api/agents/laptop/agent-1/conversations/c1/rename",
+                                    json={"request_id": str(uuid.uuid4()), "title": title, "turn": 1}).json()
+    slow = threading.Thread(target=lambda: got.setdefault("slow", rename("slow")))
+    slow.start()
+    collie_lead.wait_for(lambda: m.in_flight)  # the slow one reached the member and waits there
+    second = rename("fast")
+    slow.join(20)
+    assert (second["outcome"], second["reason"]) == ("refused", "busy")
+    assert got["slow"]["outcome"] == "done"
+    assert [(s.text, s.outcome) for s in m.requests] == [(None, "done")]  # the refused one never arrived
+    assert m.member.agent("agent-1").conversation("c1").title == "slow"
+
+
+@pytest.mark.slow
+def test_many_members_start_together_and_each_is_its_own_machine(collie_lead, fake_member):
+    """`fake_member.many(K)`: LABEL-1 … LABEL-K online together, each a dashboard section of its own."""
+    lab = fake_member.many(5, label="lab", agents=1, conversations=2)
+    assert [m.label for m in lab] == [f"lab-{i}" for i in range(1, 6)]
+    sections = collie_lead.api.get("/api/dashboard").json()["sections"]
+    assert sorted((s["machine"], s["online"], len(s["agents"])) for s in sections) == [
+        (f"lab-{i}", True, 1) for i in range(1, 6)]
