@@ -121,9 +121,9 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
-        self.allow_terminal = allow_terminal
+        self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
         ensure_private_dir(state_dir)
         self.sessions = Sessions(state_dir / "sessions.json")
@@ -253,6 +253,7 @@ class Adapter:
             if method.startswith("terminal/"):
                 if self.terminals is None:
                     raise RpcError(framing.METHOD_NOT_FOUND, "terminals are not offered (collie acp run --allow-terminal)")
+                self._known_session(params.get("sessionId") if isinstance(params, dict) else None)
                 return await self.terminals.handle(method, params)
         except pydantic.ValidationError as exc:
             self._log(f"{escape(method, 60)} from the agent does not fit the ACP schema ({exc.error_count()} errors)")
@@ -447,7 +448,7 @@ class Adapter:
         if self.allow_terminal:
             from crew.acp.terminals import Terminals
 
-            self.terminals = Terminals(self.cwd)
+            self.terminals = Terminals(self.cwd, env_names=self.terminal_env)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.terminals is not None:
