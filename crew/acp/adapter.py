@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from acp import schema
 from acp.meta import PROTOCOL_VERSION
 
 from crew import __version__
-from crew.acp import files, framing
+from crew.acp import files, framing, procs
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
@@ -45,6 +46,7 @@ INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
+AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
 SESSIONS_MAX = 1000
@@ -375,7 +377,8 @@ class Adapter:
 
         try:
             proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE, cwd=self.cwd)
+                                                    stderr=subprocess.PIPE, cwd=self.cwd, env=agent_env(os.environ),
+                                                    start_new_session=True)
         except OSError as exc:
             self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
             report()
@@ -457,17 +460,29 @@ class Adapter:
             task_status.started()
 
 
-async def _stop_process(proc: trio.Process) -> None:
+def agent_env(source) -> dict[str, str]:
+    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
+
+
+async def _stop_process(proc: trio.Process, grace: float | None = None) -> None:
+    """End the agent's whole process group: close its stdin, SIGTERM the group, give it `STOP_GRACE`
+    to go (the leader and everything it started: an `npx` launcher's binary too), then SIGKILL what
+    is left. The group is signalled even when the leader has exited already."""
+    grace = STOP_GRACE if grace is None else grace
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             try:
                 await stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-    if proc.returncode is None:
-        proc.terminate()
-        with trio.move_on_after(STOP_GRACE):
-            await proc.wait()
+    pgid = proc.pid
+    procs.kill_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace):
+        await proc.wait()
+        while procs.group_alive(pgid):
+            await trio.sleep(procs.GROUP_POLL)
+    await procs.end_group(pgid)
     if proc.returncode is None:
         proc.kill()
         await proc.wait()

@@ -28,6 +28,7 @@ import trio
 from acp import schema
 
 from crew.acp import files, framing
+from crew.acp.procs import GROUP_GRACE, GROUP_POLL, end_group, group_alive, kill_group
 from crew.acp.rpc import RpcError
 
 OUTPUT_MAX = 1024 * 1024
@@ -35,8 +36,6 @@ TERMINALS_MAX = 16
 SHELL = "/bin/sh"
 ENV_ALLOWED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
 ENV_PREFIXES = ("LC_",)
-GROUP_POLL = 0.05  # how often a group is looked at until it is empty
-GROUP_GRACE = 2.0
 
 
 def terminal_env(source: dict[str, str], extra_names: Iterable[str] = (), given: Iterable[Any] = ()) -> dict[str, str]:
@@ -54,49 +53,6 @@ def argv_of(command: str, args: list[str] | None) -> list[str]:
     if not args:
         return [SHELL, "-c", command]
     return [command, *args]
-
-
-def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
-    """Signal a whole process group; False when no process of it is left."""
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # the pgid was reused by someone else's process: not ours to signal
-        return False
-    return True
-
-
-def group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs (zombies waiting for a parent that does not reap them,
-    e.g. a container's init, do not count: they hold no resources but a pid)."""
-    if not kill_group(pgid, 0):
-        return False
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid pgrp …
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
-async def end_group(pgid: int, grace: float = GROUP_GRACE) -> None:
-    """SIGKILL the group and wait (bounded) until none of its processes is left."""
-    kill_group(pgid)
-    with trio.move_on_after(grace):
-        while group_alive(pgid):
-            await trio.sleep(GROUP_POLL)
-            kill_group(pgid)
 
 
 class _Terminal:
