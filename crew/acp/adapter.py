@@ -41,6 +41,7 @@ from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
+from crew.sdk.agent import now_iso
 
 INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
@@ -147,8 +148,16 @@ class Adapter:
     def view(self, conv_id: str) -> SessionView:
         v = self.views.get(conv_id)
         if v is None:
-            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id))
+            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id), self._terminal_output)
         return v
+
+    def _terminal_output(self, terminal_id: str) -> str | None:
+        term = self.terminals.by_id.get(terminal_id) if self.terminals is not None else None
+        return term.output_text() if term is not None else None
+
+    def _terminal_changed(self, terminal_id: str) -> None:
+        for view in self.views.values():
+            view.terminal_changed(terminal_id)
 
     async def _agent(self) -> Endpoint:
         with trio.move_on_after(INIT_TIMEOUT):
@@ -184,16 +193,25 @@ class Adapter:
         turn = _Turn(pane.id, session_id)
         self.turns[session_id] = turn
         view = self.view(pane.id)
+        view.begin()
+        stopped = False
         try:
             self._nursery.start_soon(self._run_prompt, ep, turn, text)
             try:
                 await turn.done.wait()
             except trio.Cancelled:
+                stopped = True
                 with trio.move_on_after(CANCEL_GRACE, shield=True):
                     await self._cancel(ep, turn)
                 raise
         finally:
-            view.finish()
+            if stopped or turn.stop_reason == "cancelled":
+                how = "stopped"
+            elif turn.error is not None:
+                how = "crashed" if turn.error == CRASHED else "error"
+            else:
+                how = "ended"
+            view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
         if turn.error is not None:
@@ -285,8 +303,9 @@ class Adapter:
             return {"outcome": {"outcome": "cancelled"}}
         view = self.view(conv_id)
         call_id = req.tool_call.tool_call_id
-        handle = view.tools.get(call_id)
-        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{handle.seq}" if handle else None)
+        known = view.calls.get(call_id)
+        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{known.handle.seq}" if known else None,
+                                    known)
         if not back:
             return {"outcome": {"outcome": "cancelled"}}
         answer = await view.pane.ask(**spec)
@@ -389,10 +408,12 @@ class Adapter:
             async with trio.open_nursery() as nursery:
                 async def serve_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await ep.serve(task_status=task_status)  # the agent closed its stdout
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 async def exit_then_stop():
                     await proc.wait()
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 await nursery.start(serve_then_stop)
@@ -415,6 +436,18 @@ class Adapter:
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         return proc.returncode
+
+    def _agent_gone(self) -> None:
+        """The agent went away: its open asks end `stopped` — nobody decided them (issue 24 item 9);
+        without this the SDK would close them `decided` as their waits are cancelled."""
+        if not self.views:
+            return
+        core = self.collie._core
+        ours = [a for a in core.asks.values() if a.conversation in self.views]
+        for ask in ours:
+            core.close_ask(ask.id, "stopped", now_iso())
+        if ours:
+            self.collie._changed()
 
     async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
         """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
@@ -451,7 +484,7 @@ class Adapter:
         if self.allow_terminal:
             from crew.acp.terminals import Terminals
 
-            self.terminals = Terminals(self.cwd, env_names=self.terminal_env)
+            self.terminals = Terminals(self.cwd, env_names=self.terminal_env, on_output=self._terminal_changed)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.terminals is not None:

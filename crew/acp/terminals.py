@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import trio
@@ -33,6 +33,7 @@ from crew.acp.rpc import RpcError
 
 OUTPUT_MAX = 1024 * 1024
 TERMINALS_MAX = 16
+OUTPUT_EVERY = 0.5  # live output reaches the chat at most this often per terminal
 SHELL = "/bin/sh"
 ENV_ALLOWED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
 ENV_PREFIXES = ("LC_",)
@@ -64,6 +65,8 @@ class _Terminal:
         self.exited = trio.Event()
         self.gone = trio.Event()  # no process of the group is left (set after `exited`)
         self.released = False
+        self.id = ""
+        self.told = float("-inf")  # when the output was last reported
 
     def output_text(self) -> str:
         data = bytes(self.output)
@@ -76,8 +79,10 @@ class _Terminal:
 
 
 class Terminals:
-    def __init__(self, cwd: str, *, env_names: Iterable[str] = (), environ: dict[str, str] | None = None) -> None:
+    def __init__(self, cwd: str, *, env_names: Iterable[str] = (), environ: dict[str, str] | None = None,
+                 on_output: Callable[[str], None] | None = None) -> None:
         self.cwd = cwd
+        self.on_output = on_output  # called with the terminal id when its output grew (at most every OUTPUT_EVERY)
         self.env_names = tuple(env_names)
         self.environ = dict(os.environ if environ is None else environ)
         self.by_id: dict[str, _Terminal] = {}  # not released yet
@@ -152,6 +157,7 @@ class Terminals:
         tid = f"t{self._counter}"
         limit = min(req.output_byte_limit, OUTPUT_MAX) if req.output_byte_limit is not None else OUTPUT_MAX
         term = self.by_id[tid] = _Terminal(proc, max(limit, 0))
+        term.id = tid
         self._nursery.start_soon(self._pump, term)
         self._nursery.start_soon(self._reap, term)
         return {"terminalId": tid}
@@ -169,6 +175,16 @@ class Terminals:
                 if len(term.output) > term.limit:
                     del term.output[:len(term.output) - term.limit]
                     term.truncated = True
+                self._tell(term)
+        self._tell(term, force=True)
+
+    def _tell(self, term: _Terminal, force: bool = False) -> None:
+        if self.on_output is None or term.released:
+            return
+        now = trio.current_time()
+        if force or now - term.told >= OUTPUT_EVERY:
+            term.told = now
+            self.on_output(term.id)
 
     async def _reap(self, term: _Terminal) -> None:
         """The leader's exit is the terminal's exit; the group is followed until it is empty (a command's
