@@ -15,6 +15,21 @@ read PATH   asks the client for PATH; replies `read PATH: <text>` or `refused PA
 noise       prints a line that is not JSON, a malformed JSON-RPC message and broken JSON on stdout
 crash       exits with status 3 at once
 bench N S   N chunks, each carrying time.monotonic_ns() when it was sent, S seconds apart (0.02)
+bash CMD    as claude-code-acp 0.16 does a Bash call: the `tool_call` twice (streamed, then with
+            rawInput), a permission request carrying only rawInput and a title, then (allowed)
+            `terminal/create` with CMD as one string and no args, the terminal shown in the call,
+            wait, output, release; completes with rawOutput text blocks and replies `ran: <output>`
+exec CMD    as codex-acp 0.16 does: the command only in rawInput (an argv `bash -lc CMD`), its output
+            only in rawOutput (`stdout`, `exit_code`, `formatted_output`), no permission asked
+fail        answers the prompt with JSON-RPC error −32603 `Internal error` whose data says why
+            (`{"details": "401 Unauthorized: ..."}`), as an agent whose model refused the key does
+askcrash    asks permission, then exits (status 4) while the ask is open
+leave       a tool call left `in_progress` and the turn ended `end_turn`
+
+Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
+`test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
+until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 session/new is always
+refused that way (a login that never works).
 """
 
 from __future__ import annotations
@@ -32,7 +47,7 @@ from typing import Any
 from acp import (PROTOCOL_VERSION, InitializeResponse, LoadSessionResponse, NewSessionResponse, PromptResponse,
                  run_agent, text_block, update_agent_message, update_agent_thought, update_user_message)
 from acp.helpers import plan_entry, start_tool_call, tool_content, update_plan, update_tool_call
-from acp.schema import AgentCapabilities, Implementation, PermissionOption
+from acp.schema import AgentCapabilities, AuthMethodAgent, EnvVarAuthMethod, Implementation, PermissionOption
 
 STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
@@ -56,6 +71,8 @@ class TestAgent:
         self.state = load()
         self.cancelled: dict[str, asyncio.Event] = {}
         self.cwd = os.getcwd()
+        self.auth = os.environ.get("ACP_TEST_AUTH")
+        self.logged_in = self.auth is None
 
     def event(self, text: str) -> None:
         self.state["events"].append(text)
@@ -67,11 +84,31 @@ class TestAgent:
     async def initialize(self, protocol_version: int, client_capabilities=None, client_info=None, **kw):
         caps = client_capabilities.model_dump(by_alias=True) if client_capabilities else {}
         self.event(f"initialize fs={caps.get('fs')} terminal={caps.get('terminal')}")
+        methods = []
+        if self.auth == "env":
+            methods = [AuthMethodAgent(id="chatgpt", name="Login with ChatGPT",
+                                       description="Use your ChatGPT login with Codex CLI"),
+                       EnvVarAuthMethod(type="env_var", id="test-api-key", name="Use TEST_AGENT_KEY",
+                                        description="Requires setting the `TEST_AGENT_KEY` environment variable.",
+                                        vars=[{"name": "TEST_AGENT_KEY"}])]
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
                                   agent_capabilities=AgentCapabilities(load_session=True),
-                                  agent_info=Implementation(name="test-acp-agent", version="1.2.3"))
+                                  agent_info=Implementation(name="test-acp-agent", version="1.2.3"),
+                                  auth_methods=methods)
+
+    async def authenticate(self, method_id: str, **kw):
+        from acp import AuthenticateResponse, RequestError
+        self.event(f"authenticate {method_id}")
+        if method_id == "test-api-key" and os.environ.get("TEST_AGENT_KEY"):
+            self.logged_in = True
+            return AuthenticateResponse()
+        raise RequestError(-32603, "Internal error", {"details": f"cannot log in with {method_id} here"})
 
     async def new_session(self, cwd: str, mcp_servers=None, **kw):
+        if not self.logged_in or os.environ.get("ACP_TEST_REFUSE_NEW"):
+            from acp import RequestError
+            self.event("new refused")
+            raise RequestError.auth_required()
         sid = f"sess-{uuid.uuid4().hex[:8]}"
         self.state["sessions"][sid] = {"cwd": cwd, "history": [], "prompts": 0}
         self.cwd = cwd
@@ -132,6 +169,25 @@ class TestAgent:
             os.write(1, b'{"broken json\n')
             reply = "still here after the noise"
             await self.say(sid, reply)
+        elif word == "bash":
+            reply = await self.claude_bash(sid, rest)
+        elif word == "exec":
+            reply = await self.codex_exec(sid, rest)
+        elif word == "fail":
+            from acp import RequestError
+            raise RequestError(-32603, "Internal error",
+                               {"details": "401 Unauthorized: the model server refused the API key"})
+        elif word == "askcrash":
+            asyncio.ensure_future(self.conn.request_permission(
+                session_id=sid, tool_call=update_tool_call("call-crash", title="Delete everything", kind="delete"),
+                options=[PermissionOption(option_id="ok", name="Allow", kind="allow_once")]))
+            await asyncio.sleep(0.5)
+            os._exit(4)
+        elif word == "leave":
+            await self.conn.session_update(session_id=sid, update=start_tool_call(
+                "call-left", "Watch the logs", kind="execute", status="in_progress"))
+            reply = "left it running"
+            await self.say(sid, reply)
         elif word == "bench":
             count, _, every = rest.partition(" ")
             for _ in range(int(count or "10")):
@@ -174,6 +230,56 @@ class TestAgent:
         else:
             await self.conn.session_update(session_id=sid, update=update_tool_call(call, status="failed"))
             reply = "Left notes.txt alone."
+        await self.say(sid, reply)
+        return reply
+
+
+    async def claude_bash(self, sid: str, command: str) -> str:
+        call = f"toolu_{uuid.uuid4().hex[:8]}"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, "Terminal", kind="execute", status="pending", raw_input={}))
+        title = "`" + command.replace("`", "\\`") + "`"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, title, kind="execute", status="pending", raw_input={"command": command, "description": "Run it"},
+            content=[tool_content(text_block("Run it"))]))
+        options = [PermissionOption(option_id="allow_always", name="Always Allow", kind="allow_always"),
+                   PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+                   PermissionOption(option_id="reject", name="Reject", kind="reject_once")]
+        from acp.schema import ToolCallUpdate
+        answer = await self.conn.request_permission(session_id=sid, options=options, tool_call=ToolCallUpdate(
+            tool_call_id=call, title=title, raw_input={"command": command, "description": "Run it"}))
+        outcome = answer.outcome
+        self.event(f"permission {outcome.outcome} {getattr(outcome, 'option_id', '')}".strip())
+        if outcome.outcome != "selected" or outcome.option_id == "reject":
+            await self.conn.session_update(session_id=sid, update=update_tool_call(call, status="failed"))
+            return "not run"
+        term = await self.conn.create_terminal(session_id=sid, command=command, env=[{"name": "CLAUDECODE", "value": "1"}],
+                                               output_byte_limit=32000)
+        from acp.schema import TerminalToolCallContent
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="in_progress", title="Run it",
+            content=[TerminalToolCallContent(type="terminal", terminal_id=term.terminal_id)]))
+        status = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=term.terminal_id)
+        out = await self.conn.terminal_output(session_id=sid, terminal_id=term.terminal_id)
+        await self.conn.release_terminal(session_id=sid, terminal_id=term.terminal_id)
+        self.event(f"terminal exit {status.exit_code}")
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="completed" if status.exit_code == 0 else "failed",
+            raw_output=[{"type": "text", "text": out.output}]))
+        reply = f"ran: {out.output.strip()}"
+        await self.say(sid, reply)
+        return reply
+
+    async def codex_exec(self, sid: str, command: str) -> str:
+        call = f"call_{uuid.uuid4().hex[:8]}"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, "Run command", kind="execute", status="in_progress",
+            raw_input={"command": ["bash", "-lc", command], "cwd": self.cwd}))
+        out = f"output of {command}\n"
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="completed", raw_output={"stdout": out, "stderr": "", "exit_code": 0,
+                                                  "formatted_output": out, "duration": {"secs": 0, "nanos": 1}}))
+        reply = "exec done"
         await self.say(sid, reply)
         return reply
 

@@ -160,6 +160,7 @@ class Call:
         self.raw_output: Any = None
         self.output: str | None = None
         self.note: str | None = None  # why the client closed it
+        self.terminal_seen: dict[str, str] = {}  # terminal id -> its last output (kept after release)
 
     def merge(self, u: Any) -> None:
         sent = u.model_fields_set
@@ -193,6 +194,9 @@ def render(call: Call, terminal_output: Callable[[str], str | None] | None = Non
             said = True
         elif isinstance(c, schema.TerminalToolCallContent):
             out = terminal_output(c.terminal_id) if terminal_output else None
+            if out is not None:
+                call.terminal_seen[c.terminal_id] = out
+            out = call.terminal_seen.get(c.terminal_id)
             if out:
                 parts.append(out.rstrip("\n"))
                 said = True
