@@ -133,7 +133,7 @@ async def test_without_a_usable_login_the_row_says_what_to_do_and_no_empty_sessi
         assert t.c.unavailable == (
             "The agent needs a login. It offers: Login with ChatGPT (--auth chatgpt): Use your ChatGPT login with "
             "Codex CLI; Use TEST_AGENT_KEY (--auth test-api-key): Requires setting the `TEST_AGENT_KEY` environment "
-            "variable.. Set what it needs in the environment of collie acp run, or pick one with --auth METHOD, "
+            "variable. Set what it needs in the environment of collie acp run, or pick one with --auth METHOD, "
             "and start it again.")
         assert not t.c._core.conversations  # no empty Session 1
         await trio.sleep(0.3)

@@ -105,6 +105,7 @@ def login_needed(methods: list) -> str:
     if not methods:
         return plain("The agent needs a login and offers no way to log in through ACP: log in with the agent's "
                      "own command on this machine, then start collie acp run again.")
-    ways = "; ".join(f"{m.name} (--auth {m.id})" + (f": {m.description}" if m.description else "") for m in methods)
+    ways = "; ".join(f"{m.name} (--auth {m.id})" + (f": {m.description.rstrip('. ')}" if m.description else "")
+                     for m in methods)
     return plain(f"The agent needs a login. It offers: {ways}. Set what it needs in the environment of collie acp "
                  f"run, or pick one with --auth METHOD, and start it again.", LOGIN_MAX)
