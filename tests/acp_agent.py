@@ -47,7 +47,8 @@ from typing import Any
 from acp import (PROTOCOL_VERSION, InitializeResponse, LoadSessionResponse, NewSessionResponse, PromptResponse,
                  run_agent, text_block, update_agent_message, update_agent_thought, update_user_message)
 from acp.helpers import plan_entry, start_tool_call, tool_content, update_plan, update_tool_call
-from acp.schema import AgentCapabilities, AuthMethodAgent, EnvVarAuthMethod, Implementation, PermissionOption
+from acp.schema import (AgentCapabilities, AuthMethodAgent, EnvVarAuthMethod, Implementation, PermissionOption,
+                        SessionCapabilities, SessionCloseCapabilities)
 
 STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
@@ -92,7 +93,8 @@ class TestAgent:
                                         description="Requires setting the `TEST_AGENT_KEY` environment variable.",
                                         vars=[{"name": "TEST_AGENT_KEY"}])]
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
-                                  agent_capabilities=AgentCapabilities(load_session=True),
+                                  agent_capabilities=AgentCapabilities(
+                                      load_session=True, session_capabilities=SessionCapabilities(close=SessionCloseCapabilities())),
                                   agent_info=Implementation(name="test-acp-agent", version="1.2.3"),
                                   auth_methods=methods)
 
@@ -125,6 +127,11 @@ class TestAgent:
             update = update_user_message(text_block(text)) if role == "user" else update_agent_message(text_block(text))
             await self.conn.session_update(session_id=session_id, update=update)
         return LoadSessionResponse()
+
+    async def close_session(self, session_id: str, **kw):
+        from acp.schema import CloseSessionResponse
+        self.event(f"close {session_id}")
+        return CloseSessionResponse()
 
     async def cancel(self, session_id: str, **kw) -> None:
         self.event(f"cancel {session_id}")
@@ -285,7 +292,7 @@ class TestAgent:
 
 
 def main() -> None:
-    asyncio.run(run_agent(TestAgent()))
+    asyncio.run(run_agent(TestAgent(), use_unstable_protocol=True))
 
 
 if __name__ == "__main__":

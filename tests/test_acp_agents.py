@@ -44,6 +44,12 @@ class Lab:
             await trio.sleep(0.02)
         return next(iter(self.c._core.asks.values()))
 
+    def write(self, route: str, conv: str) -> dict:
+        outcome, effects = self.c._core.write(route, conv, {"request_id": f"r-{route}-{time.time()}"}, now_iso(),
+                                              time.time(), None)
+        self.c._apply(effects)
+        return outcome
+
     def answer(self, ask, label: str) -> None:
         oid = next(o["id"] for o in ask.raw["options"] if o["label"] == label)
         outcome, effects = self.c._core.write("answer", ask.id, {"request_id": f"r-{ask.id}", "digest": ask.digest,
@@ -185,6 +191,21 @@ async def test_no_agent_process_outlives_the_adapter(tmp_path, monkeypatch):
         pid = int(next(line for line in t.logs if line.startswith("started ")).rsplit("pid ", 1)[1].rstrip(")"))
         assert alive(pid)
     assert not alive(pid)
+
+
+async def test_closing_a_conversation_closes_its_session_and_reopening_loads_it(tmp_path, monkeypatch):
+    """Issue 24 item 9: a conversation closed on the phone sends session/close (the agent offers it);
+    reopened, the next send loads the same session again and goes on in it."""
+    async with lab(tmp_path, monkeypatch) as t:
+        await t.send("one")
+        sid = t.adapter.sessions.by_conv["session-1"]["session_id"]
+        assert t.write("close", "session-1") == {"outcome": "done"}
+        while f"close {sid}" not in t.events():
+            await trio.sleep(0.02)
+        assert t.write("reopen", "session-1") == {"outcome": "done"}
+        await t.send("two")
+        assert f"load {sid}" in t.events()
+        assert any("You said: two (prompt 2 of this session)" in i["text"] for i in t.items(kind="reply"))
 
 
 async def _state(c) -> tuple[int, dict]:

@@ -142,6 +142,7 @@ class Adapter:
         self.endpoint: Endpoint | None = None
         self.agent_info: dict | None = None
         self.can_load = False
+        self.can_close = False
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
         self.views: dict[str, SessionView] = {}  # conv id -> view
@@ -227,6 +228,8 @@ class Adapter:
         try:
             entry = self.sessions.by_conv.get(pane.id)
             await self._agent()
+            if entry is not None and entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)  # a conversation reopened after its session was closed
             if entry is None or entry["session_id"] not in self.live_sessions:
                 if entry is not None:
                     pane.notice("The agent could not reload this session; this message starts a new one.")
@@ -384,7 +387,9 @@ class Adapter:
         if got.protocol_version != PROTOCOL_VERSION:
             raise RpcError(framing.INVALID_REQUEST, f"the agent speaks ACP {got.protocol_version}, "
                                                     f"this adapter speaks {PROTOCOL_VERSION}")
-        self.can_load = bool(got.agent_capabilities and got.agent_capabilities.load_session)
+        caps = got.agent_capabilities
+        self.can_load = bool(caps and caps.load_session)
+        self.can_close = bool(caps and caps.session_capabilities and caps.session_capabilities.close is not None)
         info = got.agent_info
         self.agent_info = {"name": info.name, "version": info.version} if info else None
         if info is not None:
@@ -445,6 +450,38 @@ class Adapter:
         pane.set_subtitle(f"session {session_id[:40]}")
         return True
 
+    async def _load_again(self, entry: dict) -> None:
+        """`session/load` one session quietly (the chat already holds its items)."""
+        if not self.can_load or self.endpoint is None:
+            return
+        sid = entry["session_id"]
+        self.loading.add(sid)
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                await self.endpoint.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                             "mcpServers": []})
+            self.live_sessions.add(sid)
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+        finally:
+            self.loading.discard(sid)
+
+    async def _close_sessions(self, ep: Endpoint) -> None:
+        """A conversation closed on the phone closes its ACP session (`session/close`, where the agent
+        offers it: codex-acp does); reopened, the next send loads it again."""
+        while True:
+            for conv_id, entry in list(self.sessions.by_conv.items()):
+                sid = entry["session_id"]
+                if conv_id in self.collie._core.closed and sid in self.live_sessions:
+                    self.live_sessions.discard(sid)
+                    if self.can_close:
+                        try:
+                            with trio.fail_after(INIT_TIMEOUT):
+                                await ep.request("session/close", {"sessionId": sid})
+                        except (RpcError, trio.TooSlowError) as exc:
+                            self._log(f"session/close of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+            await self.collie._change.wait()
+
     async def _retry_first(self, ep: Endpoint) -> None:
         """While the first session/new is refused (a login missing, say), ask again now and then: a
         login done meanwhile on the machine makes the agent work without a restart."""
@@ -480,6 +517,7 @@ class Adapter:
             self.trouble = before
             return False
         self.up.set()
+        nursery.start_soon(self._close_sessions, ep)
         first = await self._first_conversation(ep)
         if first is False:
             return False
