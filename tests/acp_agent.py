@@ -26,6 +26,9 @@ fail        answers the prompt with JSON-RPC error −32603 `Internal error` who
 askcrash    asks permission, then exits (status 4) while the ask is open
 leave       a tool call left `in_progress` and the turn ended `end_turn`
 
+Sessions offer three modes (`read-only`, the current one at first, `auto`, `full-access`) and
+`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`).
+
 Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
 `test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
 until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 session/new is always
@@ -47,8 +50,9 @@ from typing import Any
 from acp import (PROTOCOL_VERSION, InitializeResponse, LoadSessionResponse, NewSessionResponse, PromptResponse,
                  run_agent, text_block, update_agent_message, update_agent_thought, update_user_message)
 from acp.helpers import plan_entry, start_tool_call, tool_content, update_plan, update_tool_call
-from acp.schema import (AgentCapabilities, AuthMethodAgent, EnvVarAuthMethod, Implementation, PermissionOption,
-                        SessionCapabilities, SessionCloseCapabilities)
+from acp.schema import (AgentCapabilities, AuthMethodAgent, AvailableCommand, AvailableCommandsUpdate,
+                        EnvVarAuthMethod, Implementation, PermissionOption, SessionCapabilities,
+                        SessionCloseCapabilities, SessionMode, SessionModeState)
 
 STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
@@ -115,7 +119,26 @@ class TestAgent:
         self.state["sessions"][sid] = {"cwd": cwd, "history": [], "prompts": 0}
         self.cwd = cwd
         self.event(f"new {sid}")
-        return NewSessionResponse(session_id=sid)
+        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
+            session_id=sid, update=AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
+                AvailableCommand(name="review", description="Review my current changes"),
+                AvailableCommand(name="init", description="create an AGENTS.md file")]))))
+        return NewSessionResponse(session_id=sid, modes=self.modes(sid))
+
+    def modes(self, sid: str) -> SessionModeState:
+        current = self.state["sessions"][sid].get("mode", "read-only")
+        return SessionModeState(current_mode_id=current, available_modes=[
+            SessionMode(id="read-only", name="Read Only"), SessionMode(id="auto", name="Default"),
+            SessionMode(id="full-access", name="Full Access")])
+
+    async def set_session_mode(self, mode_id: str, session_id: str, **kw):
+        from acp import RequestError
+        from acp.schema import SetSessionModeResponse
+        if mode_id not in ("read-only", "auto", "full-access"):
+            raise RequestError.invalid_params({"details": f"no mode {mode_id}"})
+        self.state["sessions"][session_id]["mode"] = mode_id
+        self.event(f"mode {session_id} {mode_id}")
+        return SetSessionModeResponse()
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers=None, **kw):
         session = self.state["sessions"].get(session_id)
@@ -126,7 +149,7 @@ class TestAgent:
         for role, text in session["history"]:
             update = update_user_message(text_block(text)) if role == "user" else update_agent_message(text_block(text))
             await self.conn.session_update(session_id=session_id, update=update)
-        return LoadSessionResponse()
+        return LoadSessionResponse(modes=self.modes(session_id))
 
     async def close_session(self, session_id: str, **kw):
         from acp.schema import CloseSessionResponse

@@ -44,10 +44,15 @@ class Lab:
             await trio.sleep(0.02)
         return next(iter(self.c._core.asks.values()))
 
-    def write(self, route: str, conv: str) -> dict:
-        outcome, effects = self.c._core.write(route, conv, {"request_id": f"r-{route}-{time.time()}"}, now_iso(),
-                                              time.time(), None)
-        self.c._apply(effects)
+    def write(self, route: str, conv: str, action: str | None = None) -> dict:
+        body = {"request_id": f"r-{route}-{time.time()}"}
+        if conv in self.c._core.conversations:
+            body["turn"] = self.c._core.conv(conv).turn
+        outcome, effects = self.c._core.write(route, conv, body, now_iso(), time.time(), action)
+        for eff in effects:  # as the SDK runs them, without its nursery
+            if type(eff).__name__ == "RunAction":
+                self.nursery.start_soon(self.c._on_action, self.c.pane_of(eff.conversation), eff.action_id)
+        self.c._apply([e for e in effects if type(e).__name__ != "RunAction"])
         return outcome
 
     def answer(self, ask, label: str) -> None:
@@ -72,7 +77,10 @@ async def lab(tmp_path, monkeypatch, *, env: dict | None = None, **kw):
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(adapter.serve, c)
-            yield Lab(adapter, c, logs, state)
+            t = Lab(adapter, c, logs, state)
+            t.nursery = nursery
+            c._on_action = adapter.on_action
+            yield t
             nursery.cancel_scope.cancel()
 
 
@@ -206,6 +214,40 @@ async def test_closing_a_conversation_closes_its_session_and_reopening_loads_it(
         await t.send("two")
         assert f"load {sid}" in t.events()
         assert any("You said: two (prompt 2 of this session)" in i["text"] for i in t.items(kind="reply"))
+
+
+async def test_modes_are_buttons_and_a_tap_sets_the_mode(tmp_path, monkeypatch):
+    """Issue 24 "Beyond": a session's modes (Codex: Read Only / Default / Full Access) are the
+    conversation's buttons, the current one dimmed and named in the subtitle; a tap sends
+    session/set_mode, and the mode kept across a reload."""
+    async with lab(tmp_path, monkeypatch) as t:
+        while "session-1" not in t.c._core.conversations:
+            await trio.sleep(0.02)
+        conv = t.c._core.conv("session-1")
+        assert conv.actions == [{"id": "mode-0", "label": "Read Only", "disabled": True},
+                                {"id": "mode-1", "label": "Default", "disabled": False},
+                                {"id": "mode-2", "label": "Full Access", "disabled": False}]
+        assert conv.subtitle == "Mode: Read Only"
+        assert t.write("action", "session-1", action="mode-1") == {"outcome": "done"}
+        while not any(e.startswith("mode sess-") for e in t.events()):
+            await trio.sleep(0.02)
+        while conv.subtitle != "Mode: Default":
+            await trio.sleep(0.02)
+        assert [a["disabled"] for a in conv.actions] == [False, True, False]
+
+
+async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
+    """Issue 24 "Beyond": `available_commands_update` offers the agent's commands as starters after
+    `New session`; one opens a new session whose first prompt is the command."""
+    async with lab(tmp_path, monkeypatch) as t:
+        while len(t.c._core.starters) < 3:
+            await trio.sleep(0.02)
+        assert t.c._core.starters == [{"id": "new-session", "label": "New session"},
+                                      {"id": "cmd-0", "label": "/review"}, {"id": "cmd-1", "label": "/init"}]
+        t.c.conversation("s-2", title="/review")
+        await t.adapter.on_starter(t.c.pane_of("s-2"), "cmd-0")
+        assert [i["text"] for i in t.items("s-2", kind="user")] == ["/review"]
+        assert any("You said: /review (prompt 1 of this session)" in i["text"] for i in t.items("s-2", kind="reply"))
 
 
 async def _state(c) -> tuple[int, dict]:

@@ -136,7 +136,9 @@ def test_prompt_streams_a_growing_reply_visible_through_the_api(lab):
     c, adapter = lab
     rows = {r["name"]: r for r in c.get("/api/dashboard").json()["sections"][0]["agents"]}
     assert rows["acp"]["line2"].startswith("test-acp-agent 1.2.3")
-    assert [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]] == ["New session"]
+    starters = wait_for(lambda: (lambda s: s if len(s) == 3 else None)(
+        [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]]))
+    assert starters == ["New session", "/review", "/init"]  # the agent's slash commands follow
     sent = send(c, "hello there")
     assert sent["outcome"] == "sent"
     queued = c.post("/api/send", json={"request_id": rid(), "agent": "acp", "conversation": "session-1",

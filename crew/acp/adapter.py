@@ -51,12 +51,13 @@ BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
 AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
-CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
+CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
 STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
 NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
 STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
+COMMANDS_MAX = 7  # slash commands offered as starters, after New session
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 
@@ -143,6 +144,8 @@ class Adapter:
         self.agent_info: dict | None = None
         self.can_load = False
         self.can_close = False
+        self._new_modes = None  # the modes the last session/new offered
+        self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
         self.views: dict[str, SessionView] = {}  # conv id -> view
@@ -202,7 +205,9 @@ class Adapter:
         """One `session/new` in --cwd; raises what the agent answered."""
         with trio.fail_after(INIT_TIMEOUT):
             raw = await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []})
-        return schema.NewSessionResponse.model_validate(raw).session_id
+        got = schema.NewSessionResponse.model_validate(raw)
+        self._new_modes = got.modes
+        return got.session_id
 
     async def new_session(self, conv_id: str) -> str:
         ep = await self._agent()
@@ -212,6 +217,7 @@ class Adapter:
             raise Refusal(self._refused("a new session", exc)) from None
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
+        self.view(conv_id).set_modes(self._new_modes)
         if self.trouble is not None:
             self._clear_trouble()
         return session_id
@@ -222,7 +228,48 @@ class Adapter:
         except Refusal as exc:
             pane.notice(str(exc))
             return
-        pane.set_subtitle(f"session {session_id[:40]}")
+        if pane._conv.subtitle is None:
+            pane.set_subtitle(f"session {session_id[:40]}")
+        command = self._command_of(starter_id)
+        if command is not None:  # the agent's slash command, as its first prompt
+            pane.post("user", text=f"/{command}")
+            await self.prompt(pane, session_id, f"/{command}")
+
+    def _command_of(self, starter_id: str) -> str | None:
+        if starter_id.startswith("cmd-") and starter_id[4:].isdigit():
+            i = int(starter_id[4:])
+            return self.commands[i] if i < len(self.commands) else None
+        return None
+
+    def _on_commands(self, update: schema.AvailableCommandsUpdate) -> None:
+        """`available_commands_update`: the agent's slash commands become starters after `New session`."""
+        names = [c.name for c in update.available_commands if c.name and c.name.isprintable()][:COMMANDS_MAX]
+        if names == self.commands:
+            return
+        self.commands = names
+        self.collie.set_starters([NEW_SESSION] + [{"id": f"cmd-{i}", "label": f"/{n}"[:60]}
+                                                  for i, n in enumerate(names)])
+
+    async def on_action(self, pane, action_id: str) -> None:
+        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows)."""
+        view = self.view(pane.id)
+        mode = view.mode_of_action(action_id)
+        entry = self.sessions.by_conv.get(pane.id)
+        if mode is None or entry is None:
+            return
+        try:
+            ep = await self._agent()
+            if entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": entry["session_id"], "modeId": mode})
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            pane.notice(plain(f"The agent did not change the mode: {reason_of(exc)}"))
+            return
+        view.mode_changed(mode)
 
     async def on_send(self, pane, text: str) -> None:
         try:
@@ -346,6 +393,10 @@ class Adapter:
         return conv_id
 
     def _on_update(self, note: schema.SessionNotification) -> None:
+        if isinstance(note.update, schema.AvailableCommandsUpdate):
+            if self.sessions.conv_of(note.session_id) is not None:
+                self._on_commands(note.update)
+            return
         if note.session_id in self.loading:
             return  # a replay of what the SDK's state file already holds
         conv_id = self.sessions.conv_of(note.session_id)
@@ -417,9 +468,10 @@ class Adapter:
                 self.loading.add(sid)
             try:
                 with trio.fail_after(INIT_TIMEOUT):
-                    await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
-                                                      "mcpServers": []})
+                    raw = await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                            "mcpServers": []})
                 self.live_sessions.add(sid)
+                self._loaded_modes(conv_id, raw)
                 if keep_replay:
                     self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
@@ -448,6 +500,7 @@ class Adapter:
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
+        self.view(conv_id).set_modes(self._new_modes)
         return True
 
     async def _load_again(self, entry: dict) -> None:
@@ -458,13 +511,25 @@ class Adapter:
         self.loading.add(sid)
         try:
             with trio.fail_after(INIT_TIMEOUT):
-                await self.endpoint.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
-                                                             "mcpServers": []})
+                raw = await self.endpoint.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                                   "mcpServers": []})
             self.live_sessions.add(sid)
+            conv_id = self.sessions.conv_of(sid)
+            if conv_id is not None:
+                self._loaded_modes(conv_id, raw)
         except (RpcError, Closed, trio.TooSlowError) as exc:
             self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
         finally:
             self.loading.discard(sid)
+
+    def _loaded_modes(self, conv_id: str, raw: Any) -> None:
+        try:
+            modes = schema.LoadSessionResponse.model_validate(raw or {}).modes
+        except pydantic.ValidationError:
+            self._log("the agent's answer to session/load does not fit the ACP schema (its modes are not shown)")
+            return
+        if conv_id in self.collie._core.conversations:
+            self.view(conv_id).set_modes(modes)
 
     async def _close_sessions(self, ep: Endpoint) -> None:
         """A conversation closed on the phone closes its ACP session (`session/close`, where the agent

@@ -104,7 +104,7 @@ async def _serve(command, name, cwd, socket, state_dir, args, paths) -> None:
     adapter = Adapter(command, name=name, cwd=cwd, state_dir=state_dir, allow_terminal=args.allow_terminal,
                       terminal_env=tuple(args.terminal_env), auth=args.auth)
     async with open_collie(socket=socket, host_name=name, runtime=name, caps=CAPS, on_send=adapter.on_send,
-                           on_starter=adapter.on_starter, state_path=state_dir / "agent.json") as collie:
+                           on_starter=adapter.on_starter, on_action=adapter.on_action, state_path=state_dir / "agent.json") as collie:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
             await nursery.start(adapter.serve, collie)
