@@ -32,7 +32,9 @@ Sessions offer three modes (`read-only`, the current one at first, `auto`, `full
 Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
 `test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
 until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 session/new is always
-refused that way (a login that never works).
+refused that way (a login that never works). With ACP_TEST_NEW_FAILS=TEXT, session/new prints TEXT
+on stderr and fails `Internal error` with data `Query closed before response received`, as
+claude-code-acp does when Claude Code refuses to run as root.
 """
 
 from __future__ import annotations
@@ -111,6 +113,11 @@ class TestAgent:
         raise RequestError(-32603, "Internal error", {"details": f"cannot log in with {method_id} here"})
 
     async def new_session(self, cwd: str, mcp_servers=None, **kw):
+        if os.environ.get("ACP_TEST_NEW_FAILS"):  # as claude-code-acp run as root without IS_SANDBOX=1
+            from acp import RequestError
+            print(os.environ["ACP_TEST_NEW_FAILS"], file=sys.stderr, flush=True)
+            print("Error handling request {", file=sys.stderr, flush=True)
+            raise RequestError(-32603, "Internal error", {"details": "Query closed before response received"})
         if not self.logged_in or os.environ.get("ACP_TEST_REFUSE_NEW"):
             from acp import RequestError
             self.event("new refused")

@@ -156,6 +156,17 @@ async def test_without_a_usable_login_the_row_says_what_to_do_and_no_empty_sessi
         assert status == 500 and body["message"] == t.c.unavailable
 
 
+async def test_a_refused_session_says_what_the_agent_printed(tmp_path, monkeypatch):
+    """Issue 24 items 4 and 8: claude-code-acp as root without IS_SANDBOX=1 answers session/new
+    `Query closed before response received` while Claude Code prints why on stderr: the row says both."""
+    said = "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons"
+    async with lab(tmp_path, monkeypatch, env={"ACP_TEST_NEW_FAILS": said}) as t:
+        while t.c.unavailable is None:
+            await trio.sleep(0.02)
+        assert t.c.unavailable == f"The agent refused a new session: Query closed before response received (it said: {said})"
+        assert not t.c._core.conversations
+
+
 async def test_auth_picks_the_method_and_a_refused_login_is_said(tmp_path, monkeypatch):
     """Issue 24 item 1: `--auth METHOD` picks the method; the agent's refusal of it is shown in words;
     a method the agent does not offer is named with those it does."""

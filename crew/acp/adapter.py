@@ -57,6 +57,7 @@ STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
 NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
 STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
+STDERR_RECENT = 50
 COMMANDS_MAX = 7  # slash commands offered as starters, after New session
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
@@ -157,6 +158,9 @@ class Adapter:
         self.auth_methods: list = []
         self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
+        self._run_mark = 0
+        self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
+        self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -187,10 +191,22 @@ class Adapter:
         self.trouble = None
         self.collie.unavailable = None
 
-    def _refused(self, what: str, exc: BaseException) -> str:
+    def _refused(self, what: str, exc: BaseException, since: int | None = None) -> str:
         if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
             return login_needed(self.auth_methods)
-        return plain(f"The agent refused {what}: {reason_of(exc)}")
+        return plain(f"The agent refused {what}: {reason_of(exc)}{self._said_since(since)}")
+
+    def _said_since(self, since: int | None) -> str:
+        """The first line the agent printed on stderr since `since` (its own words for a refusal:
+        Claude Code's `… cannot be used with root/sudo privileges …`), as ` (it said: …)`."""
+        if since is None:
+            return ""
+        first = next((t for n, t in self.stderr_recent if n > since), None)
+        return f" (it said: {first})" if first else ""
+
+    async def _stderr_settles(self) -> None:
+        """A refusal's stderr lines may arrive just after its answer (two pipes): wait a moment."""
+        await trio.sleep(STDERR_WAIT)
 
     async def _agent(self) -> Endpoint:
         if self.trouble is not None and not self.up.is_set():
@@ -211,10 +227,12 @@ class Adapter:
 
     async def new_session(self, conv_id: str) -> str:
         ep = await self._agent()
+        since = self.stderr_count
         try:
             session_id = await self._session_new(ep)
         except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
-            raise Refusal(self._refused("a new session", exc)) from None
+            await self._stderr_settles()
+            raise Refusal(self._refused("a new session", exc, since)) from None
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
         self.view(conv_id).set_modes(self._new_modes)
@@ -487,10 +505,12 @@ class Adapter:
         agent refused (its row says why; it is not restarted for that); False: it failed."""
         if self.collie._core.conversations or self.sessions.by_conv:
             return True
+        since = self.stderr_count
         try:
             session_id = await self._session_new(ep)
         except RpcError as exc:
-            self._set_trouble(self._refused("a new session", exc))
+            await self._stderr_settles()
+            self._set_trouble(self._refused("a new session", exc, since))
             return None
         except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
             self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
@@ -567,7 +587,8 @@ class Adapter:
             self._set_trouble(str(exc))
             return True
         except RpcError as exc:
-            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}"))
+            await self._stderr_settles()
+            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}{self._said_since(self._run_mark)}"))
             return True
         except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
             if not isinstance(exc, Closed):  # an exit is said with its status and stderr, once it is known
@@ -620,6 +641,7 @@ class Adapter:
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
         self.stderr_tail.clear()
+        self._run_mark = self.stderr_count
         stderr_done = trio.Event()
         started = False  # initialize answered (the agent runs, working or refusing)
         try:
@@ -685,7 +707,10 @@ class Adapter:
 
         def line_out(raw: bytes) -> None:
             self._log(f"agent: {escape(raw, STDERR_LINE)}")
-            self.stderr_tail.append(plain(raw.decode("utf-8", "replace"), 160))
+            text = plain(raw.decode("utf-8", "replace"), 160)
+            self.stderr_tail.append(text)
+            self.stderr_count += 1
+            self.stderr_recent.append((self.stderr_count, text))
 
         try:
             async with stream:

@@ -42,7 +42,8 @@ OUTPUT_MAX = 8000
 TITLE_MAX = 200
 DIFF_CONTEXT = 1
 CALLS_KEPT = 256
-MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7)
+MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7): the first 4 modes
+MODES_KEPT = 32  # for naming the current mode in the subtitle
 TOOL_STATUS = {"pending": "running", "in_progress": "running", "completed": "completed", "failed": "failed"}
 ROLE_OF_KIND = {"allow_once": "allow", "allow_always": "always_allow", "reject_once": "deny", "reject_always": "deny"}
 ENDED = {
@@ -303,7 +304,7 @@ class SessionView:
         current one dimmed, and the subtitle naming it."""
         if state is None:
             return
-        self.modes = [(m.id, m.name) for m in state.available_modes][:MODES_MAX]
+        self.modes = [(m.id, m.name) for m in state.available_modes][:MODES_KEPT]
         self.mode = state.current_mode_id
         self._draw_modes()
 
@@ -313,13 +314,13 @@ class SessionView:
             self._draw_modes()
 
     def mode_of_action(self, action_id: str) -> str | None:
-        if action_id.startswith("mode-") and action_id[5:].isdigit() and int(action_id[5:]) < len(self.modes):
+        if action_id.startswith("mode-") and action_id[5:].isdigit() and int(action_id[5:]) < min(len(self.modes), MODES_MAX):
             return self.modes[int(action_id[5:])][0]
         return None
 
     def _draw_modes(self) -> None:
         self.pane.set_actions([{"id": f"mode-{i}", "label": name[:ACTION_LABEL_MAX] or mid[:ACTION_LABEL_MAX],
-                                "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes)])
+                                "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes[:MODES_MAX])])
         name = dict(self.modes).get(self.mode)
         if name:
             self.pane.set_subtitle(f"Mode: {name}"[:TITLE_MAX])
