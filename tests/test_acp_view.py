@@ -189,3 +189,12 @@ def test_the_plan_is_cleared_when_the_next_turn_begins():
     assert c._core.conv("c1").progress == {"steps": ["Read", "Write"], "current": 1}
     view.begin()
     assert c._core.conv("c1").progress is None
+
+
+def test_a_huge_edit_is_diffed_in_linear_time_as_one_hunk():
+    """Every peer is untrusted: a 200 000-line rewrite does not stall the adapter in difflib; the
+    common start and end are dropped and the change shown as one hunk."""
+    old = "".join(f"line {i}\n" for i in range(100_000))
+    new = old.replace("line 50000\n", "changed\n").replace("line 50001\n", "")
+    diff = compact_diff("/w/big", old, new)  # difflib would add context lines: this is the linear path
+    assert diff == "edit /w/big\n@@ -50001,2 +50001,1 @@\n-line 50000\n-line 50001\n+changed"

@@ -554,7 +554,14 @@ class Adapter:
     async def _close_sessions(self, ep: Endpoint) -> None:
         """A conversation closed on the phone closes its ACP session (`session/close`, where the agent
         offers it: codex-acp does); reopened, the next send loads it again."""
+        seen = None
         while True:
+            core = self.collie._core
+            shape = (len(core.conversations), len(core.closed))  # a close or reopen changes it
+            if shape == seen:
+                await self.collie._change.wait()
+                continue
+            seen = shape
             for conv_id, entry in list(self.sessions.by_conv.items()):
                 sid = entry["session_id"]
                 if conv_id in self.collie._core.closed and sid in self.live_sessions:

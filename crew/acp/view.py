@@ -41,6 +41,7 @@ from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX
 OUTPUT_MAX = 8000
 TITLE_MAX = 200
 DIFF_CONTEXT = 1
+DIFF_LINES_MAX = 2000
 CALLS_KEPT = 256
 MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7): the first 4 modes
 MODES_KEPT = 32  # for naming the current mode in the subtitle
@@ -76,12 +77,26 @@ def shorten(text: str, limit: int = OUTPUT_MAX) -> str:
 
 
 def compact_diff(path: str, old: str | None, new: str) -> str:
-    """`edit <path>` (or `new file <path>`) and the changed lines with one line of context."""
+    """`edit <path>` (or `new file <path>`) and the changed lines with one line of context. Past
+    `DIFF_LINES_MAX` lines (difflib's cost grows faster than the size) the common start and end are
+    cut off in linear time and the rest shown as one hunk."""
     if old is None:
         lines = new.splitlines()
         return "\n".join([f"new file {path}", *(f"+{line}" for line in lines)])
-    body = [line.rstrip("\n") for line in difflib.unified_diff(
-        old.splitlines(), new.splitlines(), lineterm="", n=DIFF_CONTEXT)][2:]  # no ---/+++ header
+    a, b = old.splitlines(), new.splitlines()
+    if len(a) + len(b) > DIFF_LINES_MAX:
+        start = 0
+        while start < min(len(a), len(b)) and a[start] == b[start]:
+            start += 1
+        end = 0
+        while end < min(len(a), len(b)) - start and a[len(a) - 1 - end] == b[len(b) - 1 - end]:
+            end += 1
+        gone, came = a[start:len(a) - end], b[start:len(b) - end]
+        if not gone and not came:
+            return f"edit {path} (no change)"
+        head = f"@@ -{start + 1},{len(gone)} +{start + 1},{len(came)} @@"
+        return "\n".join([f"edit {path}", head, *(f"-{x}" for x in gone), *(f"+{x}" for x in came)])
+    body = [line.rstrip("\n") for line in difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT)][2:]
     return "\n".join([f"edit {path}", *body]) if body else f"edit {path} (no change)"
 
 
