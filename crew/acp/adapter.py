@@ -174,8 +174,11 @@ class Adapter:
         return term.output_text() if term is not None else None
 
     def _terminal_changed(self, terminal_id: str) -> None:
-        for view in self.views.values():
-            view.terminal_changed(terminal_id)
+        try:
+            for view in self.views.values():
+                view.terminal_changed(terminal_id)
+        except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
+            self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
 
     def _set_trouble(self, text: str) -> None:
         """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
@@ -269,7 +272,14 @@ class Adapter:
                                                   for i, n in enumerate(names)])
 
     async def on_action(self, pane, action_id: str) -> None:
-        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows)."""
+        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows). Runs in the
+        SDK's own nursery, so nothing may escape it."""
+        try:
+            await self._set_mode(pane, action_id)
+        except Exception as exc:
+            self._log(f"the mode button failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    async def _set_mode(self, pane, action_id: str) -> None:
         view = self.view(pane.id)
         mode = view.mode_of_action(action_id)
         entry = self.sessions.by_conv.get(pane.id)
@@ -572,6 +582,8 @@ class Adapter:
                                 await ep.request("session/close", {"sessionId": sid})
                         except (RpcError, trio.TooSlowError) as exc:
                             self._log(f"session/close of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+                        except Closed:
+                            return  # the agent went away; the restart loads what is open
             await self.collie._change.wait()
 
     async def _retry_first(self, ep: Endpoint) -> None:
