@@ -198,3 +198,18 @@ def test_a_huge_edit_is_diffed_in_linear_time_as_one_hunk():
     new = old.replace("line 50000\n", "changed\n").replace("line 50001\n", "")
     diff = compact_diff("/w/big", old, new)  # difflib would add context lines: this is the linear path
     assert diff == "edit /w/big\n@@ -50001,2 +50001,1 @@\n-line 50000\n-line 50001\n+changed"
+
+
+def test_modes_and_context_use_show_in_the_subtitle():
+    """Issue 24 "Beyond": the current mode and the context use the agent reports (usage_update) are
+    the conversation's subtitle; a mode update redraws the buttons."""
+    c, view, items, feed = view_and_items()
+    view.set_modes(schema.SessionModeState.model_validate({"currentModeId": "read-only", "availableModes": [
+        {"id": "read-only", "name": "Read Only"}, {"id": "auto", "name": "Default"}]}))
+    conv = c._core.conv("c1")
+    assert conv.subtitle == "Mode: Read Only"
+    feed({"sessionUpdate": "usage_update", "used": 34000, "size": 100000})
+    assert conv.subtitle == "Mode: Read Only · context 34% used"
+    feed({"sessionUpdate": "current_mode_update", "currentModeId": "auto"})
+    assert conv.subtitle == "Mode: Default · context 34% used"
+    assert [a["disabled"] for a in conv.actions] == [False, True]

@@ -23,7 +23,8 @@ through the SDK's synchronous item calls; the adapter feeds it in the order the 
   allow, features Q6).
 - The session's modes (`session/new`'s `modes`, `current_mode_update`) are the conversation's
   buttons, one per mode (at most 4, C7), the current one dimmed; the subtitle names the current one.
-- Anything else (usage, config options…) is not shown here.
+- `usage_update` (Codex sends it) adds `context N% used` to the subtitle.
+- Anything else (config options, cost…) is not shown here.
 """
 
 from __future__ import annotations
@@ -235,8 +236,9 @@ class SessionView:
         self.terminal_output = terminal_output
         self._growing: tuple[str, Any] | None = None  # (kind, handle) of the item that grows now
         self.calls: dict[str, Call] = {}  # tool_call_id -> what we know of it (the last CALLS_KEPT)
-        self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_MAX
+        self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_KEPT
         self.mode: str | None = None
+        self.context: tuple[int, int] | None = None  # (tokens used, context size) from usage_update
 
     # compatibility for the adapter: the item handle and the name of a call
     @property
@@ -309,6 +311,12 @@ class SessionView:
             self._apply_call(update)
         elif isinstance(update, schema.CurrentModeUpdate):
             self.mode_changed(update.current_mode_id)
+        elif isinstance(update, schema.UsageUpdate):
+            if update.size > 0 and update.used >= 0:
+                before = self.context
+                self.context = (update.used, update.size)
+                if before is None or round(100 * before[0] / before[1]) != round(100 * update.used / update.size):
+                    self._draw_subtitle()
         elif isinstance(update, schema.AgentPlanUpdate):
             entries = update.entries
             current = next((i for i, e in enumerate(entries) if e.status != "completed"), len(entries))
@@ -336,9 +344,19 @@ class SessionView:
     def _draw_modes(self) -> None:
         self.pane.set_actions([{"id": f"mode-{i}", "label": name[:ACTION_LABEL_MAX] or mid[:ACTION_LABEL_MAX],
                                 "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes[:MODES_MAX])])
+        self._draw_subtitle()
+
+    def _draw_subtitle(self) -> None:
+        """`Mode: <name> · context 34% used` — what of the two the agent reports."""
+        parts = []
         name = dict(self.modes).get(self.mode)
         if name:
-            self.pane.set_subtitle(f"Mode: {name}"[:TITLE_MAX])
+            parts.append(f"Mode: {name}")
+        if self.context is not None:
+            used, size = self.context
+            parts.append(f"context {min(100, round(100 * used / size))}% used")
+        if parts:
+            self.pane.set_subtitle(" · ".join(parts)[:TITLE_MAX])
 
     def terminal_changed(self, terminal_id: str) -> None:
         """A terminal's output grew: the calls showing it show it again."""
