@@ -12,7 +12,17 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
   `session/cancel`, answers every open permission request of that session `cancelled`, and waits a
   bounded time for the prompt's answer;
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
-  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note.
+  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
+- the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
+  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+- it logs in with `authenticate` where the agent offers a method the environment provides, or the
+  one `--auth` names (item 1);
+- while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
+  the first session) `trouble` says why in plain words (words.py), and the SDK's `unavailable`
+  makes the agent's row Unreachable with that sentence; a healthy agent that refuses is not
+  restarted, and no conversation is made without a session (item 8);
+- a closed conversation closes its session where the agent offers `session/close`; modes are the
+  conversation's buttons (`session/set_mode`); slash commands are starters (item 9, "Beyond").
 Every message from the agent is validated with the `agent-client-protocol` package's models before
 use; what fails validation is answered `invalid params` (requests) or logged (notifications).
 """
