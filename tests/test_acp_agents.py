@@ -247,6 +247,21 @@ async def test_modes_are_buttons_and_a_tap_sets_the_mode(tmp_path, monkeypatch):
         assert [a["disabled"] for a in conv.actions] == [False, True, False]
 
 
+async def test_mode_option_puts_each_new_session_in_that_mode(tmp_path, monkeypatch):
+    """`--mode auto`: a Codex-like agent whose sessions start Read Only has each new session put in
+    `auto` (it can edit); a mode it does not offer is said in the conversation."""
+    async with lab(tmp_path, monkeypatch, mode="auto") as t:
+        while "session-1" not in t.c._core.conversations:
+            await trio.sleep(0.02)
+        assert any(e.startswith("mode sess-") and e.endswith(" auto") for e in t.events())
+        assert t.c._core.conv("session-1").subtitle == "Mode: Default"
+    async with lab(tmp_path / "b", monkeypatch, mode="yolo") as t:
+        while "session-1" not in t.c._core.conversations or not t.items(kind="notice"):
+            await trio.sleep(0.02)
+        assert t.items(kind="notice")[0]["text"] == ("--mode yolo: the agent offers no such mode here "
+                                                     "(it offers: read-only, auto, full-access)")
+
+
 async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
     """Issue 24 "Beyond": `available_commands_update` offers the agent's commands as starters after
     `New session`; one opens a new session whose first prompt is the command."""

@@ -142,7 +142,7 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 terminal_env: tuple[str, ...] = (), auth: str | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), auth: str | None = None, mode: str | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
         self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
@@ -165,6 +165,7 @@ class Adapter:
         self.restarts = 0
         self.terminals = None
         self.auth = auth  # --auth METHOD
+        self.mode = mode  # --mode MODE: each new session is put in it
         self.auth_methods: list = []
         self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
@@ -249,6 +250,7 @@ class Adapter:
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
         self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
         if self.trouble is not None:
             self._clear_trouble()
         return session_id
@@ -541,6 +543,7 @@ class Adapter:
         self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
         self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
         return True
 
     async def _load_again(self, entry: dict) -> None:
@@ -595,6 +598,23 @@ class Adapter:
                         except Closed:
                             return  # the agent went away; the restart loads what is open
             await self.collie._change.wait()
+
+    async def _start_mode(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--mode MODE`: a new session is put in that mode (Codex starts Read Only) where it offers it."""
+        view = self.view(conv_id)
+        if self.mode is None or self.mode == view.mode:
+            return
+        if self.mode not in dict(view.modes):
+            offered = ", ".join(m for m, _ in view.modes) or "none"
+            view.pane.notice(plain(f"--mode {self.mode}: the agent offers no such mode here (it offers: {offered})"))
+            return
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": session_id, "modeId": self.mode})
+        except (RpcError, trio.TooSlowError) as exc:
+            view.pane.notice(plain(f"The agent did not change the mode to {self.mode}: {reason_of(exc)}"))
+            return
+        view.mode_changed(self.mode)
 
     async def _retry_first(self, ep: Endpoint) -> None:
         """While the first session/new is refused (a login missing, say), ask again now and then: a
