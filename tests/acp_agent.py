@@ -27,7 +27,8 @@ askcrash    asks permission, then exits (status 4) while the ask is open
 leave       a tool call left `in_progress` and the turn ended `end_turn`
 
 Sessions offer three modes (`read-only`, the current one at first, `auto`, `full-access`) and
-`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`).
+`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`,
+`logout`).
 
 Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
 `test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
@@ -129,7 +130,8 @@ class TestAgent:
         asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
             session_id=sid, update=AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
                 AvailableCommand(name="review", description="Review my current changes"),
-                AvailableCommand(name="init", description="create an AGENTS.md file")]))))
+                AvailableCommand(name="init", description="create an AGENTS.md file"),
+                AvailableCommand(name="logout", description="logout of the agent")]))))
         return NewSessionResponse(session_id=sid, modes=self.modes(sid))
 
     def modes(self, sid: str) -> SessionModeState:

@@ -264,7 +264,8 @@ async def test_mode_option_puts_each_new_session_in_that_mode(tmp_path, monkeypa
 
 async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
     """Issue 24 "Beyond": `available_commands_update` offers the agent's commands as starters after
-    `New session`; one opens a new session whose first prompt is the command."""
+    `New session` (not `/logout`: one tap must not log the agent out); one opens a new session whose
+    first prompt is the command."""
     async with lab(tmp_path, monkeypatch) as t:
         while len(t.c._core.starters) < 3:
             await trio.sleep(0.02)

@@ -69,6 +69,7 @@ NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
 STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
 STDERR_RECENT = 50
 COMMANDS_MAX = 7  # slash commands offered as starters, after New session
+COMMANDS_SKIPPED = {"logout", "login"}  # one tap on the phone must not log the agent out (codex-acp offers /logout)
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 
@@ -276,7 +277,8 @@ class Adapter:
 
     def _on_commands(self, update: schema.AvailableCommandsUpdate) -> None:
         """`available_commands_update`: the agent's slash commands become starters after `New session`."""
-        names = [c.name for c in update.available_commands if c.name and c.name.isprintable()][:COMMANDS_MAX]
+        names = [c.name for c in update.available_commands
+                 if c.name and c.name.isprintable() and c.name.lower() not in COMMANDS_SKIPPED][:COMMANDS_MAX]
         if names == self.commands:
             return
         self.commands = names
