@@ -28,7 +28,7 @@ leave       a tool call left `in_progress` and the turn ended `end_turn`
 
 Sessions offer three modes (`read-only`, the current one at first, `auto`, `full-access`) and
 `session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`,
-`logout`).
+`logout`), and one config option, `model` (`small`, `large`).
 
 Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
 `test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
@@ -132,7 +132,15 @@ class TestAgent:
                 AvailableCommand(name="review", description="Review my current changes"),
                 AvailableCommand(name="init", description="create an AGENTS.md file"),
                 AvailableCommand(name="logout", description="logout of the agent")]))))
-        return NewSessionResponse(session_id=sid, modes=self.modes(sid))
+        from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
+        model = SessionConfigOptionSelect(id="model", name="Model", type="select", current_value="small", options=[
+            SessionConfigSelectOption(value="small", name="Small"), SessionConfigSelectOption(value="large", name="Large")])
+        return NewSessionResponse(session_id=sid, modes=self.modes(sid), config_options=[model])
+
+    async def set_config_option(self, config_id: str, session_id: str, value, **kw):
+        from acp.schema import SetSessionConfigOptionResponse
+        self.event(f"config {session_id} {config_id}={value}")
+        return SetSessionConfigOptionResponse(config_options=[])
 
     def modes(self, sid: str) -> SessionModeState:
         current = self.state["sessions"][sid].get("mode", "read-only")

@@ -262,6 +262,21 @@ async def test_mode_option_puts_each_new_session_in_that_mode(tmp_path, monkeypa
                                                      "(it offers: read-only, auto, full-access)")
 
 
+async def test_config_option_is_set_in_each_new_session(tmp_path, monkeypatch):
+    """`--config model=large`: each new session gets the agent's config option (Codex: model,
+    reasoning effort); an option or a value it does not offer is said in the conversation."""
+    async with lab(tmp_path, monkeypatch, config={"model": "large", "effort": "high"}) as t:
+        while "session-1" not in t.c._core.conversations or len(t.items(kind="notice")) < 1:
+            await trio.sleep(0.02)
+        assert any(e.startswith("config sess-") and e.endswith(" model=large") for e in t.events())
+        assert [i["text"] for i in t.items(kind="notice")] == [
+            "--config effort: the agent offers no such option here (it offers: model)"]
+    async with lab(tmp_path / "b", monkeypatch, config={"model": "huge"}) as t:
+        while "session-1" not in t.c._core.conversations or not t.items(kind="notice"):
+            await trio.sleep(0.02)
+        assert t.items(kind="notice")[0]["text"] == "--config model=huge: not one of small, large"
+
+
 async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
     """Issue 24 "Beyond": `available_commands_update` offers the agent's commands as starters after
     `New session` (not `/logout`: one tap must not log the agent out); one opens a new session whose

@@ -143,7 +143,8 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 terminal_env: tuple[str, ...] = (), auth: str | None = None, mode: str | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), auth: str | None = None, mode: str | None = None,
+                 config: dict[str, str] | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
         self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
@@ -157,6 +158,7 @@ class Adapter:
         self.can_load = False
         self.can_close = False
         self._new_modes = None  # the modes the last session/new offered
+        self._new_config: list = []  # and its config options
         self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
@@ -167,6 +169,7 @@ class Adapter:
         self.terminals = None
         self.auth = auth  # --auth METHOD
         self.mode = mode  # --mode MODE: each new session is put in it
+        self.config = dict(config or {})  # --config ID=VALUE: each new session gets them
         self.auth_methods: list = []
         self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
@@ -238,6 +241,7 @@ class Adapter:
             raw = await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []})
         got = schema.NewSessionResponse.model_validate(raw)
         self._new_modes = got.modes
+        self._new_config = list(got.config_options or [])
         return got.session_id
 
     async def new_session(self, conv_id: str) -> str:
@@ -252,6 +256,7 @@ class Adapter:
         self.live_sessions.add(session_id)
         self.view(conv_id).set_modes(self._new_modes)
         await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
         if self.trouble is not None:
             self._clear_trouble()
         return session_id
@@ -546,6 +551,7 @@ class Adapter:
         pane.set_subtitle(f"session {session_id[:40]}")
         self.view(conv_id).set_modes(self._new_modes)
         await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
         return True
 
     async def _load_again(self, entry: dict) -> None:
@@ -617,6 +623,36 @@ class Adapter:
             view.pane.notice(plain(f"The agent did not change the mode to {self.mode}: {reason_of(exc)}"))
             return
         view.mode_changed(self.mode)
+
+    async def _start_config(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--config ID=VALUE`: a new session gets these of the agent's config options (Codex: `model`,
+        `reasoning_effort`) through `session/set_config_option`; what it does not offer is said."""
+        pane = self.view(conv_id).pane
+        offered = {o.id: o for o in self._new_config}
+        for option_id, value in self.config.items():
+            option = offered.get(option_id)
+            if isinstance(option, schema.SessionConfigOptionSelect):
+                values = [v.value for v in option.options if isinstance(v, schema.SessionConfigSelectOption)]
+                values += [v.value for g in option.options if isinstance(g, schema.SessionConfigSelectGroup)
+                           for v in g.options]
+                wanted: str | bool | None = value if value in values else None
+                choices = ", ".join(values)
+            elif isinstance(option, schema.SessionConfigOptionBoolean):
+                wanted = {"true": True, "false": False}.get(value.lower())
+                choices = "true, false"
+            else:
+                ids = ", ".join(offered) or "none"
+                pane.notice(plain(f"--config {option_id}: the agent offers no such option here (it offers: {ids})"))
+                continue
+            if wanted is None:
+                pane.notice(plain(f"--config {option_id}={value}: not one of {choices}"))
+                continue
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("session/set_config_option",
+                                     {"sessionId": session_id, "configId": option_id, "value": wanted})
+            except (RpcError, trio.TooSlowError) as exc:
+                pane.notice(plain(f"The agent did not set {option_id} to {value}: {reason_of(exc)}"))
 
     async def _retry_first(self, ep: Endpoint) -> None:
         """While the first session/new is refused (a login missing, say), ask again now and then: a
