@@ -213,3 +213,12 @@ def test_modes_and_context_use_show_in_the_subtitle():
     feed({"sessionUpdate": "current_mode_update", "currentModeId": "auto"})
     assert conv.subtitle == "Mode: Default · context 34% used"
     assert [a["disabled"] for a in conv.actions] == [False, True]
+
+
+def test_a_long_command_in_the_title_is_cut_by_collie_not_silently():
+    """Q6: Claude's Bash ask has the command as its title; one too long for the card is cut by Collie,
+    which says `Text shortened` and offers no Always allow — the adapter never cuts it unseen."""
+    command = "rm -rf " + " ".join(f"/w/build/{i}" for i in range(40))
+    spec, card = ask_for({"toolCallId": "toolu_9", "title": f"`{command}`", "rawInput": {"command": command}})
+    assert len(spec["title"]) == 201
+    assert card.shortened and not card.always_allow and card.title.endswith("…")

@@ -37,7 +37,7 @@ from typing import Any
 
 from acp import schema
 
-from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX
+from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX, LABEL_MAX
 
 OUTPUT_MAX = 8000
 TITLE_MAX = 200
@@ -427,9 +427,10 @@ def permission_ask(request: schema.RequestPermissionRequest, tool_name: str | No
         if role is None:
             continue
         oid = f"o{i}"
-        options.append({"id": oid, "label": opt.name[:60] or opt.kind, "role": role})
+        options.append({"id": oid, "label": opt.name[:LABEL_MAX + 1] or opt.kind, "role": role})
         back[oid] = opt.option_id
-    title = (call.title or tool_name or "Allow the tool call?")[:TITLE_MAX]
+    # over a limit by one character at most: Collie cuts it and says `Text shortened` (Q6), never silently
+    title = (call.title or tool_name or "Allow the tool call?")[:TITLE_MAX + 1]
     tool = (tool_name or call.title or call.kind or "tool")[:80]
     spec = {"kind": "permission", "title": title, "tool_call_id": call.tool_call_id, "item_id": item_id,
             "tool": tool, "options": options}
