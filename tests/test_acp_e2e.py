@@ -33,17 +33,18 @@ def rid() -> str:
 class AdapterProcess:
     """`collie acp run --name acp --cwd WORK --socket SOCK -- python tests/acp_agent.py`; stderr kept."""
 
-    def __init__(self, paths, run: Path, work: Path) -> None:
+    def __init__(self, paths, run: Path, work: Path, env: dict | None = None, args: tuple = ()) -> None:
         self.paths, self.run, self.work = paths, run, work
+        self.env, self.args = env or {}, tuple(args)
         self.sock = str(run / "acp" / "app.sock")
         self.agent_state = run / "agent-state.json"
         self.proc: subprocess.Popen | None = None
         self.stderr: list[str] = []
 
     def start(self) -> None:
-        env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state))
+        env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state), **self.env)
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "acp",
-                                      "--cwd", str(self.work), "--socket", self.sock, "--", *AGENT],
+                                      "--cwd", str(self.work), "--socket", self.sock, *self.args, "--", *AGENT],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         self._drainer.start()
@@ -76,11 +77,11 @@ class AdapterProcess:
 
 
 @pytest.fixture
-def lab(paths, bridge):
+def lab(request, paths, bridge):
     run = short_dir()
     work = run / "work"
     work.mkdir()
-    adapter = AdapterProcess(paths, run, work)
+    adapter = AdapterProcess(paths, run, work, args=getattr(request, "param", ()))
     adapter.start()
     assert run_collie(paths, "durable", "attach", "acp", "--socket", adapter.sock).returncode == 0
     address = bridge(env=collie_env(paths)).wait_ready()["address"]
@@ -135,7 +136,9 @@ def test_prompt_streams_a_growing_reply_visible_through_the_api(lab):
     c, adapter = lab
     rows = {r["name"]: r for r in c.get("/api/dashboard").json()["sections"][0]["agents"]}
     assert rows["acp"]["line2"].startswith("test-acp-agent 1.2.3")
-    assert [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]] == ["New session"]
+    starters = wait_for(lambda: (lambda s: s if len(s) == 3 else None)(
+        [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]]))
+    assert starters == ["New session", "/review", "/init"]  # the agent's slash commands follow
     sent = send(c, "hello there")
     assert sent["outcome"] == "sent"
     queued = c.post("/api/send", json={"request_id": rid(), "agent": "acp", "conversation": "session-1",
@@ -297,3 +300,50 @@ def test_attach_flag_attaches_through_the_durable_attach_path(paths, bridge):
             proc.stdout.close()
     finally:
         cleanup(run)
+
+
+def test_an_agent_that_needs_a_login_shows_unreachable_with_what_to_do(paths, bridge):
+    """Issue 24 items 1 and 8: an agent that answers every session/new `Authentication required`
+    (codex-acp without a key) is not shown Ready: the dashboard row says Unreachable with the agent's
+    logins and what to do, and no empty Session 1 is listed."""
+    run = short_dir()
+    work = run / "work"
+    work.mkdir()
+    adapter = AdapterProcess(paths, run, work, env={"ACP_TEST_AUTH": "env", "TEST_AGENT_KEY": ""})
+    adapter.start()
+    try:
+        assert run_collie(paths, "durable", "attach", "acp", "--socket", adapter.sock).returncode == 0
+        address = bridge(env=collie_env(paths)).wait_ready()["address"]
+        wait_for(lambda: live_or_none(paths).get("acp", {}).get("status") == "unreachable")
+        token = (paths.state_dir / "api-token").read_text().strip()
+        with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=20) as c:
+            rows = {r["name"]: r for r in c.get("/api/dashboard").json()["sections"][0]["agents"]}
+        row = rows["acp"]
+        assert row["status_label"] == "Unreachable"
+        assert row["detail"].startswith("The agent needs a login. It offers: Login with ChatGPT (--auth chatgpt)")
+        assert "Use TEST_AGENT_KEY (--auth test-api-key)" in row["detail"]
+        assert "Error" not in row["detail"]
+        assert sum(e.startswith("initialize") for e in adapter.events()) == 1  # not restarted
+    finally:
+        adapter.stop()
+        cleanup(run)
+
+
+@pytest.mark.parametrize("lab", [("--allow-terminal",)], indirect=True)
+def test_claudes_bash_call_from_the_phone_shows_the_command_and_its_output(lab):
+    """Issue 24 items 2, 3, 5, 6 through the bridge and the lead: the card shows the command line it
+    approves; allowed, the shell line runs in --cwd through a terminal; one tool item ends completed
+    with the command and what it printed; no terminal is left."""
+    c, adapter = lab
+    assert send(c, "bash echo hi > out.txt && cat out.txt")["outcome"] == "sent"
+    ask = wait_for(lambda: pane(c)["ask"])
+    assert ask["body"].splitlines()[0] == "$ echo hi > out.txt && cat out.txt"
+    allow = next(o["id"] for o in ask["options"] if o["label"] == "Allow")
+    ok = c.post(f"/api/ask/{ask['id']}", json={"request_id": rid(), "agent": "acp", "digest": ask["digest"],
+                                               "answer": {"option_ids": [allow]}}).json()
+    assert ok["outcome"] == "accepted"
+    wait_for(lambda: final_reply(c, "ran: hi"))
+    assert (adapter.work / "out.txt").read_text() == "hi\n"
+    tools = [i for i in items(c) if i["kind"] == "tool"]
+    assert len(tools) == 1 and tools[0]["status"] == "completed"
+    assert tools[0]["output"] == "$ echo hi > out.txt && cat out.txt\nhi"

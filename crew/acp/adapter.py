@@ -12,7 +12,17 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
   `session/cancel`, answers every open permission request of that session `cancelled`, and waits a
   bounded time for the prompt's answer;
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
-  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note.
+  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
+- the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
+  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+- it logs in with `authenticate` where the agent offers a method the environment provides, or the
+  one `--auth` names (item 1);
+- while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
+  the first session) `trouble` says why in plain words (words.py), and the SDK's `unavailable`
+  makes the agent's row Unreachable with that sentence; a healthy agent that refuses is not
+  restarted, and no conversation is made without a session (item 8);
+- a closed conversation closes its session where the agent offers `session/close`; modes are the
+  conversation's buttons (`session/set_mode`); slash commands are starters (item 9, "Beyond").
 Every message from the agent is validated with the `agent-client-protocol` package's models before
 use; what fails validation is answered `invalid params` (requests) or logged (notifications).
 """
@@ -22,8 +32,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,22 +46,32 @@ from acp import schema
 from acp.meta import PROTOCOL_VERSION
 
 from crew import __version__
-from crew.acp import files, framing
+from crew.acp import files, framing, procs
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
+from crew.acp.words import AUTH_REQUIRED, Refusal, choose_auth, login_needed, plain, reason_of
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
+from crew.sdk.agent import now_iso
 
 INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
+AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
-CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
+CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
 STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
+NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
+STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
+STDERR_RECENT = 50
+COMMANDS_MAX = 7  # slash commands offered as starters, after New session
+COMMANDS_SKIPPED = {"logout", "login"}  # one tap on the phone must not log the agent out (codex-acp offers /logout)
+RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
+STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 
 
 def _dump(model: pydantic.BaseModel) -> dict:
@@ -121,9 +143,10 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), auth: str | None = None, mode: str | None = None,
+                 config: dict[str, str] | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
-        self.allow_terminal = allow_terminal
+        self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
         ensure_private_dir(state_dir)
         self.sessions = Sessions(state_dir / "sessions.json")
@@ -133,6 +156,10 @@ class Adapter:
         self.endpoint: Endpoint | None = None
         self.agent_info: dict | None = None
         self.can_load = False
+        self.can_close = False
+        self._new_modes = None  # the modes the last session/new offered
+        self._new_config: list = []  # and its config options
+        self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
         self.views: dict[str, SessionView] = {}  # conv id -> view
@@ -140,58 +167,201 @@ class Adapter:
         self.up = trio.Event()  # set while the agent answers
         self.restarts = 0
         self.terminals = None
+        self.auth = auth  # --auth METHOD
+        self.mode = mode  # --mode MODE: each new session is put in it
+        self.config = dict(config or {})  # --config ID=VALUE: each new session gets them
+        self.auth_methods: list = []
+        self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
+        self._run_mark = 0
+        self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
+        self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
         v = self.views.get(conv_id)
         if v is None:
-            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id))
+            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id), self._terminal_output)
         return v
 
+    def _terminal_output(self, terminal_id: str) -> str | None:
+        term = self.terminals.by_id.get(terminal_id) if self.terminals is not None else None
+        return term.output_text() if term is not None else None
+
+    def _terminal_changed(self, terminal_id: str) -> None:
+        try:
+            for view in self.views.values():
+                view.terminal_changed(terminal_id)
+        except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
+            self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    def _set_trouble(self, text: str) -> None:
+        """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
+        if text != self.trouble:
+            self._log(f"the agent cannot work: {escape(text, 500)}")
+        self.trouble = text
+        self.collie.unavailable = text
+        self.collie.set_subtitle(text[:200])
+
+    def _clear_trouble(self) -> None:
+        if self.trouble is not None:
+            self._log("the agent works again")
+        self.trouble = None
+        self.collie.unavailable = None
+
+    def _refused(self, what: str, exc: BaseException, since: int | None = None) -> str:
+        if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
+            return login_needed(self.auth_methods)
+        return plain(f"The agent refused {what}: {reason_of(exc)}{self._said_since(since)}")
+
+    def _said_since(self, since: int | None) -> str:
+        """The first line the agent printed on stderr since `since` (its own words for a refusal:
+        Claude Code's `… cannot be used with root/sudo privileges …`), as ` (it said: …)`."""
+        if since is None:
+            return ""
+        first = next((t for n, t in self.stderr_recent if n > since), None)
+        return f" (it said: {first})" if first else ""
+
+    async def _stderr_settles(self) -> None:
+        """A refusal's stderr lines may arrive just after its answer (two pipes): wait a moment."""
+        await trio.sleep(STDERR_WAIT)
+
     async def _agent(self) -> Endpoint:
+        if self.trouble is not None and not self.up.is_set():
+            raise Refusal(self.trouble)
         with trio.move_on_after(INIT_TIMEOUT):
             await self.up.wait()
         if self.endpoint is None or not self.up.is_set():
-            raise RuntimeError("the ACP agent is not running (it restarts; try again shortly)")
+            raise Refusal(self.trouble or NOT_RUNNING)
         return self.endpoint
+
+    async def _session_new(self, ep: Endpoint) -> str:
+        """One `session/new` in --cwd; raises what the agent answered."""
+        with trio.fail_after(INIT_TIMEOUT):
+            raw = await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []})
+        got = schema.NewSessionResponse.model_validate(raw)
+        self._new_modes = got.modes
+        self._new_config = list(got.config_options or [])
+        return got.session_id
 
     async def new_session(self, conv_id: str) -> str:
         ep = await self._agent()
-        got = schema.NewSessionResponse.model_validate(
-            await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []}))
-        self.sessions.set(conv_id, got.session_id, self.cwd)
-        self.live_sessions.add(got.session_id)
-        return got.session_id
+        since = self.stderr_count
+        try:
+            session_id = await self._session_new(ep)
+        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            await self._stderr_settles()
+            raise Refusal(self._refused("a new session", exc, since)) from None
+        self.sessions.set(conv_id, session_id, self.cwd)
+        self.live_sessions.add(session_id)
+        self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
+        if self.trouble is not None:
+            self._clear_trouble()
+        return session_id
 
     async def on_starter(self, pane, starter_id: str) -> None:
-        session_id = await self.new_session(pane.id)
-        pane.set_subtitle(f"session {session_id[:40]}")
+        try:
+            session_id = await self.new_session(pane.id)
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
+        if pane._conv.subtitle is None:
+            pane.set_subtitle(f"session {session_id[:40]}")
+        command = self._command_of(starter_id)
+        if command is not None:  # the agent's slash command, as its first prompt
+            pane.post("user", text=f"/{command}")
+            await self.prompt(pane, session_id, f"/{command}")
+
+    def _command_of(self, starter_id: str) -> str | None:
+        if starter_id.startswith("cmd-") and starter_id[4:].isdigit():
+            i = int(starter_id[4:])
+            return self.commands[i] if i < len(self.commands) else None
+        return None
+
+    def _on_commands(self, update: schema.AvailableCommandsUpdate) -> None:
+        """`available_commands_update`: the agent's slash commands become starters after `New session`."""
+        names = [c.name for c in update.available_commands
+                 if c.name and c.name.isprintable() and c.name.lower() not in COMMANDS_SKIPPED][:COMMANDS_MAX]
+        if names == self.commands:
+            return
+        self.commands = names
+        self.collie.set_starters([NEW_SESSION] + [{"id": f"cmd-{i}", "label": f"/{n}"[:60]}
+                                                  for i, n in enumerate(names)])
+
+    async def on_action(self, pane, action_id: str) -> None:
+        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows). Runs in the
+        SDK's own nursery, so nothing may escape it."""
+        try:
+            await self._set_mode(pane, action_id)
+        except Exception as exc:
+            self._log(f"the mode button failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    async def _set_mode(self, pane, action_id: str) -> None:
+        view = self.view(pane.id)
+        mode = view.mode_of_action(action_id)
+        entry = self.sessions.by_conv.get(pane.id)
+        if mode is None or entry is None:
+            return
+        try:
+            ep = await self._agent()
+            if entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": entry["session_id"], "modeId": mode})
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            pane.notice(plain(f"The agent did not change the mode: {reason_of(exc)}"))
+            return
+        view.mode_changed(mode)
 
     async def on_send(self, pane, text: str) -> None:
-        entry = self.sessions.by_conv.get(pane.id)
-        await self._agent()
-        if entry is None or entry["session_id"] not in self.live_sessions:
-            if entry is not None:
-                pane.notice("The agent could not reload this session; this message starts a new one.")
-            await self.new_session(pane.id)
-            entry = self.sessions.by_conv[pane.id]
+        try:
+            entry = self.sessions.by_conv.get(pane.id)
+            await self._agent()
+            if entry is not None and entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)  # a conversation reopened after its session was closed
+            if entry is None or entry["session_id"] not in self.live_sessions:
+                if entry is not None:
+                    pane.notice("The agent could not reload this session; this message starts a new one.")
+                await self.new_session(pane.id)
+                entry = self.sessions.by_conv[pane.id]
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
         await self.prompt(pane, entry["session_id"], text)
 
     async def prompt(self, pane, session_id: str, text: str) -> None:
-        ep = await self._agent()
+        try:
+            ep = await self._agent()
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
         turn = _Turn(pane.id, session_id)
         self.turns[session_id] = turn
         view = self.view(pane.id)
+        view.begin()
+        stopped = False
         try:
             self._nursery.start_soon(self._run_prompt, ep, turn, text)
             try:
                 await turn.done.wait()
             except trio.Cancelled:
+                stopped = True
                 with trio.move_on_after(CANCEL_GRACE, shield=True):
                     await self._cancel(ep, turn)
                 raise
         finally:
-            view.finish()
+            if stopped or turn.stop_reason == "cancelled":
+                how = "stopped"
+            elif turn.error is not None:
+                how = "crashed" if turn.error == CRASHED else "error"
+            else:
+                how = "ended"
+            view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
         if turn.error is not None:
@@ -205,7 +375,8 @@ class Adapter:
                                                       "prompt": [{"type": "text", "text": text}]})
             turn.stop_reason = schema.PromptResponse.model_validate(raw).stop_reason
         except RpcError as exc:
-            turn.error = f"The agent answered the prompt with an error: {escape(exc.message)}"
+            turn.error = (login_needed(self.auth_methods) if exc.code == AUTH_REQUIRED
+                          else plain(f"The agent answered the prompt with an error: {reason_of(exc)}"))
         except Closed:
             turn.error = CRASHED
         except pydantic.ValidationError:
@@ -253,6 +424,7 @@ class Adapter:
             if method.startswith("terminal/"):
                 if self.terminals is None:
                     raise RpcError(framing.METHOD_NOT_FOUND, "terminals are not offered (collie acp run --allow-terminal)")
+                self._known_session(params.get("sessionId") if isinstance(params, dict) else None)
                 return await self.terminals.handle(method, params)
         except pydantic.ValidationError as exc:
             self._log(f"{escape(method, 60)} from the agent does not fit the ACP schema ({exc.error_count()} errors)")
@@ -268,6 +440,10 @@ class Adapter:
         return conv_id
 
     def _on_update(self, note: schema.SessionNotification) -> None:
+        if isinstance(note.update, schema.AvailableCommandsUpdate):
+            if self.sessions.conv_of(note.session_id) is not None:
+                self._on_commands(note.update)
+            return
         if note.session_id in self.loading:
             return  # a replay of what the SDK's state file already holds
         conv_id = self.sessions.conv_of(note.session_id)
@@ -282,8 +458,9 @@ class Adapter:
             return {"outcome": {"outcome": "cancelled"}}
         view = self.view(conv_id)
         call_id = req.tool_call.tool_call_id
-        handle = view.tools.get(call_id)
-        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{handle.seq}" if handle else None)
+        known = view.calls.get(call_id)
+        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{known.handle.seq}" if known else None,
+                                    known)
         if not back:
             return {"outcome": {"outcome": "cancelled"}}
         answer = await view.pane.ask(**spec)
@@ -308,11 +485,22 @@ class Adapter:
         if got.protocol_version != PROTOCOL_VERSION:
             raise RpcError(framing.INVALID_REQUEST, f"the agent speaks ACP {got.protocol_version}, "
                                                     f"this adapter speaks {PROTOCOL_VERSION}")
-        self.can_load = bool(got.agent_capabilities and got.agent_capabilities.load_session)
+        caps = got.agent_capabilities
+        self.can_load = bool(caps and caps.load_session)
+        self.can_close = bool(caps and caps.session_capabilities and caps.session_capabilities.close is not None)
         info = got.agent_info
         self.agent_info = {"name": info.name, "version": info.version} if info else None
         if info is not None:
             self.collie.runtime = f"{info.name[:40]} {info.version[:20]}".strip()
+        self.auth_methods = list(got.auth_methods or [])
+        method = choose_auth(self.auth_methods, agent_env(os.environ), self.auth)
+        if method is not None:
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("authenticate", {"methodId": method.id})
+            except RpcError as exc:
+                raise Refusal(plain(f"The agent refused the login {method.id}: {reason_of(exc)}")) from None
+            self._log(f"logged in with {escape(method.id, 60)}")
 
     async def _reload_sessions(self, ep: Endpoint) -> None:
         self.live_sessions.clear()
@@ -327,37 +515,193 @@ class Adapter:
                 self.loading.add(sid)
             try:
                 with trio.fail_after(INIT_TIMEOUT):
-                    await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
-                                                      "mcpServers": []})
+                    raw = await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                            "mcpServers": []})
                 self.live_sessions.add(sid)
+                self._loaded_modes(conv_id, raw)
                 if keep_replay:
                     self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
-                self._log(f"session/load of {escape(sid, 40)} failed: {escape(getattr(exc, 'message', 'timeout'))}")
+                self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+                if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
+                    self._set_trouble(login_needed(self.auth_methods))
             finally:
                 self.loading.discard(sid)
 
-    async def _first_conversation(self) -> None:
-        """A fresh adapter opens one conversation so that there is somewhere to type at once."""
+    async def _first_conversation(self, ep: Endpoint) -> bool | None:
+        """A fresh adapter opens one conversation so that there is somewhere to type at once — only
+        once the agent gave it a session (no empty `Session 1`). True: done or not needed; None: the
+        agent refused (its row says why; it is not restarted for that); False: it failed."""
         if self.collie._core.conversations or self.sessions.by_conv:
-            return
+            return True
+        since = self.stderr_count
+        try:
+            session_id = await self._session_new(ep)
+        except RpcError as exc:
+            await self._stderr_settles()
+            self._set_trouble(self._refused("a new session", exc, since))
+            return None
+        except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
+            return False
         conv_id = "session-1"
         pane = self.collie.conversation(conv_id, title="Session 1")
-        session_id = await self.new_session(conv_id)
+        self.sessions.set(conv_id, session_id, self.cwd)
+        self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
+        self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
+        return True
 
-    async def _start(self, ep: Endpoint) -> bool:
-        """initialize, reload the sessions, open the first conversation; False (logged) if the agent fails."""
+    async def _load_again(self, entry: dict) -> None:
+        """`session/load` one session quietly (the chat already holds its items)."""
+        if not self.can_load or self.endpoint is None:
+            return
+        sid = entry["session_id"]
+        self.loading.add(sid)
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                raw = await self.endpoint.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                                   "mcpServers": []})
+            self.live_sessions.add(sid)
+            conv_id = self.sessions.conv_of(sid)
+            if conv_id is not None:
+                self._loaded_modes(conv_id, raw)
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+        finally:
+            self.loading.discard(sid)
+
+    def _loaded_modes(self, conv_id: str, raw: Any) -> None:
+        try:
+            modes = schema.LoadSessionResponse.model_validate(raw or {}).modes
+        except pydantic.ValidationError:
+            self._log("the agent's answer to session/load does not fit the ACP schema (its modes are not shown)")
+            return
+        if conv_id in self.collie._core.conversations:
+            self.view(conv_id).set_modes(modes)
+
+    async def _close_sessions(self, ep: Endpoint) -> None:
+        """A conversation closed on the phone closes its ACP session (`session/close`, where the agent
+        offers it: codex-acp does); reopened, the next send loads it again."""
+        seen = None
+        while True:
+            core = self.collie._core
+            shape = (len(core.conversations), len(core.closed))  # a close or reopen changes it
+            if shape == seen:
+                await self.collie._change.wait()
+                continue
+            seen = shape
+            for conv_id, entry in list(self.sessions.by_conv.items()):
+                sid = entry["session_id"]
+                if conv_id in self.collie._core.closed and sid in self.live_sessions:
+                    self.live_sessions.discard(sid)
+                    if self.can_close:
+                        try:
+                            with trio.fail_after(INIT_TIMEOUT):
+                                await ep.request("session/close", {"sessionId": sid})
+                        except (RpcError, trio.TooSlowError) as exc:
+                            self._log(f"session/close of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+                        except Closed:
+                            return  # the agent went away; the restart loads what is open
+            await self.collie._change.wait()
+
+    async def _start_mode(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--mode MODE`: a new session is put in that mode (Codex starts Read Only) where it offers it."""
+        view = self.view(conv_id)
+        if self.mode is None or self.mode == view.mode:
+            return
+        if self.mode not in dict(view.modes):
+            offered = ", ".join(m for m, _ in view.modes) or "none"
+            view.pane.notice(plain(f"--mode {self.mode}: the agent offers no such mode here (it offers: {offered})"))
+            return
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": session_id, "modeId": self.mode})
+        except (RpcError, trio.TooSlowError) as exc:
+            view.pane.notice(plain(f"The agent did not change the mode to {self.mode}: {reason_of(exc)}"))
+            return
+        view.mode_changed(self.mode)
+
+    async def _start_config(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--config ID=VALUE`: a new session gets these of the agent's config options (Codex: `model`,
+        `reasoning_effort`) through `session/set_config_option`; what it does not offer is said."""
+        pane = self.view(conv_id).pane
+        offered = {o.id: o for o in self._new_config}
+        for option_id, value in self.config.items():
+            option = offered.get(option_id)
+            if isinstance(option, schema.SessionConfigOptionSelect):
+                values = [v.value for v in option.options if isinstance(v, schema.SessionConfigSelectOption)]
+                values += [v.value for g in option.options if isinstance(g, schema.SessionConfigSelectGroup)
+                           for v in g.options]
+                wanted: str | bool | None = value if value in values else None
+                choices = ", ".join(values)
+            elif isinstance(option, schema.SessionConfigOptionBoolean):
+                wanted = {"true": True, "false": False}.get(value.lower())
+                choices = "true, false"
+            else:
+                ids = ", ".join(offered) or "none"
+                pane.notice(plain(f"--config {option_id}: the agent offers no such option here (it offers: {ids})"))
+                continue
+            if wanted is None:
+                pane.notice(plain(f"--config {option_id}={value}: not one of {choices}"))
+                continue
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("session/set_config_option",
+                                     {"sessionId": session_id, "configId": option_id, "value": wanted})
+            except (RpcError, trio.TooSlowError) as exc:
+                pane.notice(plain(f"The agent did not set {option_id} to {value}: {reason_of(exc)}"))
+
+    async def _retry_first(self, ep: Endpoint) -> None:
+        """While the first session/new is refused (a login missing, say), ask again now and then: a
+        login done meanwhile on the machine makes the agent work without a restart."""
+        while self.trouble is not None and not self.sessions.by_conv:
+            await trio.sleep(RETRY_FIRST)
+            if await self._first_conversation(ep):
+                self._clear_trouble()
+                self.collie.set_subtitle(self.collie.runtime)
+                return
+
+    async def _start(self, ep: Endpoint, nursery: trio.Nursery) -> bool:
+        """initialize (and authenticate), reload the sessions, open the first conversation. False: the
+        agent failed (it is restarted); True: it answers — working, or refusing with its row saying why
+        (a healthy agent is not restarted for a refusal)."""
         try:
             await self._initialize(ep)
-            self.endpoint = ep
-            await self._reload_sessions(ep)
-            self.up.set()
-            await self._first_conversation()
-        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
-            self._log(f"the agent did not start: {escape(getattr(exc, 'message', None) or type(exc).__name__)}")
+        except Refusal as exc:
+            self._set_trouble(str(exc))
+            return True
+        except RpcError as exc:
+            await self._stderr_settles()
+            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}{self._said_since(self._run_mark)}"))
+            return True
+        except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            if not isinstance(exc, Closed):  # an exit is said with its status and stderr, once it is known
+                self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
             return False
-        self.collie.set_subtitle(self.collie.runtime)
+        self.endpoint = ep
+        before = self.trouble
+        self.trouble = None  # what this start finds out, from here
+        try:
+            await self._reload_sessions(ep)
+        except Closed:
+            self.trouble = before
+            return False
+        self.up.set()
+        nursery.start_soon(self._close_sessions, ep)
+        first = await self._first_conversation(ep)
+        if first is False:
+            return False
+        if first is None:
+            nursery.start_soon(self._retry_first, ep)
+            return True
+        if self.trouble is None:
+            if before is not None:
+                self._log("the agent works again")
+            self.collie.unavailable = None
+            self.collie.set_subtitle(self.collie.runtime)
         return True
 
     async def run_agent_once(self, *, task_status=trio.TASK_STATUS_IGNORED) -> int | None:
@@ -374,29 +718,44 @@ class Adapter:
 
         try:
             proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE, cwd=self.cwd)
+                                                    stderr=subprocess.PIPE, cwd=self.cwd, env=agent_env(os.environ),
+                                                    start_new_session=True)
         except OSError as exc:
             self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
+            self._set_trouble(plain(f"Cannot start {shlex.join(self.command)}: {exc.strerror or exc}"))
             report()
             return None
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
+        self.stderr_tail.clear()
+        self._run_mark = self.stderr_count
+        stderr_done = trio.Event()
+        started = False  # initialize answered (the agent runs, working or refusing)
         try:
             async with trio.open_nursery() as nursery:
                 async def serve_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await ep.serve(task_status=task_status)  # the agent closed its stdout
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 async def exit_then_stop():
                     await proc.wait()
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 await nursery.start(serve_then_stop)
                 nursery.start_soon(exit_then_stop)
-                nursery.start_soon(self._relay_stderr, proc.stderr)
-                ok = await self._start(ep)
+                nursery.start_soon(self._relay_stderr, proc.stderr, stderr_done)
+                ok = await self._start(ep, nursery)
+                started = ok
                 report()
                 if not ok:
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
                     nursery.cancel_scope.cancel()
         finally:
             report()  # the agent died while starting: the adapter serves anyway and restarts it
@@ -410,23 +769,52 @@ class Adapter:
                         turn.done.set()
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
+        if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):
+            last = " / ".join(self.stderr_tail)
+            self._set_trouble(plain(f"The agent exited while starting (status {proc.returncode})"
+                                    + (f": {last}" if last else "; it printed nothing on stderr")))
         return proc.returncode
 
-    async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
+    def _agent_gone(self) -> None:
+        """The agent went away: its open asks end `stopped` — nobody decided them (issue 24 item 9);
+        without this the SDK would close them `decided` as their waits are cancelled."""
+        if not self.views:
+            return
+        core = self.collie._core
+        ours = [a for a in core.asks.values() if a.conversation in self.views]
+        for ask in ours:
+            core.close_ask(ask.id, "stopped", now_iso())
+        if ours:
+            self.collie._changed()
+
+    async def _relay_stderr(self, stream: trio.abc.ReceiveStream, done: trio.Event | None = None) -> None:
+        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500
+        characters); the last few lines are kept for the reason it did not start."""
         buf = bytearray()
-        async with stream:
-            while data := await stream.receive_some(65536):
-                buf += data
-                while (nl := buf.find(b"\n")) >= 0:
-                    line, buf = bytes(buf[:nl]), buf[nl + 1:]
-                    if line.strip():
-                        self._log(f"agent: {escape(line.rstrip(), STDERR_LINE)}")
-                if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
-                    self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
-                    buf.clear()
-        if buf.strip():
-            self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
+
+        def line_out(raw: bytes) -> None:
+            self._log(f"agent: {escape(raw, STDERR_LINE)}")
+            text = plain(raw.decode("utf-8", "replace"), 160)
+            self.stderr_tail.append(text)
+            self.stderr_count += 1
+            self.stderr_recent.append((self.stderr_count, text))
+
+        try:
+            async with stream:
+                while data := await stream.receive_some(65536):
+                    buf += data
+                    while (nl := buf.find(b"\n")) >= 0:
+                        line, buf = bytes(buf[:nl]), buf[nl + 1:]
+                        if line.strip():
+                            line_out(line.rstrip())
+                    if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
+                        line_out(bytes(buf))
+                        buf.clear()
+            if buf.strip():
+                line_out(bytes(buf))
+        finally:
+            if done is not None:
+                done.set()
 
     async def supervise(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the agent running: restart it after every exit, waiting as `Backoff` says."""
@@ -447,7 +835,7 @@ class Adapter:
         if self.allow_terminal:
             from crew.acp.terminals import Terminals
 
-            self.terminals = Terminals(self.cwd)
+            self.terminals = Terminals(self.cwd, env_names=self.terminal_env, on_output=self._terminal_changed)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.terminals is not None:
@@ -456,17 +844,29 @@ class Adapter:
             task_status.started()
 
 
-async def _stop_process(proc: trio.Process) -> None:
+def agent_env(source) -> dict[str, str]:
+    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
+
+
+async def _stop_process(proc: trio.Process, grace: float | None = None) -> None:
+    """End the agent's whole process group: close its stdin, SIGTERM the group, give it `STOP_GRACE`
+    to go (the leader and everything it started: an `npx` launcher's binary too), then SIGKILL what
+    is left. The group is signalled even when the leader has exited already."""
+    grace = STOP_GRACE if grace is None else grace
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             try:
                 await stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-    if proc.returncode is None:
-        proc.terminate()
-        with trio.move_on_after(STOP_GRACE):
-            await proc.wait()
+    pgid = proc.pid
+    procs.kill_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace):
+        await proc.wait()
+        while procs.group_alive(pgid):
+            await trio.sleep(procs.GROUP_POLL)
+    await procs.end_group(pgid)
     if proc.returncode is None:
         proc.kill()
         await proc.wait()
