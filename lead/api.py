@@ -131,6 +131,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         (lead.door; issues 9.2, 9.10, 11.2)."""
         g.sender = None
         g.device = None
+        g.body = None
         if door is not None:
             refused = guard(door)
             if refused is not None:
@@ -162,7 +163,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         if request.content_length is not None and request.content_length > MAX_BODY:
             return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
         try:
-            parse_body(await request.get_data())
+            g.body = parse_body(await request.get_data())  # the one parse: handlers read g.body (issue 25.9)
         except BodyRefused as exc:
             return error(400, "bad_request", str(exc))
         return None
@@ -200,7 +201,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         return hub.reader(machine, agent) if hub is not None else None
 
     async def body() -> dict:
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         if not isinstance(data, dict):
             raise BadRequest("the body must be a JSON object")
         return data
@@ -428,7 +429,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
 
     async def json_object() -> dict:
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         if not isinstance(data, dict):
             raise BadRequest("the body must be a JSON object")
         return data

@@ -28,6 +28,7 @@ from quart import jsonify, make_response, request
 
 from crew import logs
 from lead.devices import COOKIE, Devices, PairingRefused
+from lead.door import BodyRefused, parse_body
 
 log = logs.get("door")
 
@@ -164,7 +165,10 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
 
     @app.post("/pair")
     async def pair():
-        data = await request.get_json(force=True, silent=True)
+        try:
+            data = parse_body(await request.get_data())
+        except BodyRefused as exc:
+            return error(400, "bad_request", str(exc))
         if not isinstance(data, dict):
             return error(400, "bad_request", "the body must be a JSON object: {\"code\": \"…\"}")
         try:

@@ -464,7 +464,7 @@ def install_push(app, pusher: Pusher) -> None:
 
     @app.post("/api/push/subscribe")
     async def push_subscribe():
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         try:
             sub = parse_subscription(data, getattr(g, "device", None))
         except ValueError as exc:
@@ -474,7 +474,7 @@ def install_push(app, pusher: Pusher) -> None:
 
     @app.delete("/api/push/subscribe")
     async def push_unsubscribe():
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")
         endpoint = data.get("endpoint") if isinstance(data, dict) else None
         if not isinstance(endpoint, str):
             return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
