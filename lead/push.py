@@ -21,7 +21,7 @@ P1–P4, X1; crew.md §5; docs/push.md).
   ever-new ids cannot grow the file without bound. The new asks of one agent view are judged and kept
   in one commit, so such a flood costs one fsync a view and does not hold up other machines' pushes.
 - **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
-  by `crew.redact` unless `COLLIE_REDACT=off`.
+  by `crew.redact` unless `COLLIE_REDACT=off` — masked whole, then cut, so no part of a secret shows.
 """
 
 from __future__ import annotations
@@ -119,10 +119,12 @@ def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: 
     """P2: `Permission needed in <pane>`, the agent's title (≤ 60) and line (≤ 120), masked (X1)."""
     from crew.redact import redact
 
-    mask = redact if redact_on else (lambda s: s)
-    title = f"Permission needed in {mask(_cut(pane, TITLE_MAX))}"
-    parts = [p for p in (_cut(ask.get("push_title"), TITLE_MAX), _cut(ask.get("push_line"), LINE_MAX)) if p]
-    body = mask(" — ".join(parts)) if parts else None
+    def masked(text, limit: int) -> str | None:  # mask first, then cut: a cut secret no longer matches (issue 25.7)
+        return _cut(redact(" ".join(str(text).split())) if text and redact_on else text, limit)
+
+    title = f"Permission needed in {masked(pane, TITLE_MAX)}"
+    parts = [p for p in (masked(ask.get("push_title"), TITLE_MAX), masked(ask.get("push_line"), LINE_MAX)) if p]
+    body = " — ".join(parts) if parts else None
     return {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
             "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
             "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
