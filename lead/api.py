@@ -115,8 +115,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                devices=None, feed=None, redact_on: bool = True) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
-    from lead.pairing import csrf_ok, guard
-    from lead.devices import COOKIE
+    from lead.pairing import csrf_ok, device_of, guard
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -140,10 +139,11 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             return None
         header = request.headers.get("authorization", "")
         given = bearer_token(header)
+        why = None
         if given and same_secret(given, credential):
             g.sender = OWNER
-        elif not given and devices is not None and request.cookies.get(COOKIE):
-            dev = devices.device_for(request.cookies.get(COOKIE))
+        elif not given and devices is not None:
+            dev, why = device_of(devices, time.time())  # the cookie with its device key or live ticket (issue 25.1)
             if dev is not None:
                 if not csrf_ok():
                     return error(403, "csrf", "a write from the phone needs the header X-Collie-CSRF: 1")
@@ -153,7 +153,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         elif given and hub is not None:
             g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
-            return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
+            return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
         if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
             return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if request.routing_exception is not None:

@@ -8,8 +8,10 @@ Guards, in the order a request meets them:
    and the members' `/crew/v1` link (bearer-authenticated, dialled by address) are exempt.
 2. **Origin**: a request that carries an `Origin` must come from this lead's own origin; no CORS
    header is ever sent, so other sites cannot read an answer. Else 403 `cross_origin`.
-3. **Credential**: a paired device's cookie (`collie_device`), or `Authorization: Bearer` with the
-   local credential or an inbox API token (checked in `lead.api`).
+3. **Credential**: a paired device's cookie together with its device key in the header
+   `X-Collie-Device-Key` (`lead.devices`: the cookie alone reaches every port of the host, the key
+   only this origin's page; the live channel takes a ticket instead of the header), or
+   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.api`).
 4. **CSRF**: a write (POST, PUT, PATCH, DELETE) authenticated by the cookie must carry the header
    `X-Collie-CSRF: 1`, which a cross-site form or image cannot send. Bearer requests need none.
 
@@ -27,7 +29,7 @@ from urllib.parse import urlsplit
 from quart import jsonify, make_response, request
 
 from crew import logs
-from lead.devices import COOKIE, Devices, PairingRefused
+from lead.devices import TICKET_TTL, COOKIE, COOKIE_NAMES, KEY_HEADER, SECURE_COOKIE, Device, Devices, PairingRefused
 from lead.door import BodyRefused, parse_body
 
 log = logs.get("door")
@@ -119,6 +121,28 @@ def guard(door: Door):
     return None
 
 
+def presented_cookies() -> list[str]:
+    """Every value of the credential's cookie names (a planted one under another Path comes too)."""
+    return [v for name in COOKIE_NAMES for v in request.cookies.getlist(name)]
+
+
+def device_of(devices: Devices, now: float) -> tuple[Device | None, str | None]:
+    """(the paired device this request comes from, or None; why not, when a cookie came without the rest).
+    Its device key in `X-Collie-Device-Key`, or for the live channel (`GET /api/events`) a ticket."""
+    cookies = presented_cookies()
+    if not cookies:
+        return None, None
+    if request.method == "GET" and request.path == "/api/events" and request.args.get("ticket"):
+        dev = devices.device_for_ticket(cookies, request.args.get("ticket"), now)
+    else:
+        dev = devices.device_for(cookies, request.headers.get(KEY_HEADER))
+    if dev is not None:
+        return dev, None
+    if devices.paired_before_keys(cookies):
+        return None, "this phone was paired before device keys: pair it again with `collie pair`"
+    return None, None
+
+
 def csrf_ok() -> bool:
     return request.method not in WRITES or request.headers.get(CSRF_HEADER) == "1"
 
@@ -133,6 +157,16 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 <body><h1>Pair this phone</h1>
 <p id="msg">Pairing…</p>
 <script>
+// The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as X-Collie-Device-Key
+function keepKey(key) {
+  return new Promise((ok, fail) => {
+    const o = indexedDB.open("collie", 1);
+    o.onupgradeneeded = () => o.result.createObjectStore("device");
+    o.onerror = () => fail(o.error);
+    o.onsuccess = () => { const tx = o.result.transaction("device", "readwrite"); tx.objectStore("device").put(key, "key");
+      tx.oncomplete = () => ok(); tx.onerror = () => fail(tx.error); };
+  });
+}
 (async () => {
   const msg = document.getElementById("msg");
   const code = location.hash.slice(1);
@@ -143,7 +177,7 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
       headers: {"Content-Type": "application/json", "X-Collie-CSRF": "1"},
       body: JSON.stringify({code, name: navigator.platform || "phone"})});
     const body = await r.json();
-    if (r.ok) { msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
+    if (r.ok) { await keepKey(body.key); msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
     else { msg.textContent = body.message; }
   } catch (e) { msg.textContent = "Could not reach Collie. Try again."; }
 })();
@@ -152,7 +186,17 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 
 
 def install_pairing(app, door: Door, devices: Devices) -> None:
-    """The pairing page (`/pair`) and the route that trades a code for a device cookie (`POST /pair`)."""
+    """The pairing page (`/pair`), the route that trades a code for a device cookie and key (`POST /pair`),
+    and `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1)."""
+    from quart import g
+
+    @app.post("/api/events/ticket")
+    async def events_ticket():
+        dev = devices.by_id(g.device) if g.get("device") else None
+        if dev is None:
+            return error(403, "forbidden", "live-channel tickets are for paired phones (the local credential "
+                                           "opens /api/events with its Authorization header)")
+        return jsonify({"ticket": devices.new_ticket(dev, time.time()), "expires_in": int(TICKET_TTL)})
 
     @app.get("/pair")
     async def pair_page():
@@ -172,13 +216,13 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
         if not isinstance(data, dict):
             return error(400, "bad_request", "the body must be a JSON object: {\"code\": \"…\"}")
         try:
-            dev, credential = devices.redeem(data.get("code"), data.get("name"), time.time())
+            dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time())
         except PairingRefused as exc:
             return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
         log.info("[bridge] paired a phone: %s", dev.name)
-        resp = jsonify({"device": dev.public()})
-        resp.set_cookie(COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True, samesite="Strict",
-                        secure=door.tls, path="/")
+        resp = jsonify({"device": dev.public(), "key": key})
+        resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
+                        samesite="Strict", secure=door.tls, path="/")
         resp.headers["Cache-Control"] = "no-store"
         return resp
 
