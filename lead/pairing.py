@@ -185,6 +185,13 @@ function keepKey(key) {
 """
 
 
+def secure_headers(resp) -> None:
+    """The headers the app's own pages carry (lead.web): no framing, no sniffing, no referrer."""
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["X-Frame-Options"] = "DENY"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+
+
 def install_pairing(app, door: Door, devices: Devices) -> None:
     """The pairing page (`/pair`), the route that trades a code for a device cookie and key (`POST /pair`),
     and `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1)."""
@@ -198,13 +205,20 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
                                            "opens /api/events with its Authorization header)")
         return jsonify({"ticket": devices.new_ticket(dev, time.time()), "expires_in": int(TICKET_TTL)})
 
+    @app.after_request
+    async def pair_headers(resp):
+        if request.path == "/pair":  # the page and every answer of POST /pair, refusals too
+            secure_headers(resp)
+        return resp
+
     @app.get("/pair")
     async def pair_page():
         resp = await make_response(PAIR_PAGE)
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["Content-Security-Policy"] = ("default-src 'none'; script-src 'unsafe-inline'; "
-                                                   "style-src 'unsafe-inline'; connect-src 'self'")
+                                                   "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
+                                                   "form-action 'none'; frame-ancestors 'none'")
         return resp
 
     @app.post("/pair")
