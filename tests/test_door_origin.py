@@ -91,6 +91,15 @@ def browser():
         b.close()
 
 
+def pump_until(page, check, what: str, timeout_ms: int = 20000) -> None:
+    """Wait for `check()` while Playwright delivers the page's events (the sync API runs them only inside its calls)."""
+    for _ in range(timeout_ms // 50):
+        if check():
+            return
+        page.wait_for_timeout(50)
+    raise AssertionError(f"{what}: not met in time")
+
+
 def cookie_values(header: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for part in header.split(";"):
@@ -108,10 +117,11 @@ def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_l
     page = ctx.new_page()
     channel: list[int] = []
     page.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None)
+
     try:
         page.goto(link)
         page.wait_for_selector("main section")
-        wait_for(lambda: 200 in channel, what="the live channel open")
+        pump_until(page, lambda: 200 in channel, what="the live channel open")
         # the phone visits a neighbour's page: the neighbour gets the host's cookies and plants its own
         page.goto(neighbour.url)
         page.wait_for_selector("p")
@@ -135,7 +145,7 @@ def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_l
         channel.clear()
         page.goto(base + "/")
         page.wait_for_selector("main section")
-        wait_for(lambda: 200 in channel, what="the live channel open again")
+        pump_until(page, lambda: 200 in channel, what="the live channel open again")
         assert 401 not in channel
         assert page.locator("text=This phone is not paired").count() == 0
         planted = {c["value"] for c in ctx.cookies() if c["value"].startswith("planted")}
