@@ -115,7 +115,18 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                devices=None, feed=None, redact_on: bool = True) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
+    from lead.http import trust_connection
     from lead.pairing import csrf_ok, device_of, guard
+
+    if hub is not None:
+        from quart import websocket
+
+        @app.before_websocket
+        async def trust_members():
+            """A member's link with a valid member token: a trusted connection (lead.connections)."""
+            token = bearer_token(websocket.headers.get("authorization", ""))
+            if token and hub.store.member_for(token):
+                trust_connection()
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -154,6 +165,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
             return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
+        trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
         if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
             return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if request.routing_exception is not None:
