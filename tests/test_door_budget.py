@@ -59,7 +59,10 @@ async def test_slow_unauthenticated_bodies_from_four_addresses_do_not_lock_a_pho
         binds = await nursery.start(_serve(app, limits), shutdown)
         port = int(binds[0].rsplit(":", 1)[1])
         start = trio.current_time()
-        slow = [await _slow_pair(port, f"127.0.0.{2 + i // 2}") for i in range(8)]
+        slow = []
+        for i in range(8):  # 0.1 s apart: the first is the longest-running
+            slow.append(await _slow_pair(port, f"127.0.0.{2 + i // 2}"))
+            await trio.sleep(0.1)
         await _settle(app, 8)
         with trio.fail_after(1):
             while app.config["COLLIE_CONNECTIONS"].statistics()["untrusted_busy"] < 8:
@@ -70,9 +73,9 @@ async def test_slow_unauthenticated_bodies_from_four_addresses_do_not_lock_a_pho
         closed = [await _is_closed(s) for s in slow]
         assert closed.count(True) == 1 and closed[0]  # the longest-running one made room
         # the others end ARRIVAL_SECONDS after they started (at the next sweep), not before
-        await trio.sleep(start + ARRIVAL_SECONDS - 0.5 - trio.current_time())
+        await trio.sleep(start + ARRIVAL_SECONDS - trio.current_time())
         assert not any([await _is_closed(s) for s in slow[1:]])
-        await trio.sleep(SWEEP_SECONDS + 1.0)
+        await trio.sleep(0.8 + SWEEP_SECONDS + 0.1)  # the last started 0.8 s after the first
         assert all([await _is_closed(s) for s in slow[1:]])
         for s in slow:
             await s.aclose()
