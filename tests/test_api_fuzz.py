@@ -49,6 +49,9 @@ ROUTES = [  # (method, route) — checked against the app's url_map by tests/tes
     ("POST", "/api/inbox/{item_id}/move"),
     ("POST", "/api/inbox/{item_id}/message"),
     ("POST", "/api/agents/{machine}/{agent}/inbox/clear"),
+    ("POST", "/api/events/ticket"),
+    ("POST", "/api/push/subscribe"),
+    ("DELETE", "/api/push/subscribe"),
     ("GET", "/api/nope"),
 ]
 FIELDS = ["request_id", "machine", "agent", "conversation", "text", "turn", "digest", "answer", "confirmed",
