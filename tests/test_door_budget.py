@@ -126,3 +126,34 @@ def test_http2_streams_count_as_connections():
     budget.set_streams("h2", 5)
     budget.release("h2")
     assert budget.used() == 2 and budget.statistics()["streams"] == 0
+
+
+async def test_http2_streams_are_counted_on_a_real_connection(autojump_clock):
+    """Three slow `POST /pair` streams on one HTTP/2 connection (prior knowledge, cleartext) count as three
+    connections of its address; as they end, the count comes down."""
+    import h2.config
+    import h2.connection
+
+    app = _app()
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(_serve(app, Limits(total=20, per_client=20, pressure=100)), shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+        stream = await _hold(port, "127.0.0.2")
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        for sid in (1, 3, 5):
+            conn.send_headers(sid, [(":method", "POST"), (":path", "/pair"), (":scheme", "http"),
+                                    (":authority", "x"), ("content-length", "1000")])
+            conn.send_data(sid, b"{")
+        await stream.send_all(conn.data_to_send())
+        budget = app.config["COLLIE_CONNECTIONS"]
+        with trio.fail_after(2):
+            while budget.statistics()["streams"] != 2:
+                await trio.sleep(0.05)
+        assert budget.used() == 3 and budget.statistics()["open"] == 1
+        await stream.aclose()
+        with trio.fail_after(2):
+            while budget.used() != 0:
+                await trio.sleep(0.05)
+        shutdown.set()
