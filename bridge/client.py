@@ -2,7 +2,7 @@
 
     AgentUnreachable(reason, detail)   any failure; `reason` is one of
         socket-not-private, no-socket, bad-socket-path   the private-path check (T1, T2) failed
-        peer-not-you           the socket's listener runs as another user (checked on connect)
+        peer-not-you           the socket's (or loopback port's) listener runs as another user (checked on connect)
         connection-refused     nothing listens (a stale socket, or the agent is down)
         timeout                no complete answer within the request's deadline
         tls                    the certificate check failed (the cause chain is reported)
@@ -16,7 +16,8 @@
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
 private is noticed before anything is sent. On a socket, the uid of the listening process
 (SO_PEERCRED) is checked as soon as a connection is made, before a byte of any request is written
-on it (T3); a connection that fails the check is closed and never pooled.
+on it (T3); so is the owner of a loopback TCP port's listener (`crew.security.check_loopback_peer`,
+issue 25.2). A connection that fails the check is closed and never pooled.
 
 `timeout` is a total deadline for the whole exchange: waiting for a connection, connecting,
 writing, and reading the whole body. An agent that drips its answer a byte at a time is cut off
@@ -42,7 +43,7 @@ import trio
 
 from crew import __version__
 from crew.config import AgentConfig
-from crew.security import check_socket_private
+from crew.security import Problem, check_loopback_peer, check_socket_private
 
 BIG_BODY = 256 * 1024  # bytes; a JSON answer over this is decoded off the event loop
 STATE_CAP = 8 * 1024 * 1024
@@ -247,6 +248,14 @@ class AgentClient:
                 raise AgentUnreachable("connection-refused", "connection refused: nothing listens there (the "
                                                              "agent is down)") from None
             raise AgentUnreachable("connection-refused", f"cannot connect: {exc}") from None
+        try:  # loopback TCP: the listener must be this user's, as a socket's (T3, issue 25.2)
+            problem = check_loopback_peer(tcp.socket.getpeername(), tcp.socket.getsockname(),
+                                          f"{self.host}:{self.port}")
+        except OSError:
+            problem = Problem("connection-refused", "the connection closed at once")
+        if problem is not None:
+            tcp.socket.close()
+            raise AgentUnreachable(problem.code, problem.text)
         if self.tls is None:
             return _Conn(tcp, tcp.socket)
         stream = trio.SSLStream(tcp, self.tls, server_hostname=self.host, https_compatible=True)

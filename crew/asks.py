@@ -26,8 +26,9 @@ TEXT_CAP = 2000
 ACTIONS_MAX = 4
 ACTION_LABEL_MAX = 16
 ACTION_ICONS = ("play", "pause", "check", "x", "refresh", "archive", "flag", "star", "send", "note", "search", "more")
-PUSH_TITLE_MAX = 60
+PUSH_TITLE_MAX = 60  # what a push shows (lead.push cuts to these after masking secrets, issue 25.7)
 PUSH_LINE_MAX = 120
+PUSH_KEEP_MAX = 1024  # what is kept of the agent's push texts: cut here, a secret would be half masked
 ITEM_TEXT_MAX = 256 * 1024
 UNANSWERABLE = "This ask cannot be answered from the phone."
 
@@ -156,7 +157,7 @@ def sanitize_ask(raw: dict, *, remote: bool = False) -> AskView | None:
         item_id=_str(raw.get("item_id")), options=options, multiple=multiple, max_length=max_length,
         placeholder=cut.text(raw.get("placeholder"), PLACEHOLDER_MAX), fields=fields,
         expires_at=utc_time(raw.get("expires_at")),
-        push_title=_trim(push.get("title"), PUSH_TITLE_MAX), push_line=_trim(push.get("line"), PUSH_LINE_MAX),
+        push_title=_trim(push.get("title"), PUSH_KEEP_MAX), push_line=_trim(push.get("line"), PUSH_KEEP_MAX),
         answerable=known, shortened=shortened or cut.any,
         always_allow=has_always and bool(tool) and not (shortened or cut.any) and not remote,
     )

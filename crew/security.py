@@ -4,6 +4,14 @@ A socket carries no token, so Collie connects only when every component of its p
 (T2). A URL carries the token, so it must be `https://`, or plain `http://` to this very machine
 with an explicit port (T4). A token must be at least 32 bytes (T5) and is compared in constant time.
 
+**Loopback TCP is checked like a socket's listener** (issue 25.2). Any local user may bind a free
+loopback port — while the agent or the lead is down (a restart, a crash, boot order), another user's
+process can take its port and receive the token. So before a byte goes to a loopback address, the
+connection's other end is looked up in `/proc/net/tcp` and `/proc/net/tcp6` (Linux): the server's
+side of this very connection (whose owner is the listener's), else the port's listener. A uid other
+than this process's is refused (`peer-not-you`, naming the address and the uid); an other end that
+cannot be found is refused too. Where there is no `/proc/net/tcp` (macOS) the check is not made.
+
 Each check returns ``None`` when the rule holds, else a `Problem` whose text names the component
 and says why, so the CLI, the log and the doctor can all show the same words.
 """
@@ -12,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+import ipaddress
 import os
 import stat
 from pathlib import PurePosixPath
@@ -219,3 +228,91 @@ def same_secret(a: str | bytes, b: str | bytes) -> bool:
     a_b = a.encode() if isinstance(a, str) else a
     b_b = b.encode() if isinstance(b, str) else b
     return hmac.compare_digest(a_b, b_b)
+
+
+PROC_NET_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+_LISTEN = "0A"
+
+
+def _proc_address(text: str) -> tuple[str, int]:
+    """`0100007F:1F90` (each 32-bit word in the kernel's byte order) → ("127.0.0.1", 8080)."""
+    host, port = text.split(":")
+    raw = bytes.fromhex(host)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(words)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip), int(port, 16)
+
+
+def _plain(address: tuple) -> tuple[str, int]:
+    ip = ipaddress.ip_address(str(address[0]).split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ip), int(address[1])
+
+
+def tcp_sockets(files: tuple[str, ...] = PROC_NET_TCP) -> list[tuple[tuple[str, int], tuple[str, int], str, int]] | None:
+    """(local, remote, state, uid) of every TCP socket of this network namespace, or None without /proc."""
+    out, found = [], False
+    for name in files:
+        try:
+            with open(name, encoding="ascii") as fh:
+                lines = fh.read().splitlines()[1:]
+        except (FileNotFoundError, PermissionError):
+            continue
+        found = True
+        for line in lines:
+            f = line.split()
+            if len(f) < 8:
+                continue
+            try:
+                out.append((_proc_address(f[1]), _proc_address(f[2]), f[3], int(f[7])))
+            except ValueError:
+                continue
+    return out if found else None
+
+
+def is_loopback(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(str(address).split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def loopback_owner(peer: tuple, me: tuple | None, sockets=None) -> int | None:
+    """The uid that holds the other end of the loopback connection `me` → `peer`: its server-side socket's
+    owner (the listener's), else the owner of a listener on the peer's port. -1 when nothing is found;
+    None when the platform cannot tell (no /proc/net/tcp)."""
+    sockets = tcp_sockets() if sockets is None else sockets
+    if sockets is None:
+        return None
+    peer = _plain(peer)
+    if me is not None:
+        me = _plain(me)
+        for local, remote, state, uid in sockets:
+            if local == peer and remote == me and state != _LISTEN:
+                return uid
+    for local, _remote, state, uid in sockets:
+        if state == _LISTEN and local[1] == peer[1] and local[0] in (peer[0], "0.0.0.0", "::"):
+            return uid
+    return -1
+
+
+def check_loopback_peer(peer: tuple, me: tuple | None, what: str, uid: int | None = None,
+                        sockets=None) -> Problem | None:
+    """T3 for loopback TCP (issue 25.2): None when `peer` is not loopback or is held by this user, else why not."""
+    if not is_loopback(peer[0]):
+        return None
+    uid = os.getuid() if uid is None else uid
+    owner = loopback_owner(peer, me, sockets)
+    if owner is None or owner == uid:
+        return None
+    if owner == -1:
+        return Problem("peer-not-you", f"cannot tell which user listens on {what} (it is not in /proc/net/tcp); "
+                                       "nothing was sent")
+    return Problem("peer-not-you", f"the process listening on {what} runs as uid {owner}, not as you (uid {uid}); "
+                                   "nothing was sent: another user may have taken the port while yours was down")

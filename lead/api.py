@@ -115,8 +115,18 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                devices=None, feed=None, redact_on: bool = True) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
-    from lead.pairing import csrf_ok, guard
-    from lead.devices import COOKIE
+    from lead.http import trust_connection
+    from lead.pairing import csrf_ok, device_of, guard
+
+    if hub is not None:
+        from quart import websocket
+
+        @app.before_websocket
+        async def trust_members():
+            """A member's link with a valid member token: a trusted connection (lead.connections)."""
+            token = bearer_token(websocket.headers.get("authorization", ""))
+            if token and hub.store.member_for(token):
+                trust_connection()
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -131,6 +141,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         (lead.door; issues 9.2, 9.10, 11.2)."""
         g.sender = None
         g.device = None
+        g.body = None
         if door is not None:
             refused = guard(door)
             if refused is not None:
@@ -139,10 +150,11 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             return None
         header = request.headers.get("authorization", "")
         given = bearer_token(header)
+        why = None
         if given and same_secret(given, credential):
             g.sender = OWNER
-        elif not given and devices is not None and request.cookies.get(COOKIE):
-            dev = devices.device_for(request.cookies.get(COOKIE))
+        elif not given and devices is not None:
+            dev, why = device_of(devices, time.time())  # the cookie with its device key or live ticket (issue 25.1)
             if dev is not None:
                 if not csrf_ok():
                     return error(403, "csrf", "a write from the phone needs the header X-Collie-CSRF: 1")
@@ -152,7 +164,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         elif given and hub is not None:
             g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
-            return error(401, "unauthorized", "this route needs the API credential (Authorization: Bearer …)")
+            return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
+        trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
         if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
             return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if request.routing_exception is not None:
@@ -162,7 +175,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         if request.content_length is not None and request.content_length > MAX_BODY:
             return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
         try:
-            parse_body(await request.get_data())
+            g.body = parse_body(await request.get_data())  # the one parse: handlers read g.body (issue 25.9)
         except BodyRefused as exc:
             return error(400, "bad_request", str(exc))
         return None
@@ -200,7 +213,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         return hub.reader(machine, agent) if hub is not None else None
 
     async def body() -> dict:
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         if not isinstance(data, dict):
             raise BadRequest("the body must be a JSON object")
         return data
@@ -428,7 +441,7 @@ def install_inbox_routes(app: Quart, hub, inbox) -> None:
         return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
 
     async def json_object() -> dict:
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         if not isinstance(data, dict):
             raise BadRequest("the body must be a JSON object")
         return data

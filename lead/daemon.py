@@ -89,7 +89,7 @@ class LeadDaemon(Daemon):
         self.devices.on_revoke.append(self.feed.revoke_device)
         self.redact_on = redaction_enabled({**env, **os.environ})
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
-                             redact_on=self.redact_on)
+                             redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         host = args.host or "127.0.0.1"

@@ -2,8 +2,23 @@
 
 `collie pair` asks the running lead (control socket) for a pairing code. The code is 24 random
 bytes, shown once inside a link, valid 10 minutes, good for one pairing. Opening the link trades it
-(`POST /pair`) for a device credential: 32 random bytes sent back only as an HttpOnly,
-SameSite=Strict cookie. The lead keeps SHA-256 hashes of codes and credentials, never either one.
+(`POST /pair`) for a device credential in two halves (issue 25.1):
+
+- a **cookie** (32 random bytes; HttpOnly, SameSite=Strict, `__Host-collie_device` over TLS, else
+  `collie_device`), which script cannot read — but which the browser also sends to every other port
+  of the host (cookies are not separated by port, RFC 6265 §8.5);
+- a **device key** (32 random bytes) in the answer's body, which the pairing page keeps in its
+  origin's IndexedDB — separated by port, so no other server on the host ever sees it — and the page
+  sends as the header `X-Collie-Device-Key` on every request.
+
+A request is a paired phone's only with both halves of the same device, compared in constant time.
+The live channel (EventSource cannot send headers) is opened with a **ticket**: 24 random bytes,
+fetched with both halves (`POST /api/events/ticket`), valid 60 seconds, good only with that device's
+cookie. Every cookie of the credential's names is tried (at most `MAX_COOKIES`), so a cookie planted
+by a neighbour under another `Path` cannot shadow the phone's own. A device paired before device keys
+(its row has no key) is refused until it pairs again.
+
+The lead keeps SHA-256 hashes of codes, cookies and keys, never one of them; tickets live in memory.
 
 `collie devices` lists paired phones (name, paired at, last seen); `collie devices revoke NAME`
 forgets one: its next request gets 401 and its open live channels close at once.
@@ -33,13 +48,20 @@ MAX_OPEN_CODES = 20  # unused codes kept at once; the oldest is dropped beyond t
 MAX_DEVICES = 50
 NAME_MAX = 40
 SEEN_EVERY = 60.0  # last-seen times are written at most once a minute per device
-COOKIE = "collie_device"
+COOKIE = "collie_device"  # over plain HTTP (loopback)
+SECURE_COOKIE = "__Host-collie_device"  # over TLS: Secure, Path=/, no Domain — a plain-HTTP neighbour cannot set it
+COOKIE_NAMES = (SECURE_COOKIE, COOKIE)
+KEY_HEADER = "X-Collie-Device-Key"
+MAX_COOKIES = 8  # cookie values of those names tried per request; more are a flood, not a phone
+TICKET_TTL = 60.0
+TICKET_BYTES = 24
+MAX_TICKETS = 256
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS codes (hash TEXT PRIMARY KEY, created_at REAL NOT NULL, expires_at REAL NOT NULL,
     used_at REAL);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, hash TEXT NOT NULL UNIQUE,
-    paired_at REAL NOT NULL, last_seen REAL);
+    paired_at REAL NOT NULL, last_seen REAL, key_hash TEXT);
 """
 
 
@@ -54,6 +76,7 @@ class Device:
     hash: str
     paired_at: float
     last_seen: float | None = None
+    key_hash: str | None = None  # None: paired before device keys (issue 25.1); refused until paired again
     written_seen: float | None = None
 
     def public(self) -> dict:
@@ -83,10 +106,13 @@ class Devices:
     def __init__(self, path: Path) -> None:
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
+        if "key_hash" not in {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}:
+            self.db.execute("ALTER TABLE devices ADD COLUMN key_hash TEXT")  # a file from before device keys
+        self.tickets: dict[str, tuple[str, float]] = {}  # hash -> (device id, expires)
         self.codes: dict[str, tuple[float, float | None]] = {
             h: (exp, used) for h, exp, used in self.db.execute("SELECT hash, expires_at, used_at FROM codes")}
         self.by_hash: dict[str, Device] = {}
-        for row in self.db.execute("SELECT id, name, hash, paired_at, last_seen FROM devices"):
+        for row in self.db.execute("SELECT id, name, hash, paired_at, last_seen, key_hash FROM devices"):
             dev = Device(*row)
             dev.written_seen = dev.last_seen
             self.by_hash[dev.hash] = dev
@@ -118,8 +144,8 @@ class Devices:
             if max(exp, used or 0) + 86400 < now:
                 self._drop_code(h)
 
-    def redeem(self, code: object, name: object, now: float) -> tuple[Device, str]:
-        """Trade a code for a new device credential: (device, credential). Raises `PairingRefused`."""
+    def redeem(self, code: object, name: object, now: float) -> tuple[Device, str, str]:
+        """Trade a code for a new device credential: (device, cookie, key). Raises `PairingRefused`."""
         if not isinstance(code, str) or not 1 <= len(code) <= 200:
             raise PairingRefused("unknown", "This pairing link is not valid. Run `collie pair` again.")
         h = digest(code)
@@ -136,18 +162,18 @@ class Devices:
             raise PairingRefused("expired", "This pairing link expired (links last 10 minutes). Run `collie pair` again.")
         if len(self.by_hash) >= MAX_DEVICES:
             raise PairingRefused("too_many", f"{MAX_DEVICES} phones are paired already. Revoke one with `collie devices revoke`.")
-        credential = secrets.token_urlsafe(CREDENTIAL_BYTES)
+        credential, key = secrets.token_urlsafe(CREDENTIAL_BYTES), secrets.token_urlsafe(CREDENTIAL_BYTES)
         dev = Device(id=secrets.token_hex(6), name=self._unique(clean_name(name, "phone")), hash=digest(credential),
-                     paired_at=now, last_seen=now, written_seen=now)
+                     paired_at=now, last_seen=now, key_hash=digest(key), written_seen=now)
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             if self.db.execute("UPDATE codes SET used_at=? WHERE hash=? AND used_at IS NULL", (now, found)).rowcount != 1:
                 raise PairingRefused("used", "This pairing link was already used. Run `collie pair` again.")
-            self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen) VALUES (?, ?, ?, ?, ?)",
-                            (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen))
+            self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen, key_hash) VALUES (?, ?, ?, ?, ?, ?)",
+                            (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash))
         self.codes[found] = (expires, now)
         self.by_hash[dev.hash] = dev
-        return dev, credential
+        return dev, credential, key
 
     def _unique(self, name: str) -> str:
         taken = {d.name for d in self.by_hash.values()}
@@ -159,15 +185,60 @@ class Devices:
         return f"{name[:NAME_MAX - 4]} {n}"
 
     # --- devices -------------------------------------------------------------------------------
-    def device_for(self, credential: str | None) -> Device | None:
-        """The paired device holding `credential`, else None. The secret itself is never kept."""
-        if not credential or len(credential) > 200:
+    def _by_cookie(self, cookies) -> list[Device]:
+        found = []
+        for credential in list(cookies)[:MAX_COOKIES]:
+            if not isinstance(credential, str) or not credential or len(credential) > 200:
+                continue
+            h = digest(credential)
+            dev = self.by_hash.get(h)
+            if dev is not None and hmac.compare_digest(dev.hash, h):
+                found.append(dev)
+        return found
+
+    def device_for(self, cookies, key: str | None) -> Device | None:
+        """The paired device whose cookie is among `cookies` and whose key is `key`, else None. Both
+        halves are needed: the cookie alone reaches every port of the host. The secrets are never kept."""
+        if not isinstance(key, str) or not key or len(key) > 200:
             return None
-        h = digest(credential)
-        dev = self.by_hash.get(h)
-        if dev is not None and hmac.compare_digest(dev.hash, h):
-            return dev
-        return None
+        k = digest(key)
+        match = None
+        for dev in self._by_cookie(cookies):
+            if dev.key_hash is not None and hmac.compare_digest(dev.key_hash, k):
+                match = dev
+        return match
+
+    def paired_before_keys(self, cookies) -> bool:
+        """True when a cookie is a device's that was paired before device keys (it must pair again)."""
+        return any(dev.key_hash is None for dev in self._by_cookie(cookies))
+
+    # --- live-channel tickets ------------------------------------------------------------------
+    def new_ticket(self, dev: Device, now: float) -> str:
+        """A ticket that opens the live channel for `dev` (with its cookie) for `TICKET_TTL` seconds."""
+        for h, (_dev_id, expires) in list(self.tickets.items()):
+            if expires <= now:
+                del self.tickets[h]
+        while len(self.tickets) >= MAX_TICKETS:
+            del self.tickets[min(self.tickets, key=lambda h: self.tickets[h][1])]
+        ticket = secrets.token_urlsafe(TICKET_BYTES)
+        self.tickets[digest(ticket)] = (dev.id, now + TICKET_TTL)
+        return ticket
+
+    def device_for_ticket(self, cookies, ticket: str | None, now: float) -> Device | None:
+        """The device a live ticket was given to, when one of `cookies` is that device's own; else None."""
+        if not isinstance(ticket, str) or not ticket or len(ticket) > 200:
+            return None
+        held = self.tickets.get(digest(ticket))
+        if held is None or held[1] <= now:
+            return None
+        match = None
+        for dev in self._by_cookie(cookies):
+            if hmac.compare_digest(dev.id, held[0]):
+                match = dev
+        return match
+
+    def by_id(self, device_id: str) -> Device | None:
+        return next((d for d in self.by_hash.values() if d.id == device_id), None)
 
     def seen(self, dev: Device, now: float) -> bool:
         """Note a request from `dev`; True when the time should be written (at most once a minute)."""
@@ -187,6 +258,7 @@ class Devices:
             if name_or_id in (dev.name, dev.id):
                 self.db.execute("DELETE FROM devices WHERE id=?", (dev.id,))
                 del self.by_hash[dev.hash]
+                self.tickets = {h: t for h, t in self.tickets.items() if t[0] != dev.id}
                 for fn in self.on_revoke:
                     fn(dev.id)
                 return dev

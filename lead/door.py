@@ -6,10 +6,12 @@
   (enqueue, list its own items, read, cancel or add a message to one). Any other route answers a
   valid API token `403 forbidden`; no valid credential at all is `401 unauthorized`, before routing
   is revealed (an unknown route is `404` only to a caller who got in).
-- **Strict bodies** (issue 9.10). A body is strict UTF-8 JSON: an object, nested at most `MAX_DEPTH`
-  levels, no `NaN`/`Infinity`, no lone surrogate in any string (it could not be stored or sent on).
-  Anything else is refused `400 bad_request` with the reason, so a handler only ever sees a dict
-  (or no body) and bad input can never surface as a 500.
+- **Strict bodies** (issues 9.10, 25.9). A body is strict UTF-8 JSON: an object, nested at most `MAX_DEPTH`
+  levels, no `NaN`/`Infinity`, no number outside what SQLite and the wire keep (an integer beyond ±(2^63-1),
+  a float that overflows to infinity, a literal over `NUMBER_MAX_CHARS` characters), no lone surrogate in any
+  string (it could not be stored or sent on). Anything else is refused `400 bad_request` with the reason,
+  so a handler only ever sees a dict (or no body) and bad input can never surface as a 500. The API
+  parses each body once, here, and its handlers read that result.
 
 Plain functions: no trio, no Quart request object (the API passes the bytes in).
 """
@@ -21,6 +23,8 @@ import re
 from collections.abc import Callable
 
 MAX_DEPTH = 32  # far beyond any route's body; keeps every walk of a body well inside the recursion limit
+INT_MAX = 2**63 - 1  # SQLite's INTEGER; beyond it Python refuses to store the number (a 500 before issue 25.9)
+NUMBER_MAX_CHARS = 40  # a number literal longer than this is refused before Python converts it
 
 _STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
@@ -56,6 +60,24 @@ def _no_constant(name: str):
     raise BodyRefused(f"the body holds {name}, which is not JSON")
 
 
+def _int(text: str) -> int:
+    if len(text) > NUMBER_MAX_CHARS:
+        raise BodyRefused(f"the body holds a number of {len(text)} digits; numbers are at most {INT_MAX}")
+    value = int(text)
+    if not -INT_MAX <= value <= INT_MAX:
+        raise BodyRefused(f"the body holds the number {text}, beyond the largest one kept ({INT_MAX})")
+    return value
+
+
+def _float(text: str) -> float:
+    if len(text) > NUMBER_MAX_CHARS:
+        raise BodyRefused(f"the body holds a number {len(text)} characters long; at most {NUMBER_MAX_CHARS} are read")
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise BodyRefused(f"the body holds the number {text}, too large for a float")
+    return value
+
+
 def parse_body(raw: bytes) -> dict | None:
     """The request body as a JSON object, or None when there is none. Raises `BodyRefused`."""
     if not raw.strip():
@@ -67,11 +89,15 @@ def parse_body(raw: bytes) -> dict | None:
     if _depth(text) > MAX_DEPTH:
         raise BodyRefused(f"the body is nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(text, parse_constant=_no_constant)
+        data = json.loads(text, parse_constant=_no_constant, parse_int=_int, parse_float=_float)
+    except BodyRefused:
+        raise
     except json.JSONDecodeError as exc:
         raise BodyRefused(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except RecursionError:  # unreachable after the depth check; kept so no body can ever be a 500
         raise BodyRefused(f"the body is nested deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # any other conversion Python refuses: still the client's input, still a 400
+        raise BodyRefused(f"the body cannot be read: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise BodyRefused(f"the body must be a JSON object, not {_kind(data)}")
     try:  # a lone surrogate (an escape such as \ud800 with no pair) cannot be encoded: find it in C

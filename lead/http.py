@@ -40,9 +40,14 @@ KEEP_ALIVE_SECONDS = 75.0
 SWEEP_SECONDS = 1.0
 REFUSAL_LINGER_SECONDS = 0.1
 MAX_LINGERING = 32  # refused connections waiting for their client to read the 503; beyond, close at once
-_REFUSAL_BODY = b'{"error": "busy", "message": "too many connections from your address; close some and retry"}\n'
-REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-           b"content-length: %d\r\n\r\n%s" % (len(_REFUSAL_BODY), _REFUSAL_BODY))
+# The 503 says which limit the newcomer met, so that it is true for the client it is sent to (issue 25.4).
+_REFUSAL_BODIES = {
+    "client": b'{"error": "busy", "message": "too many connections from your address; close some and retry"}\n',
+    "total": b'{"error": "busy", "message": "the lead has all its connections in use; retry in a moment"}\n',
+}
+REFUSALS = {limit: (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body)) for limit, body in _REFUSAL_BODIES.items()}
+REFUSAL = REFUSALS["client"]
 
 # A phone whose radio drops mid-connection sends no FIN or RST: without these the kernel keeps the connection
 # ~15 min while data it sent goes unacknowledged, and forever when nothing is sent (issue 11).
@@ -55,6 +60,14 @@ KEEPALIVE_PROBES = 3  # an idle dead peer is dropped within 30 + 3 x 10 = 60 s (
 USER_TIMEOUT_SECONDS = 30
 
 _budget: ContextVar[ConnectionBudget | None] = ContextVar("collie_connection_budget", default=None)
+_connection: ContextVar[object | None] = ContextVar("collie_connection", default=None)  # the request's, for trust()
+
+
+def trust_connection() -> None:
+    """The current request carried a valid credential: its connection is trusted (lead.connections)."""
+    budget, conn = _budget.get(), _connection.get()
+    if budget is not None and conn is not None:
+        budget.trust(conn)
 
 
 def descriptor_limit() -> int:
@@ -101,21 +114,29 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
             evicted.budget_scope.cancel()  # trio's listener closes its stream
         if not admitted:
             if not hasattr(self.stream, "transport_stream") and budget.lingering < MAX_LINGERING:
-                await self._refuse(budget)  # plain HTTP: say why (TLS: just close)
+                await self._refuse(budget, REFUSALS.get(budget.refusal or "client", REFUSAL))  # plain HTTP: say why
             return  # trio's listener closes the stream
+        token = _connection.set(self)  # the requests' tasks inherit it: the API marks the connection trusted
         try:
             with self.budget_scope:
                 await super().run()
         finally:
+            _connection.reset(token)
             budget.release(self)
 
-    async def _refuse(self, budget: ConnectionBudget) -> None:
+    def streams_changed(self, n: int) -> None:
+        """HTTP/2 (lead.hypercorn_fix): `n` streams are open on this connection."""
+        budget = _budget.get()
+        if budget is not None:
+            budget.set_streams(self, n)
+
+    async def _refuse(self, budget: ConnectionBudget, refusal: bytes = REFUSAL) -> None:
         """503, then a short lingering close: read what the client sent, or closing resets the connection
         and the client may never see the 503 (RFC 9112 §9.6). Bounded in time and in number."""
         budget.lingering += 1
         try:
             with trio.move_on_after(REFUSAL_LINGER_SECONDS):
-                await self.stream.send_all(REFUSAL)
+                await self.stream.send_all(refusal)
                 await self.stream.send_eof()
                 while await self.stream.receive_some(4096):
                     pass
@@ -131,12 +152,13 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
 
 
 async def _sweep(budget: ConnectionBudget) -> None:
-    """Under pressure, close connections idle for `PRESSURE_IDLE_SECONDS` (trio closes their sockets).
-    Without pressure it sleeps until an admission brings some (an idle lead does not wake for it)."""
+    """Under pressure, close connections idle for `PRESSURE_IDLE_SECONDS` (trio closes their sockets), and
+    always untrusted requests past `ARRIVAL_SECONDS`. With neither it sleeps until an admission or an untrusted
+    request wakes it (an idle lead does not wake for it)."""
     pressed = trio.Event()
     budget.on_pressure = pressed.set
     while True:
-        if not budget.under_pressure():
+        if not budget.needs_sweep():
             await pressed.wait()
             pressed = trio.Event()
             budget.on_pressure = pressed.set

@@ -197,6 +197,20 @@ class FixedStreamBuffer(StreamBuffer):
 
 
 class FixedH2Protocol(H2Protocol):
+    async def _create_stream(self, request) -> None:
+        await super()._create_stream(request)
+        self._count_streams()
+
+    async def _close_stream(self, stream_id: int) -> None:
+        await super()._close_stream(stream_id)
+        self._count_streams()
+
+    def _count_streams(self) -> None:
+        """Tell the connection's server how many streams are open (lead.http counts them in its budget)."""
+        changed = getattr(getattr(self.send, "__self__", None), "streams_changed", None)
+        if changed is not None:
+            changed(len(self.streams))
+
     async def stream_send(self, event) -> None:
         buffer = self.stream_buffers.get(event.stream_id) if isinstance(event, StreamClosed) else None
         if buffer is not None and not buffer._complete:  # the app ended before its body did (fix 7)

@@ -8,8 +8,10 @@ Guards, in the order a request meets them:
    and the members' `/crew/v1` link (bearer-authenticated, dialled by address) are exempt.
 2. **Origin**: a request that carries an `Origin` must come from this lead's own origin; no CORS
    header is ever sent, so other sites cannot read an answer. Else 403 `cross_origin`.
-3. **Credential**: a paired device's cookie (`collie_device`), or `Authorization: Bearer` with the
-   local credential or an inbox API token (checked in `lead.api`).
+3. **Credential**: a paired device's cookie together with its device key in the header
+   `X-Collie-Device-Key` (`lead.devices`: the cookie alone reaches every port of the host, the key
+   only this origin's page; the live channel takes a ticket instead of the header), or
+   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.api`).
 4. **CSRF**: a write (POST, PUT, PATCH, DELETE) authenticated by the cookie must carry the header
    `X-Collie-CSRF: 1`, which a cross-site form or image cannot send. Bearer requests need none.
 
@@ -27,7 +29,8 @@ from urllib.parse import urlsplit
 from quart import jsonify, make_response, request
 
 from crew import logs
-from lead.devices import COOKIE, Devices, PairingRefused
+from lead.devices import TICKET_TTL, COOKIE, COOKIE_NAMES, KEY_HEADER, SECURE_COOKIE, Device, Devices, PairingRefused
+from lead.door import BodyRefused, parse_body
 
 log = logs.get("door")
 
@@ -118,6 +121,28 @@ def guard(door: Door):
     return None
 
 
+def presented_cookies() -> list[str]:
+    """Every value of the credential's cookie names (a planted one under another Path comes too)."""
+    return [v for name in COOKIE_NAMES for v in request.cookies.getlist(name)]
+
+
+def device_of(devices: Devices, now: float) -> tuple[Device | None, str | None]:
+    """(the paired device this request comes from, or None; why not, when a cookie came without the rest).
+    Its device key in `X-Collie-Device-Key`, or for the live channel (`GET /api/events`) a ticket."""
+    cookies = presented_cookies()
+    if not cookies:
+        return None, None
+    if request.method == "GET" and request.path == "/api/events" and request.args.get("ticket"):
+        dev = devices.device_for_ticket(cookies, request.args.get("ticket"), now)
+    else:
+        dev = devices.device_for(cookies, request.headers.get(KEY_HEADER))
+    if dev is not None:
+        return dev, None
+    if devices.paired_before_keys(cookies):
+        return None, "this phone was paired before device keys: pair it again with `collie pair`"
+    return None, None
+
+
 def csrf_ok() -> bool:
     return request.method not in WRITES or request.headers.get(CSRF_HEADER) == "1"
 
@@ -132,6 +157,16 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 <body><h1>Pair this phone</h1>
 <p id="msg">Pairing…</p>
 <script>
+// The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as X-Collie-Device-Key
+function keepKey(key) {
+  return new Promise((ok, fail) => {
+    const o = indexedDB.open("collie", 1);
+    o.onupgradeneeded = () => o.result.createObjectStore("device");
+    o.onerror = () => fail(o.error);
+    o.onsuccess = () => { const tx = o.result.transaction("device", "readwrite"); tx.objectStore("device").put(key, "key");
+      tx.oncomplete = () => ok(); tx.onerror = () => fail(tx.error); };
+  });
+}
 (async () => {
   const msg = document.getElementById("msg");
   const code = location.hash.slice(1);
@@ -142,7 +177,7 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
       headers: {"Content-Type": "application/json", "X-Collie-CSRF": "1"},
       body: JSON.stringify({code, name: navigator.platform || "phone"})});
     const body = await r.json();
-    if (r.ok) { msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
+    if (r.ok) { await keepKey(body.key); msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
     else { msg.textContent = body.message; }
   } catch (e) { msg.textContent = "Could not reach Collie. Try again."; }
 })();
@@ -150,8 +185,31 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 """
 
 
+def secure_headers(resp) -> None:
+    """The headers the app's own pages carry (lead.web): no framing, no sniffing, no referrer."""
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    resp.headers["X-Frame-Options"] = "DENY"
+    resp.headers["Referrer-Policy"] = "no-referrer"
+
+
 def install_pairing(app, door: Door, devices: Devices) -> None:
-    """The pairing page (`/pair`) and the route that trades a code for a device cookie (`POST /pair`)."""
+    """The pairing page (`/pair`), the route that trades a code for a device cookie and key (`POST /pair`),
+    and `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1)."""
+    from quart import g
+
+    @app.post("/api/events/ticket")
+    async def events_ticket():
+        dev = devices.by_id(g.device) if g.get("device") else None
+        if dev is None:  # the local credential (the door let only owners in): its header opens the channel
+            return jsonify({"ticket": None, "expires_in": 0,
+                            "message": "the local credential needs no ticket: send it to /api/events as Authorization"})
+        return jsonify({"ticket": devices.new_ticket(dev, time.time()), "expires_in": int(TICKET_TTL)})
+
+    @app.after_request
+    async def pair_headers(resp):
+        if request.path == "/pair":  # the page and every answer of POST /pair, refusals too
+            secure_headers(resp)
+        return resp
 
     @app.get("/pair")
     async def pair_page():
@@ -159,22 +217,26 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["Content-Security-Policy"] = ("default-src 'none'; script-src 'unsafe-inline'; "
-                                                   "style-src 'unsafe-inline'; connect-src 'self'")
+                                                   "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
+                                                   "form-action 'none'; frame-ancestors 'none'")
         return resp
 
     @app.post("/pair")
     async def pair():
-        data = await request.get_json(force=True, silent=True)
+        try:
+            data = parse_body(await request.get_data())
+        except BodyRefused as exc:
+            return error(400, "bad_request", str(exc))
         if not isinstance(data, dict):
             return error(400, "bad_request", "the body must be a JSON object: {\"code\": \"…\"}")
         try:
-            dev, credential = devices.redeem(data.get("code"), data.get("name"), time.time())
+            dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time())
         except PairingRefused as exc:
             return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
         log.info("[bridge] paired a phone: %s", dev.name)
-        resp = jsonify({"device": dev.public()})
-        resp.set_cookie(COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True, samesite="Strict",
-                        secure=door.tls, path="/")
+        resp = jsonify({"device": dev.public(), "key": key})
+        resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
+                        samesite="Strict", secure=door.tls, path="/")
         resp.headers["Cache-Control"] = "no-store"
         return resp
 

@@ -8,8 +8,10 @@ P1–P4, X1; crew.md §5; docs/push.md).
   signed (py-vapid), then POSTed over the project's trio HTTP client with `TTL`, `Urgency: high` and,
   for the "raising many asks" push, a `Topic` so it replaces instead of stacking. The push service
   sees ciphertext only. 404/410 removes the subscription; 429/5xx is retried with backoff, honouring
-  `Retry-After`. Endpoints must be `https://` (or loopback, for tests and local relays); other private
-  addresses are refused.
+  `Retry-After`. Of the answer at most `ANSWER_MAX` bytes are read, raw (httpcore: never decompressed), each
+  attempt bounded in time (issue 25.5). Endpoints must be `https://` to a public address, checked in every
+  spelling when the phone subscribes and, for a name, where it resolves at each delivery (`GuardedBackend`);
+  loopback only with `COLLIE_PUSH_LOOPBACK=1` (tests, local relays) (issue 25.6).
 - **Limits** (P1, P4), per machine, sliding windows counting pushes actually sent: 3 a minute per pane,
   10 a minute and 30 an hour per agent; the ask that would be the 31st in an hour sends exactly one
   `A durable agent on {host} is raising many asks` and that agent is silent for an hour. Beyond a limit
@@ -21,7 +23,7 @@ P1–P4, X1; crew.md §5; docs/push.md).
   ever-new ids cannot grow the file without bound. The new asks of one agent view are judged and kept
   in one commit, so such a flood costs one fsync a view and does not hold up other machines' pushes.
 - **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
-  by `crew.redact` unless `COLLIE_REDACT=off`.
+  by `crew.redact` unless `COLLIE_REDACT=off` — masked whole, then cut, so no part of a secret shows.
 """
 
 from __future__ import annotations
@@ -31,12 +33,15 @@ import hashlib
 import ipaddress
 import json
 import os
+import socket
+import ssl
 import time
 from collections import deque
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import attrs
+import httpcore
 import trio
 
 from crew import logs
@@ -56,6 +61,10 @@ MANY = "A durable agent on {host} is raising many asks"
 TITLE_MAX, LINE_MAX = 60, 120
 MAX_SUBSCRIPTIONS = 20
 SUB_MAX_BYTES = 4096
+ANSWER_MAX = 4096  # bytes of a push service's answer read at most (issue 25.5)
+CONNECT_SECONDS = 10.0
+DELIVERY_SECONDS = 10.0  # each read and write of one push; the whole attempt is bounded by ATTEMPT_SECONDS
+ATTEMPT_SECONDS = 15.0
 
 
 # --- the limiter (pure) ----------------------------------------------------------------------------
@@ -119,10 +128,12 @@ def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: 
     """P2: `Permission needed in <pane>`, the agent's title (≤ 60) and line (≤ 120), masked (X1)."""
     from crew.redact import redact
 
-    mask = redact if redact_on else (lambda s: s)
-    title = f"Permission needed in {mask(_cut(pane, TITLE_MAX))}"
-    parts = [p for p in (_cut(ask.get("push_title"), TITLE_MAX), _cut(ask.get("push_line"), LINE_MAX)) if p]
-    body = mask(" — ".join(parts)) if parts else None
+    def masked(text, limit: int) -> str | None:  # mask first, then cut: a cut secret no longer matches (issue 25.7)
+        return _cut(redact(" ".join(str(text).split())) if text and redact_on else text, limit)
+
+    title = f"Permission needed in {masked(pane, TITLE_MAX)}"
+    parts = [p for p in (masked(ask.get("push_title"), TITLE_MAX), masked(ask.get("push_line"), LINE_MAX)) if p]
+    body = " — ".join(parts) if parts else None
     return {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
             "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
             "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
@@ -139,31 +150,121 @@ def _q(s: str) -> str:
     return quote(s, safe="")
 
 
-def check_endpoint(url: object) -> str | None:
-    """None when a push endpoint may be used, else why not."""
+def _ipv4_any_spelling(host: str) -> ipaddress.IPv4Address | None:
+    """`host` read as the C library reads an IPv4 literal — `10.1`, `0xa.0.0.1`, `169.254.43518`, `2130706433`,
+    `012.0.0.1` all connect somewhere — or None when it is a name."""
+    if not host or not all(c in "0123456789abcdefx." for c in host) or not host[0].isdigit():
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
+def address_problem(address: str, *, loopback_ok: bool = False) -> str | None:
+    """None when a push may connect to this IP address, else why not: only public (globally routable)
+    addresses, and loopback when the owner set `COLLIE_PUSH_LOOPBACK=1` (issue 25.6)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return "endpoint is not a public address"
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return None if loopback_ok else ("endpoint is a loopback address (set COLLIE_PUSH_LOOPBACK=1 in .env to "
+                                         "allow one, for tests and local relays)")
+    if not ip.is_global or ip.is_multicast:
+        return "endpoint is in a private address range"
+    return None
+
+
+def check_endpoint(url: object, *, loopback_ok: bool = False) -> str | None:
+    """None when a push endpoint may be used, else why not. A DNS name is checked again where it resolves,
+    at each delivery (`GuardedBackend`)."""
     if not isinstance(url, str) or len(url) > 2048:
         return "endpoint must be an https:// URL"
     try:
         parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
+        host = (parts.hostname or "").lower().rstrip(".")
         _ = parts.port
     except ValueError:
         return "endpoint is not a valid URL"
     if not host:
         return "endpoint has no host"
-    loopback = host in ("localhost", "127.0.0.1", "::1")
-    try:
-        ip = ipaddress.ip_address(host)
-        loopback = loopback or ip.is_loopback
-        if not ip.is_loopback and (ip.is_private or ip.is_link_local or ip.is_reserved or ip.is_multicast
-                                   or ip.is_unspecified):
-            return "endpoint is in a private address range"
-    except ValueError:
-        if host.endswith(".local") or host.endswith(".internal") or "." not in host and not loopback:
-            return "endpoint must name a public push service"
+    if parts.username is not None or parts.password is not None:
+        return "endpoint must not carry a user name or password"
+    literal = _ipv4_any_spelling(host)
+    if literal is None:
+        try:
+            literal = ipaddress.ip_address(host)
+        except ValueError:
+            literal = None
+    if literal is not None:
+        problem = address_problem(str(literal), loopback_ok=loopback_ok)
+        if problem:
+            return problem
+        loopback = literal.is_loopback or (isinstance(literal, ipaddress.IPv6Address)
+                                           and literal.ipv4_mapped is not None and literal.ipv4_mapped.is_loopback)
+    elif host == "localhost" or host.endswith(".localhost"):
+        if not loopback_ok:
+            return address_problem("127.0.0.1")
+        loopback = True
+    elif host.endswith((".local", ".internal", ".lan", ".home.arpa")) or "." not in host:
+        return "endpoint must name a public push service"
+    else:
+        loopback = False
     if parts.scheme == "https" or (parts.scheme == "http" and loopback):
         return None
     return "endpoint must be an https:// URL (http:// only on loopback)"
+
+
+class PushRefused(Exception):
+    """A push endpoint's name resolved, or its connection went, to an address a push may not reach."""
+
+
+class GuardedBackend(httpcore.TrioBackend):
+    """httpcore's trio backend, connecting only to addresses `address_problem` allows: the name is resolved
+    here, every address is checked, one allowed is connected to, and the peer is checked again (issue 25.6)."""
+
+    def __init__(self, *, loopback_ok: bool) -> None:
+        self.loopback_ok = loopback_ok
+
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        with trio.fail_after(CONNECT_SECONDS):
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [info[4][0] for info in infos]
+        allowed = [a for a in addresses if address_problem(a, loopback_ok=self.loopback_ok) is None]
+        if not allowed:
+            why = address_problem(addresses[0], loopback_ok=self.loopback_ok) if addresses else "it does not resolve"
+            raise PushRefused(f"{host} resolves to {', '.join(addresses[:3]) or 'nothing'}: {why}")
+        stream = await super().connect_tcp(allowed[0], port, timeout, local_address, socket_options)
+        peer = stream.get_extra_info("server_addr")[0]
+        if address_problem(peer, loopback_ok=self.loopback_ok) is not None:
+            await stream.aclose()
+            raise PushRefused(f"{host} connected to {peer}, which a push may not reach")
+        return stream
+
+
+def push_pool(*, loopback_ok: bool) -> httpcore.AsyncConnectionPool:
+    """The push client: HTTP/1.1, certificates checked, guarded addresses. httpcore never decompresses."""
+    return httpcore.AsyncConnectionPool(ssl_context=ssl.create_default_context(), http1=True, http2=False,
+                                        max_connections=16, keepalive_expiry=30.0,
+                                        network_backend=GuardedBackend(loopback_ok=loopback_ok))
+
+
+async def post_push(pool, url: str, body: bytes, headers: dict) -> tuple[int, dict[str, str]]:
+    """POST one push: (status, headers). At most `ANSWER_MAX` bytes of the answer are read, raw — a push
+    service's gzip is never inflated (2 MiB of it was 4.3 GB in the lead before issue 25.5)."""
+    hdrs = [(k.encode(), v.encode()) for k, v in headers.items()]
+    timeouts = {"connect": CONNECT_SECONDS, "read": DELIVERY_SECONDS, "write": DELIVERY_SECONDS,
+                "pool": DELIVERY_SECONDS}
+    async with pool.stream("POST", url, headers=hdrs, content=body, extensions={"timeout": timeouts}) as resp:
+        got = 0
+        async for chunk in resp.aiter_stream():
+            got += len(chunk)
+            if got >= ANSWER_MAX:
+                break  # the rest is dropped with the connection
+        return resp.status, {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in resp.headers}
 
 
 def b64d(s: str) -> bytes:
@@ -182,11 +283,11 @@ class Subscription:
     device: str | None
 
 
-def parse_subscription(data: object, device: str | None) -> Subscription:
+def parse_subscription(data: object, device: str | None, *, loopback_ok: bool = False) -> Subscription:
     """A browser's PushSubscription JSON → Subscription; ValueError says what is wrong."""
     if not isinstance(data, dict):
         raise ValueError("the body must be a PushSubscription: {\"endpoint\", \"keys\": {\"p256dh\", \"auth\"}}")
-    problem = check_endpoint(data.get("endpoint"))
+    problem = check_endpoint(data.get("endpoint"), loopback_ok=loopback_ok)
     if problem:
         raise ValueError(problem)
     keys = data.get("keys")
@@ -317,7 +418,7 @@ class Pusher:
     """Watches for new asks on every machine and pushes them to the paired phones, within the limits."""
 
     def __init__(self, bridge, hub, folder: Path, *, host: str, redact_on: bool = True,
-                 subject: str = "mailto:collie@localhost", client_factory=None) -> None:
+                 subject: str = "mailto:collie@localhost", client_factory=None, loopback_ok: bool = False) -> None:
         self.bridge, self.hub = bridge, hub
         self.store = PushStore(folder)
         self.vapid = load_vapid(folder)
@@ -327,6 +428,7 @@ class Pusher:
         self.dirty: set[tuple] = set()
         self._wake = trio.Event()
         self.client_factory = client_factory
+        self.loopback_ok = loopback_ok  # COLLIE_PUSH_LOOPBACK=1: loopback endpoints allowed (tests, local relays)
         self.limiter_disk = trio.CapacityLimiter(1)
         self.stats = {"pushed": 0, "quiet": 0, "many": 0, "failed": 0, "removed": 0}
         self.known: set[tuple] = set()  # asks already looked at (their row is on disk)
@@ -350,9 +452,7 @@ class Pusher:
         return [r for n, r in rs.items() if agent is None or n == agent]
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        import httpx
-
-        factory = self.client_factory or (lambda: httpx.AsyncClient(timeout=httpx.Timeout(10.0), http2=False))
+        factory = self.client_factory or (lambda: push_pool(loopback_ok=self.loopback_ok))
         async with factory() as client, trio.open_nursery() as nursery:
             self.client = client
             self.nursery = nursery
@@ -422,14 +522,22 @@ class Pusher:
                        **vapid_headers(self.vapid, sub.endpoint, self.subject, now)}
             if topic:
                 headers["Topic"] = topic
+            problem = check_endpoint(sub.endpoint, loopback_ok=self.loopback_ok)  # stored before the rules, or since
+            if problem:
+                log.info("[bridge] push to %r not sent: %s", urlsplit(sub.endpoint).hostname, problem)
+                self.stats["failed"] += 1
+                return None
             try:
-                with trio.fail_after(15):
-                    resp = await self.client.post(sub.endpoint, content=encrypt(sub, body), headers=headers)
+                with trio.fail_after(ATTEMPT_SECONDS):
+                    status, answer = await post_push(self.client, sub.endpoint, encrypt(sub, body), headers)
+            except PushRefused as exc:
+                log.info("[bridge] push not sent: %s", exc)
+                self.stats["failed"] += 1
+                return None
             except Exception as exc:  # noqa: BLE001 - a push service's failure is that push's failure
-                log.info("[bridge] push to %s failed: %s", urlsplit(sub.endpoint).hostname, type(exc).__name__)
+                log.info("[bridge] push to %r failed: %s", urlsplit(sub.endpoint).hostname, type(exc).__name__)
                 status = None
             else:
-                status = resp.status_code
                 if status < 300:
                     return status
                 if status in (404, 410):
@@ -441,7 +549,7 @@ class Pusher:
                     self.stats["failed"] += 1
                     log.info("[bridge] push refused by the push service: HTTP %s", status)
                     return status
-                retry_after = resp.headers.get("retry-after", "")
+                retry_after = answer.get("retry-after", "")
                 if retry_after.isdigit():
                     delay = min(float(retry_after), 600.0)
             if attempt < 3:
@@ -464,9 +572,9 @@ def install_push(app, pusher: Pusher) -> None:
 
     @app.post("/api/push/subscribe")
     async def push_subscribe():
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
         try:
-            sub = parse_subscription(data, getattr(g, "device", None))
+            sub = parse_subscription(data, getattr(g, "device", None), loopback_ok=pusher.loopback_ok)
         except ValueError as exc:
             return error(400, "bad_request", str(exc))
         await trio.to_thread.run_sync(pusher.store.add, sub, time.time())
@@ -474,7 +582,7 @@ def install_push(app, pusher: Pusher) -> None:
 
     @app.delete("/api/push/subscribe")
     async def push_unsubscribe():
-        data = await request.get_json(force=True, silent=True)
+        data = g.get("body")
         endpoint = data.get("endpoint") if isinstance(data, dict) else None
         if not isinstance(endpoint, str):
             return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")

@@ -26,6 +26,7 @@ import random
 import secrets
 import ssl
 import time
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -38,6 +39,7 @@ from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import __version__, crewwire, logs
 from crew.crewconfig import CrewConfig
+from crew.security import check_loopback_peer
 from crew.wire import unstructure
 
 log = logs.get("crew")
@@ -47,6 +49,10 @@ FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 CONNECT_TIMEOUT = 10.0
 FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
+
+
+class LeadRefused(Exception):
+    """The lead's address is held by a process this member will not talk to (the message says why)."""
 
 
 @attrs.define
@@ -177,6 +183,8 @@ class Link:
         """One line for what broke the link; exception groups (a nursery's) are unwrapped."""
         while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
             exc = exc.exceptions[0]
+        if isinstance(exc, LeadRefused):
+            return str(exc)
         if isinstance(exc, ConnectionRejected):
             return (f"the lead refused this member (HTTP {exc.status_code}): "
                     + ("the member token is wrong or was removed; ask for a new invite"
@@ -203,12 +211,25 @@ class Link:
         self.status.since = time.time()
         self.status.last_error = why
 
+    def _loopback_check(self, remote: tuple | None = None, local: tuple | None = None) -> None:
+        """A lead on loopback must be this user's process: its port's listener before the token goes, then
+        this very connection's other end before anything the lead says is acted on (T3, issue 25.2)."""
+        parts = urlsplit(self.url)
+        host = "127.0.0.1" if (parts.hostname or "") == "localhost" else (parts.hostname or "")
+        remote = remote or (host, parts.port or (443 if parts.scheme == "wss" else 80))
+        problem = check_loopback_peer(remote, local, f"{remote[0]}:{remote[1]}")
+        if problem is not None:
+            raise LeadRefused(f"the lead at {self.url} is unreachable ({problem.code}): {problem.text}")
+
     async def _connect_once(self) -> None:
         ctx = ssl.create_default_context() if self.url.startswith("wss://") else None
         headers = [(b"authorization", f"Bearer {self.cfg.token}".encode())]
+        self._loopback_check()  # the port's listener, before the token is sent
         async with open_websocket_url(self.url, ssl_context=ctx, extra_headers=headers,
                                       connect_timeout=CONNECT_TIMEOUT, disconnect_timeout=2,
                                       max_message_size=crewwire.MAX_FRAME) as ws:
+            if not isinstance(ws.remote, str):  # TCP: this very connection's other end
+                self._loopback_check((str(ws.remote.address), ws.remote.port), (str(ws.local.address), ws.local.port))
             await ws.send_message(crewwire.encode({
                 "type": "hello", "label": self.cfg.label, "collie": __version__,
                 "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},

@@ -38,7 +38,8 @@ class Machine:
         self.run.mkdir(parents=True, mode=0o700, exist_ok=True)
         os.chmod(self.run.parent, 0o700)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("COLLIE_")}
-        self.env.update(COLLIE_CONFIG_DIR=str(self.paths.config_dir), COLLIE_STATE_DIR=str(self.paths.state_dir),
+        self.env.update(COLLIE_PUSH_LOOPBACK="1",  # the tests' push services listen on loopback (docs/push.md)
+                        COLLIE_CONFIG_DIR=str(self.paths.config_dir), COLLIE_STATE_DIR=str(self.paths.state_dir),
                         PYTHONPATH=str(REPO))
         self.bridge: subprocess.Popen | None = None
         self.agents: dict[str, subprocess.Popen] = {}

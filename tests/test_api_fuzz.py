@@ -4,6 +4,7 @@ Invariant: whatever the route, credential, path segments, query and body — byt
 JSON nested up to 1,200 deep, lone surrogates, every JSON type in every field the routes read — the
 lead answers a JSON object, and a refusal carries `error` and `message`. Never a 500, never HTML.
 The routes come from the running app's own list (lead.api), so a new route is fuzzed too.
+Bodies also hold numbers, nesting and sizes at the limits (issue 25.9: a 5,000-digit integer was a 500).
 Examples are derandomized: CI runs the same ~300 requests every time (about 10 s).
 """
 
@@ -48,6 +49,9 @@ ROUTES = [  # (method, route) — checked against the app's url_map by tests/tes
     ("POST", "/api/inbox/{item_id}/move"),
     ("POST", "/api/inbox/{item_id}/message"),
     ("POST", "/api/agents/{machine}/{agent}/inbox/clear"),
+    ("POST", "/api/events/ticket"),
+    ("POST", "/api/push/subscribe"),
+    ("DELETE", "/api/push/subscribe"),
     ("GET", "/api/nope"),
 ]
 FIELDS = ["request_id", "machine", "agent", "conversation", "text", "turn", "digest", "answer", "confirmed",
@@ -58,6 +62,14 @@ scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(a
 json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.sampled_from(FIELDS) | texts, inner, max_size=4), max_leaves=12)
 objects = st.fixed_dictionaries({}, optional={f: json_values for f in FIELDS})
+
+
+limit_numbers = st.one_of(
+    st.sampled_from([2**63 - 1, 2**63, -(2**63 - 1), -(2**63), 10**4300, 10**4299]).map(lambda n: str(n).encode()),
+    st.integers(1, 6000).map(lambda n: b"9" * n),
+    st.integers(1, 6000).map(lambda n: b"-0." + b"1" * n),
+    st.sampled_from([b"1e308", b"1e309", b"-1e400", b"1E-400", b"0.5e99999"]),
+)
 
 
 def _dumps(value) -> bytes:
@@ -71,6 +83,11 @@ bodies = st.one_of(
     st.integers(1, 1200).map(lambda n: b"{" + b'"a":{' * n + b"}" * n + b"}"),
     st.binary(max_size=64),
     st.just(b""),
+    # issue 25.9: numbers, nesting and sizes at the limits, in any field the routes read
+    st.tuples(st.sampled_from(FIELDS), limit_numbers).map(lambda fv: b'{"%s": %s}' % (fv[0].encode(), fv[1])),
+    st.integers(30, 34).map(lambda n: b'{"turn": ' + b"[" * n + b"1" + b"]" * n + b"}"),
+    st.sampled_from([256 * 1024 - 20, 256 * 1024 - 12, 256 * 1024, 256 * 1024 + 1]).map(
+        lambda n: b'{"text": "' + b"x" * (n - 12) + b'"}'),
 )
 segments = st.sampled_from(["local", "deployer", "deploy", "nosuch", "."]) | texts.filter(bool)
 queries = st.dictionaries(st.sampled_from(["since", "closed", "cursor"]), texts, max_size=3)
@@ -115,3 +132,27 @@ def test_no_request_gets_a_500(lab, route, who, values, query, body):
     assert isinstance(data, dict)
     if r.status_code >= 400:
         assert isinstance(data.get("error"), str) and isinstance(data.get("message"), str), data
+
+
+LIMIT_BODIES = [b'{"%s": %s}' % (field, number) for field in (b"turn", b"text", b"index", b"option_ids")
+                for number in (b"9" * 5000, str(2**63).encode(), str(-(2**63)).encode(), b"1e309", b"0." + b"1" * 5000,
+                               str(2**63 - 1).encode())] + [
+    b'{"turn": ' + b"[" * 33 + b"]" * 33 + b"}", b'{"text": "' + b"x" * (256 * 1024 - 12) + b'"}',
+    b'{"text": "' + b"x" * (256 * 1024) + b'"}']
+
+
+def test_numbers_nesting_and_sizes_at_the_limits_on_every_route(lab):
+    """25.9: each route, each body at a limit (a 5,000-digit integer, ±2^63, a float that overflows, 33 levels,
+    256 KiB): a JSON answer under 500, and a number the lead cannot keep is a 400 naming it."""
+    client, tokens = lab
+    values = {"machine": "local", "agent": "deployer", "conv": "deploy", "ask_id": "a1", "action_id": "x",
+              "starter_id": "s", "item_id": "i1"}
+    for method, template in ROUTES:
+        path = template.format(**values)
+        for body in LIMIT_BODIES:
+            r = client.request(method, path, content=body, headers={"authorization": f"Bearer {tokens['owner']}",
+                                                                    "content-type": "application/json"})
+            assert r.status_code < 500, (method, path, body[:80], r.status_code, r.text[:300])
+            assert r.headers["content-type"].startswith("application/json"), (method, path, r.text[:200])
+            if (b"9" * 5000 in body or str(2**63).encode() in body) and "nope" not in path:  # no route: 404 first
+                assert r.status_code == 400 and r.json()["error"] == "bad_request", (method, path, r.text[:200])

@@ -48,13 +48,16 @@ def test_limits_leave_room_for_the_rest_of_the_lead():
 def test_budget_refuses_over_either_limit_and_frees_on_release():
     budget = ConnectionBudget(Limits(total=4, per_client=2, pressure=2))
     assert budget.admit("a1", "A", 0) == (True, None) and budget.admit("a2", "A", 0) == (True, None)
-    assert budget.admit("a3", "A", 0) == (False, None)  # over A's share
-    budget.mark("a1", idle=False, now=1)
-    budget.mark("a2", idle=False, now=1)  # both of A's are busy
+    assert budget.admit("a3", "A", 0) == (False, None) and budget.refusal == "client"  # over A's share
+    for conn in ("a1", "a2"):
+        budget.trust(conn)  # a paired phone's requests
+        budget.mark(conn, idle=False, now=1)  # both of A's are busy
     assert budget.admit("b1", "B", 0) == (True, None) and budget.admit("b2", "B", 0) == (True, None)
-    budget.mark("b1", idle=False, now=1)
-    budget.mark("b2", idle=False, now=1)
-    assert budget.admit("c1", "C", 2) == (False, None)  # the total is full and nothing is idle
+    for conn in ("b1", "b2"):
+        budget.trust(conn)
+        budget.mark(conn, idle=False, now=1)
+    assert budget.admit("c1", "C", 2) == (False, None)  # the total is full and nothing is idle or untrusted
+    assert budget.refusal == "total"
     budget.release("a1")
     assert budget.admit("c1", "C", 2) == (True, None)
     assert budget.statistics()["refused"] == 2 and budget.statistics()["open"] == 4
@@ -392,7 +395,13 @@ def _live_channel_app():
         on_agent_change: list = []
 
     feed = Feed(Bridge(), set_viewing=set_viewing)
-    return create_app(lambda a: install_events(a, feed, owner_check=lambda: True)), feed, viewing
+
+    def install(a):
+        from lead.http import trust_connection
+
+        a.before_request(trust_connection)  # as the API's door does for a paired phone (lead.connections)
+        install_events(a, feed, owner_check=lambda: True)
+    return create_app(install), feed, viewing
 
 
 async def test_a_phone_that_stops_reading_loses_its_live_channel_and_viewing(autojump_clock):

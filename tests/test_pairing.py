@@ -59,6 +59,7 @@ def pair(lead, name="pixel") -> httpx.Client:
     c = httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=10)
     r = c.post("/pair", json={"code": code, "name": name}, headers=CSRF)
     assert r.status_code == 200, r.text
+    c.headers["X-Collie-Device-Key"] = r.json()["key"]  # the page keeps it in its origin's storage (issue 25.1)
     return c
 
 
@@ -75,16 +76,19 @@ def test_pairing_is_single_use_and_gives_an_httponly_strict_secure_cookie(lead):
         assert first.status_code == 200
         set_cookie = first.headers["set-cookie"].lower()
         assert "httponly" in set_cookie and "samesite=strict" in set_cookie and "secure" in set_cookie
-        assert c.get("/api/dashboard").status_code == 200
+        assert set_cookie.startswith("__host-collie_device=") and "path=/" in set_cookie and "domain" not in set_cookie
+        key = first.json()["key"]
+        assert c.get("/api/dashboard").status_code == 401  # the cookie alone reaches every port: not enough
+        assert c.get("/api/dashboard", headers={"X-Collie-Device-Key": key}).status_code == 200
     with httpx.Client(base_url=lead["base"], verify=lead["ctx"], timeout=10) as other:
         again = other.post("/pair", json={"code": code, "name": "thief"})
         assert again.status_code == 401 and again.json()["error"] == "pairing_used"
         assert other.get("/api/dashboard").status_code == 401
-    cookie = first.cookies["collie_device"]
+    cookie = first.cookies["__Host-collie_device"]
     for f in paths.state_dir.rglob("*"):
         if f.is_file():
             data = f.read_bytes()
-            assert code.encode() not in data and cookie.encode() not in data, f
+            assert code.encode() not in data and cookie.encode() not in data and key.encode() not in data, f
     assert stat.S_IMODE((paths.state_dir / "devices.sqlite").stat().st_mode) == 0o600
     assert stat.S_IMODE((paths.state_dir / "tls" / "key.pem").stat().st_mode) == 0o600
 

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from lead.devices import CODE_TTL, Devices, PairingRefused, clean_name
+from lead.devices import MAX_COOKIES, TICKET_TTL, CODE_TTL, Devices, PairingRefused, clean_name
 from lead.pairing import Door, split_host
 from lead.events import EventLog, diff_rows
 from lead.tls import covered, fingerprint_pem, make_certificate
@@ -26,8 +26,8 @@ def test_a_code_pairs_once_and_only_within_ten_minutes(devices, tmp_path):
     code, expires = devices.new_code(T0)
     assert expires == T0 + CODE_TTL
     late, _ = devices.new_code(T0)
-    dev, credential = devices.redeem(code, "Pixel 9", T0 + CODE_TTL - 1)
-    assert dev.name == "Pixel 9" and devices.device_for(credential) is dev
+    dev, credential, key = devices.redeem(code, "Pixel 9", T0 + CODE_TTL - 1)
+    assert dev.name == "Pixel 9" and devices.device_for([credential], key) is dev
     with pytest.raises(PairingRefused) as used:
         devices.redeem(code, "again", T0 + 1)
     assert used.value.code == "used"
@@ -43,16 +43,16 @@ def test_a_code_pairs_once_and_only_within_ten_minutes(devices, tmp_path):
 def test_only_hashes_are_stored_and_devices_survive_a_restart(devices, tmp_path):
     """The lead stores hashes only; a paired phone stays paired across a lead restart; revoking forgets it."""
     code, _ = devices.new_code(T0)
-    dev, credential = devices.redeem(code, "phone", T0)
+    dev, credential, key = devices.redeem(code, "phone", T0)
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
-    assert code.encode() not in raw and credential.encode() not in raw
+    assert code.encode() not in raw and credential.encode() not in raw and key.encode() not in raw
     devices.close()
     again = Devices(tmp_path / "devices.sqlite")
-    assert again.device_for(credential).name == "phone"
+    assert again.device_for([credential], key).name == "phone"
     revoked: list[str] = []
     again.on_revoke.append(revoked.append)
     assert again.revoke("phone").id == dev.id and revoked == [dev.id]
-    assert again.device_for(credential) is None
+    assert again.device_for([credential], key) is None
     assert again.revoke("phone") is None
     again.close()
     assert sqlite3.connect(tmp_path / "devices.sqlite").execute("SELECT COUNT(*) FROM devices").fetchone() == (0,)
@@ -71,7 +71,7 @@ def test_device_names_are_cleaned_and_unique(devices):
 
 def test_last_seen_is_written_at_most_once_a_minute(devices):
     code, _ = devices.new_code(T0)
-    dev, _ = devices.redeem(code, "p", T0)
+    dev, _, _ = devices.redeem(code, "p", T0)
     assert devices.seen(dev, T0 + 30) is False
     assert devices.seen(dev, T0 + 60) is True
     devices.write_seen(dev)
@@ -320,3 +320,23 @@ async def test_a_phone_that_abandons_its_live_channels_cannot_take_everyone_else
         feed.open(None)
     with pytest.raises(OverflowError, match=f"{MAX_CHANNELS} live channels"):
         feed.open(None)
+
+
+def test_both_halves_of_one_device_are_needed_and_a_planted_cookie_does_not_shadow_them(devices):
+    """Issue 25.1: a cookie without its device key (what another port of the host receives) opens nothing,
+    nor a key with another device's cookie; among many cookies of the name the matching one counts; a
+    live ticket works only with its device's cookie, for 60 s; a device from before keys must pair again."""
+    one = devices.redeem(devices.new_code(T0)[0], "one", T0)
+    two = devices.redeem(devices.new_code(T0)[0], "two", T0)
+    (d1, c1, k1), (d2, c2, k2) = one, two
+    assert devices.device_for([c1], None) is None and devices.device_for([c1], "") is None
+    assert devices.device_for([c1], k2) is None and devices.device_for([c2], k1) is None
+    assert devices.device_for(["planted", "x" * 300, c1], k1) is d1
+    assert devices.device_for(["planted"] * MAX_COOKIES + [c1], k1) is None  # a flood is not read to its end
+    ticket = devices.new_ticket(d1, T0)
+    assert devices.device_for_ticket([c1], ticket, T0 + TICKET_TTL - 1) is d1
+    assert devices.device_for_ticket([c2], ticket, T0) is None and devices.device_for_ticket([c1], "nope", T0) is None
+    assert devices.device_for_ticket([c1], ticket, T0 + TICKET_TTL) is None
+    devices.db.execute("UPDATE devices SET key_hash=NULL WHERE id=?", (d2.id,))
+    devices.by_hash[d2.hash].key_hash = None
+    assert devices.device_for([c2], k2) is None and devices.paired_before_keys([c2])

@@ -380,7 +380,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
     try:
         agents.start("asker", "--socket", str(run / "ask" / "a.sock"))
         assert run_collie(paths, "durable", "attach", "forms", "--socket", str(run / "ask" / "a.sock")).returncode == 0
-        b = bridge(env=collie_env(paths))
+        b = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1"))  # the fake push service is on loopback
         address = b.wait_ready()["address"]
         wait_for(lambda: all(a["status"] == "ready" for a in live(paths).values()))
         link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)

@@ -136,14 +136,27 @@ def test_push_text_and_redaction():
 
 @pytest.mark.parametrize("url,ok", [
     ("https://fcm.googleapis.com/fcm/send/abc", True), ("https://updates.push.services.mozilla.com/wpush/v2/x", True),
-    ("http://127.0.0.1:9000/push", True), ("https://localhost:9000/push", True), ("http://[::1]:9000/p", True),
+    ("http://127.0.0.1:9000/push", False), ("https://localhost:9000/push", False), ("http://[::1]:9000/p", False),
     ("http://push.example.com/x", False), ("https://10.0.0.5/x", False), ("https://192.168.1.2/x", False),
     ("https://169.254.169.254/latest", False), ("ftp://x.example.com", False), ("https://router.local/x", False),
     ("", False), (None, False), ("https://[fd00::1]/x", False),
+    # issue 25.6: every spelling the C library connects to
+    ("https://10.1/x", False), ("https://0xa.0.0.1/x", False), ("https://169.254.43518/x", False),
+    ("https://2130706433/x", False), ("https://012.0.0.1/x", False), ("https://0x7f.1/x", False),
+    ("https://[::ffff:10.0.0.1]/x", False), ("https://[::ffff:7f00:1]/x", False), ("https://100.64.0.1/x", False),
+    ("https://0.0.0.0/x", False), ("https://[::]/x", False), ("https://[fe80::1]/x", False),
+    ("https://8.8.8.8/x", True), ("https://0x08.8.8.8/x", True), ("https://u:p@push.example.com/x", False),
 ])
 def test_endpoint_rules(url, ok):
-    """Endpoints must be https:// (loopback excepted); other private ranges are refused."""
+    """Endpoints must be https:// to a public address in every spelling; loopback only with COLLIE_PUSH_LOOPBACK."""
     assert (check_endpoint(url) is None) is ok
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000/push", "https://localhost:9000/push", "http://[::1]:9000/p",
+                                 "https://127.1/x"])
+def test_loopback_endpoints_only_when_the_owner_allows_them(url):
+    assert check_endpoint(url) is not None and check_endpoint(url, loopback_ok=True) is None
+    assert check_endpoint("http://10.0.0.1:9000/x", loopback_ok=True) is not None
 
 
 def test_subscriptions_are_parsed_strictly():
@@ -174,7 +187,7 @@ def test_an_ask_pushes_once_encrypted_end_to_end_and_not_again_after_a_restart(p
     signature verifies against /api/push/key; after a lead restart the same open ask does not push again;
     a subscription the push service says is gone (410) is removed."""
     service, run, agents, paths, bridge = pushlab
-    b = bridge(env=collie_env(paths))
+    b = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1"))  # the fake push service listens on loopback
     address = b.wait_ready()["address"]
     token = (paths.state_dir / "api-token").read_text().strip()
     phone = Subscriber(service.url("/ok/phone"))

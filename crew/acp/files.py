@@ -1,16 +1,31 @@
 """The ACP client's file capabilities, confined to one folder (docs/acp.md "Files and terminals").
 
-`confine(root, path)` resolves symlinks first (the path and the root), then refuses anything that is
-not inside the root: `..`, an absolute path elsewhere, a symlink pointing out. A relative path is
-refused too (ACP requires absolute paths). Reads are capped so that an answer fits in one message.
+A hostile agent names the paths, and may change the folder's contents while Collie reads or writes
+(issue 25.3: resolving a path and then opening it by name left a window in which a folder could become a
+symlink to elsewhere). So a path is never opened by name from `/`: it is walked one component at a
+time from a descriptor of the folder (`--cwd`), each component opened relative to the one before with
+`O_NOFOLLOW`, so nothing is followed that was not looked at. A symlink met on the way is read and its
+target walked the same way — a relative one from where it is, an absolute one only when it names a
+place inside the folder — and `..` never climbs above the folder. A component that changes between
+the look and the open fails the open (`O_NOFOLLOW`, `O_DIRECTORY`): refused, never followed.
+
+Refused, with a message the agent sees as the request's error: a relative path (ACP requires absolute
+ones), a path outside the folder, a symlink leading out, anything but a regular file, a read over
+`READ_MAX`, and a write to a file with more than one hard link (its other name may be outside the
+folder). Reads and writes are plain functions of (folder, path); writes go to a temporary file in the
+same folder and replace the target by rename, both relative to the walked folder's descriptor.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
 READ_MAX = 4 * 1024 * 1024
+MAX_HOPS = 40  # symlinks followed in one walk, as the kernel's own limit
+_DIR = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class Refused(Exception):
@@ -18,6 +33,9 @@ class Refused(Exception):
 
 
 def confine(root: str | os.PathLike, path: str) -> Path:
+    """`path` resolved (symlinks followed) when it is inside `root`, else `Refused`. For a terminal's
+    starting folder only (`crew.acp.terminals`): a name, not an open file — files are read and written
+    by the walk below."""
     if not isinstance(path, str) or not path or "\x00" in path:
         raise Refused("the path is empty or not text")
     if not os.path.isabs(path):
@@ -29,18 +47,128 @@ def confine(root: str | os.PathLike, path: str) -> Path:
     return real
 
 
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p not in ("", ".")]
+
+
+class _Walk:
+    """Descriptors of the folders from the root down to where the walk is; the root stays at the bottom."""
+
+    def __init__(self, root: str | os.PathLike, path: str) -> None:
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise Refused("the path is empty or not text")
+        if not os.path.isabs(path):
+            raise Refused(f"{path!r} is not an absolute path")
+        self.path = path
+        self.real_root = os.path.realpath(root)
+        self.given_root = os.path.abspath(root)
+        try:
+            self.stack = [os.open(self.real_root, _DIR)]
+        except OSError as exc:
+            raise Refused(f"the agent's folder {self.real_root!r} cannot be opened: {exc.strerror}") from None
+        self.hops = 0
+
+    def close(self) -> None:
+        for fd in self.stack:
+            os.close(fd)
+        self.stack = []
+
+    def outside(self) -> Refused:
+        return Refused(f"{self.path!r} is outside the agent's folder {self.real_root!r}")
+
+    def start(self) -> list[str]:
+        """The components to walk from the root: the path must be written under the folder (as its real
+        path or as --cwd was given); what follows is walked, `..` included."""
+        for base in (self.real_root, self.given_root):
+            if self.path == base or self.path.startswith(base.rstrip("/") + "/"):
+                return _parts(self.path[len(base):])
+        raise self.outside()
+
+    def _symlink(self, name: str, todo: list[str]) -> list[str]:
+        self.hops += 1
+        if self.hops > MAX_HOPS:
+            raise Refused(f"{self.path!r} goes through more than {MAX_HOPS} symlinks")
+        target = os.readlink(name, dir_fd=self.stack[-1])
+        if target.startswith("/"):
+            rel = os.path.relpath(os.path.normpath(target), self.real_root)
+            if rel.startswith("..") or rel == "..":
+                raise self.outside()
+            while len(self.stack) > 1:
+                os.close(self.stack.pop())
+            return _parts(rel) + todo
+        return _parts(target) + todo
+
+    def walk(self, *, follow_last: bool) -> str | None:
+        """Walk to the last component; the stack's top is then its folder. Returns the last name (None
+        when the path is the folder itself). With `follow_last`, a last component that is a symlink is
+        followed (its target walked in turn)."""
+        todo = self.start()
+        while todo:
+            name = todo.pop(0)
+            if name == "..":
+                if len(self.stack) == 1:
+                    raise self.outside()
+                os.close(self.stack.pop())
+                continue
+            try:
+                st = os.stat(name, dir_fd=self.stack[-1], follow_symlinks=False)
+            except FileNotFoundError:
+                if todo:
+                    raise Refused(f"a folder of {self.path!r} does not exist") from None
+                return name
+            if stat.S_ISLNK(st.st_mode):
+                if todo or follow_last:
+                    todo = self._symlink(name, todo)
+                    continue
+                return name
+            if not todo:
+                return name
+            try:
+                self.stack.append(os.open(name, _DIR, dir_fd=self.stack[-1]))
+            except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                    raise Refused(f"{self.path!r} is not a path of folders (or changed while it was read)") from None
+                raise
+        return None
+
+
+def _open_walk(root, path: str, *, follow_last: bool) -> tuple[_Walk, str | None]:
+    walk = _Walk(root, path)
+    try:
+        return walk, walk.walk(follow_last=follow_last)
+    except Refused:
+        walk.close()
+        raise
+    except OSError as exc:
+        walk.close()
+        raise Refused(f"{path!r} cannot be reached: {exc.strerror}") from None
+
+
 def read_text(root: str | os.PathLike, path: str, line: int | None = None, limit: int | None = None) -> str:
     """The file's text from 1-based `line`, at most `limit` lines (ACP `fs/read_text_file`)."""
-    real = confine(root, path)
+    walk, name = _open_walk(root, path, follow_last=True)
     try:
-        with open(real, "rb") as fh:
+        if name is None:
+            raise Refused(f"{path!r} is a folder")
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=walk.stack[-1])
+        except FileNotFoundError:
+            raise Refused(f"{path!r} does not exist") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise Refused(f"{path!r} changed while it was read") from None
+            raise Refused(f"{path!r} cannot be read: {exc.strerror}") from None
+    finally:
+        walk.close()
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Refused(f"{path!r} is a folder" if stat.S_ISDIR(st.st_mode) else f"{path!r} is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        try:
             data = fh.read(READ_MAX + 1)
-    except FileNotFoundError:
-        raise Refused(f"{path!r} does not exist") from None
-    except IsADirectoryError:
-        raise Refused(f"{path!r} is a folder") from None
-    except OSError as exc:
-        raise Refused(f"{path!r} cannot be read: {exc.strerror}") from None
+        except OSError as exc:
+            raise Refused(f"{path!r} cannot be read: {exc.strerror}") from None
     if len(data) > READ_MAX:
         raise Refused(f"{path!r} is over {READ_MAX} bytes")
     text = data.decode("utf-8", "replace")
@@ -54,18 +182,33 @@ def read_text(root: str | os.PathLike, path: str, line: int | None = None, limit
 
 def write_text(root: str | os.PathLike, path: str, content: str) -> None:
     """Write `content` (ACP `fs/write_text_file`): temp file then rename, inside the folder only."""
-    real = confine(root, path)
-    if not real.parent.is_dir():
-        raise Refused(f"the folder of {path!r} does not exist")
-    tmp = real.with_name(f".{real.name}.collie-tmp")
+    walk, name = _open_walk(root, path, follow_last=True)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
-        os.replace(tmp, real)
-    except OSError as exc:
+        if name is None:
+            raise Refused(f"{path!r} is a folder")
+        folder = walk.stack[-1]
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise Refused(f"{path!r} cannot be written: {exc.strerror}") from None
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is not None:
+            if not stat.S_ISREG(st.st_mode):
+                raise Refused(f"{path!r} is not a regular file")
+            if st.st_nlink > 1:
+                raise Refused(f"{path!r} has {st.st_nlink} hard links (another may be outside the agent's folder): "
+                              "not written")
+        tmp = f".{name}.collie-tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         stat.S_IMODE(st.st_mode) if st is not None else 0o644, dir_fd=folder)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(content)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except OSError as exc:
+            try:
+                os.unlink(tmp, dir_fd=folder)
+            except OSError:
+                pass
+            raise Refused(f"{path!r} cannot be written: {exc.strerror}") from None
+    finally:
+        walk.close()

@@ -47,15 +47,29 @@ function ago(iso) {
 
 // ---- the API -------------------------------------------------------------------------------------
 class Unpaired extends Error {}
+// The device key (issue 25.1): the pairing page keeps it in this origin's IndexedDB ("collie", store
+// "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key.
+let deviceKey = null;
+function readKey() {
+  return deviceKey || (deviceKey = new Promise((ok) => {
+    const o = indexedDB.open("collie", 1);
+    o.onupgradeneeded = () => o.result.createObjectStore("device");
+    o.onerror = () => ok("");
+    o.onsuccess = () => { const q = o.result.transaction("device").objectStore("device").get("key");
+      q.onsuccess = () => ok(q.result || ""); q.onerror = () => ok(""); };
+  }));
+}
 async function api(path, { method = "GET", body } = {}) {
   let r;
   try {
+    const key = await readKey();
     r = await fetch(path, { method, credentials: "same-origin", cache: "no-store",
-      headers: body !== undefined ? { "Content-Type": "application/json", ...CSRF } : (method === "GET" ? {} : CSRF),
+      headers: { ...(body !== undefined ? { "Content-Type": "application/json", ...CSRF } : (method === "GET" ? {} : CSRF)),
+                 ...(key ? { "X-Collie-Device-Key": key } : {}) },
       body: body !== undefined ? JSON.stringify(body) : undefined });
   } catch (e) { banner(S.offline); throw e; }
   banner(navigator.onLine === false ? S.offline : "");
-  if (r.status === 401) throw new Unpaired();
+  if (r.status === 401) { deviceKey = null; throw new Unpaired(); }
   let data = null;
   try { data = await r.json(); } catch (_) { data = null; }
   if (!r.ok && !data) throw new Error(`HTTP ${r.status}`);
@@ -72,7 +86,20 @@ function viewQuery(v) {
 }
 function connect() {
   if (app.es) return;
-  const es = new EventSource("/api/events" + viewQuery(app.view));
+  // EventSource sends no headers: a ticket fetched with the device key opens the channel (issue 25.1)
+  app.es = { close() { this.closed = true; } };
+  const pending = app.es;
+  api("/api/events/ticket", { method: "POST", body: {} }).then((t) => {
+    if (app.es === pending && !pending.closed) openChannel(t.ticket);
+  }, (e) => {
+    if (app.es !== pending) return;
+    app.es = null;
+    if (e instanceof Unpaired) showUnpaired(); else setTimeout(connect, 2000);
+  });
+}
+function openChannel(ticket) {
+  const q = viewQuery(app.view);
+  const es = new EventSource("/api/events" + (q ? q + "&" : "?") + "ticket=" + encodeURIComponent(ticket));
   app.es = es;
   es.addEventListener("hello", (e) => { app.channel = JSON.parse(e.data).channel; pushView(); });
   es.addEventListener("snapshot", (e) => {

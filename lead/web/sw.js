@@ -19,6 +19,17 @@ self.addEventListener("fetch", (e) => {
   }).catch(() => caches.match(path)));
 });
 
+// The device key the pairing page kept in this origin's IndexedDB (issue 25.1), for the worker's own requests
+function readKey() {
+  return new Promise((ok) => {
+    const o = indexedDB.open("collie", 1);
+    o.onupgradeneeded = () => o.result.createObjectStore("device");
+    o.onerror = () => ok("");
+    o.onsuccess = () => { const q = o.result.transaction("device").objectStore("device").get("key");
+      q.onsuccess = () => ok(q.result || ""); q.onerror = () => ok(""); };
+  });
+}
+
 // Push (features P2, P3): show the ask's notification; tapping it opens that ask's card. A push for an
 // ask that was answered meanwhile (on another device, or in the agent) is not shown.
 self.addEventListener("push", (e) => {
@@ -27,7 +38,9 @@ self.addEventListener("push", (e) => {
   e.waitUntil((async () => {
     if (d.kind === "ask" && d.ask) {
       try {
-        const r = await fetch("/api/needs", { credentials: "same-origin", cache: "no-store" });
+        const key = await readKey();
+        const r = await fetch("/api/needs", { credentials: "same-origin", cache: "no-store",
+                                              headers: key ? { "X-Collie-Device-Key": key } : {} });
         if (r.ok) {
           const open = (await r.json()).asks.some((a) => a.machine === d.ask.machine && a.agent === d.ask.agent && a.ask === d.ask.id);
           if (!open) return;

@@ -1,0 +1,24 @@
+"""The pairing page and `POST /pair` carry the same guard headers as the app's pages (issue 25, "Also"):
+a page that trades a secret must not be framed (clickjacking), sniffed or leak its URL in a Referer."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.test_door_bodies import lead  # noqa: F401 - the fixture: a real `collie serve` on loopback
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_pairing_page_and_its_answer_cannot_be_framed_or_sniffed(lead):  # noqa: F811
+    base = str(lead.base_url)
+    page = httpx.get(base + "/pair")
+    answer = httpx.post(base + "/pair", json={"code": "nope"}, headers={"X-Collie-CSRF": "1"})
+    assert page.status_code == 200 and answer.status_code == 401
+    for r in (page, answer):
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["referrer-policy"] == "no-referrer"
+    csp = page.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in csp and "base-uri 'none'" in csp and "form-action 'none'" in csp
