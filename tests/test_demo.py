@@ -267,3 +267,40 @@ def test_keys_are_off_without_a_terminal_and_waiting_then_only_sleeps():
         keys = Keys(stream)
         assert not keys.on and keys.wait(0.0) == ""
         keys.close()
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "nan", "inf", "100000", "soon"])
+def test_awake_and_asleep_out_of_range_are_usage_errors_that_say_the_range(value, capsys):
+    """Issue 26 check: `collie demo --awake -3` started a demo; a phase outside 1..86400 s is exit 2 naming it."""
+    from crew.cli.main import build_parser
+
+    for flag in ("--awake", "--asleep"):
+        with pytest.raises(SystemExit) as done:
+            build_parser().parse_args(["demo", flag, value])
+        assert done.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}: " in err and "is not a number of seconds from 1 to 86400" in err
+    args = build_parser().parse_args(["demo", "--awake", "2.5", "--asleep", "86400"])
+    assert (args.awake, args.asleep) == (2.5, 86400.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["demo", "pair", "--lan"], "`demo pair` does not take --lan: it prints a link for the running demo, on the "
+                                "address the demo was started with (to pair over the network, stop the demo and "
+                                "start it with `"),
+    (["demo", "pair", "--lan", "10.0.0.2", "--plain"], "`demo pair` does not take --lan or --plain"),
+    (["demo", "restart", "--no-qr"], "`demo restart` does not take --no-qr: it restarts the running demo's lead"),
+    (["demo", "restart", "--awake", "5"], "`demo restart` does not take --awake"),
+])
+def test_a_flag_that_does_not_apply_to_the_action_is_refused(argv, words, capsys, monkeypatch, tmp_path):
+    """Issue 26 check: `demo pair --lan` and `demo restart --no-qr` ignored the flag; now exit 2 with why,
+    before looking for a running demo (so the answer is the same with or without one)."""
+    from crew.cli import demo
+    from crew.cli.main import main
+
+    monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("collie: ") and words in err and "no demo is running" not in err
+    assert main(["demo", "pair", "--no-qr"]) == 1  # the flag pair takes is accepted: here no demo runs
+    assert "no demo is running" in capsys.readouterr().err

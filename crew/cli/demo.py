@@ -64,6 +64,8 @@ MAX_PAGES = 20  # pages of chat items one check reads at most
 DEMO_ROOT = "/tmp"  # where the demo's folder is made, and where `collie demo pair` looks for it
 DEMO_PREFIX = "collie-demo-"
 MARK = "demo.json"  # in the demo's folder: the demo's pid, so another terminal can find a live demo
+AWAKE, ASLEEP = 15.0, 10.0  # the laptop's default phases, seconds
+MIN_PHASE, MAX_PHASE = 1.0, 86400.0
 KEYS_HELP = "p: new pairing link · r: restart the lead · Ctrl-C: stop"
 
 
@@ -95,11 +97,48 @@ def register(sub) -> None:
                    help="serve the lead on this machine's network address (or ADDRESS), over TLS with a "
                         "self-signed certificate, so a phone on the same network can open it")
     p.add_argument("--no-qr", action="store_true", help="print the pairing link without its QR code")
-    p.add_argument("--awake", type=float, default=15.0, metavar="SECONDS",
-                   help="how long the laptop member stays awake between naps (default 15)")
-    p.add_argument("--asleep", type=float, default=10.0, metavar="SECONDS",
-                   help="how long each nap lasts; work sent meanwhile waits in the inbox (default 10)")
+    p.add_argument("--awake", type=seconds, default=None, metavar="SECONDS",
+                   help=f"how long the laptop member stays awake between naps ({MIN_PHASE:g} to {MAX_PHASE:g}; "
+                        f"default {AWAKE:g})")
+    p.add_argument("--asleep", type=seconds, default=None, metavar="SECONDS",
+                   help=f"how long each nap lasts; work sent meanwhile waits in the inbox ({MIN_PHASE:g} to "
+                        f"{MAX_PHASE:g}; default {ASLEEP:g})")
     p.set_defaults(run=run)
+
+
+def seconds(text: str) -> float:
+    """A nap or an awake phase: a number of seconds within MIN_PHASE..MAX_PHASE (argparse: exit 2)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not MIN_PHASE <= value <= MAX_PHASE:  # also NaN and infinities
+        raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} is not a number of seconds from {MIN_PHASE:g} "
+                                         f"to {MAX_PHASE:g}")
+    return value
+
+
+# what each action can be given: a flag another action takes is refused, not ignored
+START_ONLY = {"lan": "--lan", "plain": "--plain", "awake": "--awake", "asleep": "--asleep"}
+ACTION_FLAGS = {"pair": ("no_qr",), "restart": ()}
+
+
+def check_flags(args) -> None:
+    """`demo pair --lan`, `demo restart --no-qr`, …: a flag that does not apply to the action is an error."""
+    if args.action is None:
+        return
+    given = [flag for name, flag in {**START_ONLY, "no_qr": "--no-qr"}.items()
+             if getattr(args, name, None) not in (None, False) and name not in ACTION_FLAGS[args.action]]
+    if not given:
+        return
+    cmd = own_command()
+    why = {"pair": "it prints a link for the running demo, on the address the demo was started with",
+           "restart": "it restarts the running demo's lead as it was started"}[args.action]
+    hint = f" (to pair over the network, stop the demo and start it with `{cmd} demo --lan`)" if "--lan" in given else ""
+    raise UsageError(f"`demo {args.action}` does not take {' or '.join(given)}: {why}{hint}")
 
 
 class Machine:
@@ -578,7 +617,9 @@ class Demo:
         self.out.ready(self.address, self.lead.state_dir / "api-token")
         self.show_pairing()
         self.out.live_view()
-        cycle = SleepCycle.starting(time.monotonic(), awake=self.args.awake, asleep=self.args.asleep)
+        awake = AWAKE if self.args.awake is None else self.args.awake
+        asleep = ASLEEP if self.args.asleep is None else self.args.asleep
+        cycle = SleepCycle.starting(time.monotonic(), awake=awake, asleep=asleep)
         while True:
             now = time.monotonic()
             step = cycle.step(now)
@@ -615,12 +656,12 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def running_demos(root: str = DEMO_ROOT) -> list[Path]:
+def running_demos(root: str | None = None) -> list[Path]:
     """This user's live demos' folders, newest first: private folders named collie-demo-* whose
     demo.json names a live process."""
     found = []
     try:
-        entries = list(Path(root).glob(f"{DEMO_PREFIX}*"))
+        entries = list(Path(root or DEMO_ROOT).glob(f"{DEMO_PREFIX}*"))
     except OSError:
         return []
     for d in entries:
@@ -899,6 +940,7 @@ def _raise_interrupt(_signum, _frame):
 
 
 def run(args, _paths) -> int:
+    check_flags(args)
     if args.action == "pair":
         return pair_with_running(args)
     if args.action == "restart":
