@@ -47,7 +47,8 @@ def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
     s = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep={"laptop"})
     assert [(m.machine, m.role, m.state) for m in s.machines] == [
         ("local", "lead", "online"), ("workshop", "member", "starting"), ("laptop", "member", "asleep")]
-    assert [(a.machine, a.name, a.status) for a in s.agents] == [("local", "desk", "ready"),
+    # one capitalisation for every status word, as the phone shows them (features D2: `Unreachable`, …)
+    assert [(a.machine, a.name, a.status) for a in s.agents] == [("local", "desk", "Ready"),
                                                                   ("laptop", "scribe", "Unreachable")]
     assert "\x1b" not in s.asks[0].title and "\n" not in s.asks[0].title and len(s.asks[0].title) == 60
     assert s.plain_line() == ("[demo] summary: local online, workshop starting, laptop asleep; 2 agents, 1 ready; "
