@@ -201,7 +201,8 @@ def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(
     assert demo.lead_host("auto") == "192.168.1.20"
     monkeypatch.setattr(demo, "lan_address", lambda: None)
     for bad, words in (("auto", "no network address besides loopback"), ("127.0.0.1", "not a network address"),
-                       ("0.0.0.0", "not a network address"), ("phone.example", "not an IP address")):
+                       ("0.0.0.0", "not a network address"), ("phone.example", "is not an IP address: "),
+                       ("999.1.1.1", r"^--lan 999\.1\.1\.1 is not an IP address: give this machine's network address")):
         with pytest.raises(UsageError, match=words):
             demo.lead_host(bad)
     port = demo.free_port("127.0.0.1")
@@ -209,6 +210,8 @@ def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(
 
     with socket.socket() as s:  # free now: the lead binds it, and binds it again at every restart
         s.bind(("127.0.0.1", port))
+    with pytest.raises(UsageError, match="^--lan 192.0.2.7 is an IP address, but not an address of this machine"):  # an address, just not ours
+        demo.free_port("192.0.2.7")
 
 
 def test_pairing_lines_say_what_to_do_and_escape_what_the_lead_sent():
@@ -305,3 +308,20 @@ def test_a_flag_that_does_not_apply_to_the_action_is_refused(argv, words, capsys
     assert err.startswith("collie: ") and words in err and "no demo is running" not in err
     assert main(["demo", "pair", "--no-qr"]) == 1  # the flag pair takes is accepted: here no demo runs
     assert "no demo is running" in capsys.readouterr().err
+
+
+def test_no_demo_running_names_collie_as_it_was_run(capsys, monkeypatch, tmp_path):
+    """Issue 26 check: every command the demo prints names collie as it was run (a .venv path when it is not
+    on PATH); "no demo is running: start one with `collie demo`" named bare `collie`."""
+    from crew.cli import demo
+    from crew.cli.main import main
+
+    monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
+    venv_collie = tmp_path / "venv" / "bin" / "collie"
+    venv_collie.parent.mkdir(parents=True)
+    venv_collie.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "argv", [str(venv_collie), "demo", "pair"])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    for action in ("pair", "restart"):
+        assert main(["demo", action]) == 1
+        assert capsys.readouterr().err == f"collie: no demo is running: start one with `{venv_collie} demo`\n"

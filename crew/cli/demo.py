@@ -28,6 +28,7 @@ line reads the lead's local credential from its file.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -295,7 +296,8 @@ def lead_host(lan: str | None) -> str:
     try:
         addr = ipaddress.ip_address(lan.strip("[]"))
     except ValueError:
-        raise UsageError(f"--lan {clip(lan, 60)} is not an IP address of this machine") from None
+        raise UsageError(f"--lan {clip(lan, 60)} is not an IP address: give this machine's network address "
+                         "(like 192.168.1.20), or --lan alone to use the one it has") from None
     if addr.is_loopback or addr.is_unspecified:
         raise UsageError(f"--lan {addr} is not a network address: give one a phone can reach (or leave --lan out "
                          "to stay on loopback)")
@@ -310,8 +312,10 @@ def free_port(host: str) -> int:
             s.bind((host, 0))
             return s.getsockname()[1]
     except OSError as exc:
-        raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()} (is it an address of "
-                         "this machine?)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--lan {host} is an IP address, but not an address of this machine: give one it "
+                             "has, or --lan alone to use the one it has") from None
+        raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()}") from None
 
 
 def own_command() -> str:
@@ -684,7 +688,7 @@ def lead_paths_of(folder: Path) -> Paths:
 def find_demo() -> Paths:
     demos = running_demos()
     if not demos:
-        raise NotRunningError("no demo is running: start one with `collie demo`")
+        raise NotRunningError(f"no demo is running: start one with `{own_command()} demo`")
     if len(demos) > 1:
         print(f"({len(demos)} demos are running; this is the newest, in {demos[0]})", file=sys.stderr)
     return lead_paths_of(demos[0])
@@ -945,7 +949,7 @@ def run(args, _paths) -> int:
         return pair_with_running(args)
     if args.action == "restart":
         return restart_running(args)
-    lead_host(args.lan)  # a bad --lan is one line before anything starts
+    free_port(lead_host(args.lan))  # a bad --lan is one line before anything starts
     keys = Keys()
     screen = PlainScreen(keys=keys) if args.plain or not sys.stdout.isatty() else RichScreen(keys=keys)
     base = Path(tempfile.mkdtemp(prefix=DEMO_PREFIX, dir=DEMO_ROOT if os.path.isdir(DEMO_ROOT) else None))
