@@ -226,6 +226,7 @@ with httpx.Client(base_url=origin, verify=ctx, timeout=10) as c:
     out["agents"] = sum(len(s["agents"]) for s in dash.json()["sections"]) if dash.status_code == 200 else 0
     again = c.post("/pair", json={"code": code, "name": "second"}, headers={"X-Collie-CSRF": "1", "Origin": origin})
     out["reused_code"] = again.status_code
+    out["reused_message"] = again.json().get("message")
 print(json.dumps(out))
 """
 
@@ -262,7 +263,9 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         assert got["plain_http"] != "answered"  # off loopback no plain HTTP
         assert got["pair_page"] == 200 and got["paired"] == 200 and got["cookie_secure"]
         assert got["dashboard"] == 200 and got["sections"] == ["laptop", "local", "workshop"] and got["agents"] == 5
-        assert got["reused_code"] == 401  # the link works once
+        assert got["reused_code"] == 401  # the link works once, and a second try names the command that works here
+        assert got["reused_message"] == (f"This pairing link was already used. Run `{sys.executable} -m crew.cli.main "
+                                         "demo pair` again.")
 
         lead = Paths(config_dir=Path(), state_dir=Path(demo.expect(r"\$\(cat (\S+)/api-token\)").group(1)))
         cert = (lead.state_dir / "tls" / "cert.pem").read_bytes()

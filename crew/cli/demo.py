@@ -318,6 +318,13 @@ def free_port(host: str) -> int:
         raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()}") from None
 
 
+def write_private(path: Path, text: str) -> None:
+    """A file of the demo's own, readable by this user only (0600), as the lead wants its `.env`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
 def own_command() -> str:
     """How to run this `collie` again, as the user can type it: `collie` when that is on PATH."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
@@ -372,6 +379,8 @@ class Demo:
             wait_until(f"agent {name}", listening)
             m.collie("durable", "attach", name, "--socket", str(m.socket(name)))
         self.out.progress("attached them with `collie durable attach`")
+        # a used or expired link tells the phone what gives another here (the lead reads its .env at every start)
+        write_private(self.lead.config_dir / ".env", f'COLLIE_PAIR_COMMAND="{own_command()} demo pair"\n')
         for attempt in range(3):  # the free port can be taken between our look and the lead's bind
             try:
                 pong = self.serve(self.lead, "--host", self.host, "--port", str(free_port(self.host)))
