@@ -325,3 +325,38 @@ def test_no_demo_running_names_collie_as_it_was_run(capsys, monkeypatch, tmp_pat
     for action in ("pair", "restart"):
         assert main(["demo", action]) == 1
         assert capsys.readouterr().err == f"collie: no demo is running: start one with `{venv_collie} demo`\n"
+
+
+LOOP_LINK = {"link": "http://127.0.0.1:41237/pair#" + "k" * 32, "fingerprint": None, "loopback": True,
+             "expires_at": 1_800_000_000.0}
+LAN_LINK = {"link": "https://192.168.100.200:65535/pair#" + "k" * 32, "loopback": False, "expires_at": 1_800_000_000.0,
+            "fingerprint": ":".join(f"{b:02X}" for b in range(32))}
+
+
+@pytest.mark.parametrize("got", [LOOP_LINK, LAN_LINK], ids=["loopback", "lan"])
+def test_the_qr_screen_fits_80x24_with_its_link_and_fingerprint_and_says_when_it_cannot(got):
+    """Issue 26 check: on 80×24 the QR code, the whole link on one row, the certificate's fingerprint (--lan)
+    and the keys fit one screen; a window too small for them says its size, what it needs and what to do."""
+    from crew.cli.demo import pair_rows, qr_screen
+
+    rows, note = qr_screen(got, 80, 24, "/home/you/.venv/bin/collie")
+    assert rows is not None and note == "" and len(rows) <= 24 and all(len(r) <= 80 for r in rows)
+    assert f"  {got['link']}" in rows
+    assert sum(r.startswith("█" * 30) for r in rows) >= 1 and rows[-2].startswith("▀" * 30)  # the whole code
+    text = "\n".join(rows)
+    assert "Any key: the live view" in text
+    if got["fingerprint"]:  # beside the code, cut between bytes: every byte, in order
+        side = [r[43:] for r in rows if len(r) > 43 and ":" in r[43:] and " " not in r[43:]]
+        assert ":".join(side) == got["fingerprint"]
+    small, note = qr_screen(got, 80, 15, "/home/you/.venv/bin/collie")
+    assert small is None
+    assert note.startswith(f"The QR code does not fit this window (80×15; it needs {len(rows)} rows at this width)")
+    assert note.endswith("make the window taller and press p, or run `/home/you/.venv/bin/collie demo pair` in "
+                         "another terminal.")
+    narrow, note = qr_screen(got, 30, 80, "collie")
+    assert narrow is None and ("it needs 37 columns" in note or "it needs 41 columns" in note)
+    # the live view's top: the link on a row of its own at 80 columns, folded but whole when narrower
+    top = pair_rows(got, "", 80)
+    assert f"  {got['link']}" in top and all(len(r) <= 80 for r in top) and len(top) <= 5
+    assert got["link"] in "".join(pair_rows(got, "", 20))
+    assert pair_rows(None, "The pairing link expired. p: a new one.", 80) == ["The pairing link expired. p: a new one."]

@@ -8,8 +8,10 @@ them the way a person would, with the real CLI: `collie durable attach`, `collie
 an agent refuses writes from the process that launched it (features T3), and here the bridges that
 write to the agents are the demo's siblings of those agents, never their parents.
 
-Once ready it prints a one-time pairing link for the lead (and its QR code on a terminal): the only
-secret it ever prints, valid 10 minutes and once. `p` in the live view, or `collie demo pair` in
+Once ready it prints a one-time pairing link for the lead: the only secret it ever prints, valid 10
+minutes and once. On a terminal its QR code then stays on the screen, not redrawn, until a key press
+or a phone pairs; the live view (on the alternate screen, so no redraw is left in the scrollback)
+keeps the link at its top while it is valid. `p` in the live view, or `collie demo pair` in
 another terminal, makes another. With `--lan` the lead serves on this machine's network address,
 over TLS with the certificate it makes itself, and the demo prints that certificate's SHA-256
 fingerprint to compare on the phone; without it nothing listens beyond loopback.
@@ -358,6 +360,7 @@ class Demo:
         self.naps = 0
         self.items_since = 0  # how far check_ran has read the sleeper's chat
         self.agents: dict[tuple[str, str], tuple[str, subprocess.Popen, float]] = {}  # (kind, process, retry at)
+        self.link: tuple[float | None, set[str]] | None = None  # the shown link: expiry, phones paired before it
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -452,11 +455,37 @@ class Demo:
 
     def show_pairing(self) -> None:
         try:
+            before = self.paired_phones()
             got = self.pairing()
         except CollieError as exc:
             self.event("pair", "local", "not now", str(exc))
             return
+        self.link = (got.get("expires_at"), before)
         self.out.pairing(got, qr=not self.args.no_qr and self.out.is_terminal, more=more_hint(self.out.keys))
+
+    def paired_phones(self) -> set[str]:
+        """The ids of the phones paired with the lead now (raises CollieError while it does not answer)."""
+        got = control.call(self.lead.state_dir / "bridge.sock", "devices", timeout=2.0)
+        return {d.get("id") for d in got.get("devices", []) if isinstance(d, dict)}
+
+    def check_link(self) -> None:
+        """The shown link ends when a phone pairs or it expires: off the live view's top, the QR screen closes."""
+        if self.link is None:
+            return
+        expires, before = self.link
+        try:
+            new = [d for d in control.call(self.lead.state_dir / "bridge.sock", "devices", timeout=2.0)["devices"]
+                   if isinstance(d, dict) and d.get("id") not in before]
+        except (CollieError, KeyError, TypeError):
+            new = []  # the lead is restarting: look again next time
+        if new:
+            self.link = None
+            name = clip(new[-1].get("name"), 40)
+            self.event("pair", "local", "paired", f"a phone paired as {name}")
+            self.out.link_done(f"A phone paired as {name}. p: a link for another one.")
+        elif isinstance(expires, (int, float)) and time.time() >= expires:
+            self.link = None
+            self.out.link_done("The pairing link expired. p: a new one.")
 
     def restart_lead(self) -> None:
         """`r` in the live view: what `collie demo restart` asks for. Its return is seen by `watch`."""
@@ -470,7 +499,10 @@ class Demo:
         if ch in "pP":
             self.show_pairing()
         elif ch in "rR":
+            self.out.hide_qr()
             self.restart_lead()
+        elif self.out.qr_shown:  # any other key leaves the QR screen for the live view
+            self.out.hide_qr()
 
     # --- what the demo does while it runs -------------------------------------------------------
     def event(self, what: str, target: str, outcome: str, text: str = "", request_id: str = "") -> None:
@@ -644,6 +676,7 @@ class Demo:
             self.watch_agents(now)
             self.send_note()
             self.check_ran()
+            self.check_link()
             self.out.draw(self.summary(), self.events)
             deadline = now + POLL
             while (left := deadline - time.monotonic()) > 0:
@@ -831,6 +864,14 @@ class PlainScreen:
         for line in pairing_lines(got, more, own_command()):
             print(line if line.startswith("  ") else f"[demo] {line}", file=self.stream, flush=True)
 
+    qr_shown = False  # the QR code is printed once, with the lines; nothing is redrawn over it
+
+    def link_done(self, note: str) -> None:
+        self.progress(note)
+
+    def hide_qr(self) -> None:
+        pass
+
     def live_view(self) -> None:
         pass
 
@@ -844,8 +885,102 @@ class PlainScreen:
         self.keys.close()
 
 
+# --- the pairing link in a terminal: what fits in width × height (pure, so a test can try every size) -----
+QR_GAP = 2  # columns between the QR code and the text beside it
+MIN_SIDE = 24  # the narrowest text column worth putting beside the QR code
+
+
+def _rows(text: str, width: int) -> list[str]:
+    """`text` as rows of at most `width` columns (a link or a fingerprint is cut where it must be)."""
+    import textwrap
+
+    if not text:
+        return [""]
+    return textwrap.wrap(text, max(1, width), break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def _link_rows(link: str, width: int) -> list[str]:
+    """The link on rows of its own, indented by two spaces when it fits so: one row from 80 columns up."""
+    if len(link) + 2 <= width:
+        return [f"  {link}"]
+    return [link[i:i + max(1, width)] for i in range(0, len(link), max(1, width))]
+
+
+def _fingerprint_rows(fingerprint: str, width: int) -> list[str]:
+    """A SHA-256 fingerprint (AB:CD:…) cut between two bytes, as many bytes a row as `width` holds."""
+    parts = fingerprint.split(":")
+    per = max(1, (width + 1) // 3)
+    return [":".join(parts[i:i + per]) for i in range(0, len(parts), per)]
+
+
+def until(got: dict) -> str:
+    expires = got.get("expires_at")
+    return time.strftime("%H:%M", time.localtime(expires)) if isinstance(expires, (int, float)) else "10 minutes"
+
+
+def qr_rows(got: dict, width: int, command: str) -> tuple[list[str], int]:
+    """The pairing screen at `width` columns: the QR code, the link under it, and beside it (under it when
+    the window is narrow) when it expires, the certificate to compare and the keys; and the columns the QR
+    code needs. It fits a window when those columns are there and it has as many rows as returned."""
+    from crew.cli.pair_cmd import qr_text
+
+    link = printable(got["link"])
+    qr = [line for line in qr_text(link).splitlines() if line.strip()]
+    qw = max((len(line) for line in qr), default=0)
+    fp = printable(got["fingerprint"]) if got.get("fingerprint") else ""
+
+    def side(w: int) -> list[str]:
+        rows = _rows("Pair a phone: scan this code with its camera, or open the link below.", w)
+        rows += _rows(f"Valid until {until(got)}, works once.", w)
+        if fp:
+            rows += [""] + _rows("On the phone, go on only if the certificate's SHA-256 is:", w)
+            rows += _fingerprint_rows(fp, w)
+        if got.get("loopback"):
+            rows += [""] + _rows(f"This address opens on this machine only; for a phone, start `{command} demo "
+                                 "--lan`.", w)
+        rows += [""] + _rows("Any key: the live view (the link stays at its top). p: a new link. Ctrl-C: stop.", w)
+        return rows
+
+    below = _link_rows(link, width)
+    sw = width - qw - QR_GAP
+    if sw < MIN_SIDE:
+        return qr + below + side(width), qw
+    text = side(sw)
+    return [f"{(qr[i] if i < len(qr) else '').ljust(qw)}{' ' * QR_GAP}{text[i] if i < len(text) else ''}".rstrip()
+            for i in range(max(len(qr), len(text)))] + below, qw
+
+
+def qr_screen(got: dict, width: int, height: int, command: str) -> tuple[list[str] | None, str]:
+    """The pairing screen's rows when it fits `width` × `height`, else None and what to do instead."""
+    rows, qw = qr_rows(got, width, command)
+    if qw <= width and len(rows) <= height:
+        return rows, ""
+    need = f"{qw} columns" if qw > width else f"{len(rows)} rows at this width"
+    return None, (f"The QR code does not fit this window ({width}×{height}; it needs {need}): make the window "
+                  f"taller and press p, or run `{command} demo pair` in another terminal.")
+
+
+def pair_rows(got: dict | None, note: str, width: int, *, qr_note: str = "") -> list[str]:
+    """The top of the live view: while a link is valid, the link (one row from 80 columns) and its
+    certificate's fingerprint; else what became of the last one (`note`)."""
+    if got is None:
+        return _rows(note, width) if note else []
+    rows = _rows(f"Pair a phone with this link (until {until(got)}, once); p: a new one with its QR code", width)
+    rows += _link_rows(printable(got["link"]), width)
+    if got.get("fingerprint"):
+        rows += _rows("The phone must show this certificate SHA-256:", width)
+        rows += _fingerprint_rows(printable(got["fingerprint"]), width)
+    if qr_note:
+        rows += _rows(qr_note, width)
+    return rows
+
+
 class RichScreen:
-    """A TTY: the live one-screen summary (machines, agents, open asks, inbox, last receipts)."""
+    """A TTY: the live one-screen summary (machines, agents, open asks, inbox, last receipts), drawn on
+    the terminal's alternate screen (nothing of a redraw is left in the scrollback), with the pairing
+    link at its top while it is valid. A new link is first shown as its QR code on a screen of its own,
+    not redrawn, until a key press or the phone pairs (when the window is too small for it, the live view
+    says how big it must be, or to run `… demo pair`)."""
 
     def __init__(self, keys: Keys | None = None) -> None:
         from rich.console import Console
@@ -855,6 +990,11 @@ class RichScreen:
         self.head = None
         self.keys = keys or Keys()
         self.is_terminal = True
+        self.link: dict | None = None  # the pairing link while it is valid
+        self.link_note = ""  # what became of the last one
+        self.qr_shown = False  # the QR screen is up: redraws wait for a key, the phone pairing, or the link's end
+        self.last: tuple[Summary, list] | None = None
+        self.qr_size = (0, 0)  # the window's size when the QR screen was drawn
 
     def progress(self, text: str) -> None:
         if self.live is None:
@@ -873,27 +1013,56 @@ class RichScreen:
         from rich.text import Text
 
         live = self.live
-        if live is not None:  # printed above the live screen, which is drawn again below it
+        if live is not None:  # the lines go to the terminal's own screen, below what the demo printed
             live.stop()
-        if qr:
-            from crew.cli.pair_cmd import qr_text
-
-            self.console.print(Text(qr_text(printable(got["link"]))), soft_wrap=True, highlight=False)
         for line in pairing_lines(got, more, own_command()):
             style = "bold" if line.startswith("  ") else ""
             self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
+        self.link, self.link_note = got, ""
+        self.qr_shown = qr and self.keys.on  # without keys nothing would end the QR screen but the link
         if live is not None:
             self.live_view()
+
+    def link_done(self, note: str) -> None:
+        """The link was used (a phone paired) or expired: off the top of the live view, the QR screen ends."""
+        self.link, self.link_note, self.qr_shown = None, note, False
+        self.redraw()
+
+    def hide_qr(self) -> None:
+        self.qr_shown = False
+        self.redraw()
 
     def live_view(self) -> None:
         from rich.live import Live
 
-        self.live = Live(console=self.console, auto_refresh=False, transient=True)
+        self.live = Live(console=self.console, auto_refresh=False, screen=True)
         self.live.start()
+        self.redraw()
 
     def draw(self, summary: Summary, events) -> None:
-        if self.live is not None:
-            self.live.update(render(self.head, summary, events), refresh=True)
+        self.last = (summary, list(events))
+        if not self.qr_shown or self.console.size != self.qr_size:  # the QR screen stays as drawn, unless resized
+            self.redraw()
+
+    def redraw(self) -> None:
+        if self.live is None:
+            return
+        from rich.console import Group
+        from rich.text import Text
+
+        width, height = self.console.size
+        qr_note = ""
+        if self.link is not None and self.keys.on:
+            rows, qr_note = qr_screen(self.link, width, height, own_command())
+            if rows is not None and self.qr_shown:
+                self.live.update(Group(*(Text(r, no_wrap=True, overflow="crop") for r in rows)), refresh=True)
+                self.qr_size = (width, height)
+                return
+            self.qr_shown = False
+        top = [Text(r, no_wrap=True, overflow="crop", style="bold" if r.startswith("  ") else "")
+               for r in pair_rows(self.link, self.link_note, width, qr_note=qr_note)]
+        summary, events = self.last if self.last is not None else (Summary(), [])
+        self.live.update(render(self.head, summary, events, top=top), refresh=True)
 
     def close(self) -> None:
         if self.live is not None:
@@ -908,7 +1077,7 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def render(head, summary: Summary, events):
+def render(head, summary: Summary, events, top=()):
     from rich.console import Group
     from rich.table import Table
 
@@ -944,7 +1113,7 @@ def render(head, summary: Summary, events):
     receipts = table("Last receipts", "at", "what", "target", "outcome", "text")
     for e in events:
         receipts.add_row(e.at, escape(e.label), escape(e.target), escape(e.outcome), escape(e.text))
-    return Group(head, "", machines, "", agents, "", asks, "", inbox, "", receipts)
+    return Group(head, *top, "", machines, "", agents, "", asks, "", inbox, "", receipts)
 
 
 # --- the verb ----------------------------------------------------------------------------------------
