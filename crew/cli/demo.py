@@ -485,6 +485,7 @@ class Demo:
             self.out.link_done(f"A phone paired as {name}. p: a link for another one.")
         elif isinstance(expires, (int, float)) and time.time() >= expires:
             self.link = None
+            self.event("pair", "local", "expired", f"the pairing link expired; `{own_command()} demo pair` makes another")
             self.out.link_done("The pairing link expired. p: a new one.")
 
     def restart_lead(self) -> None:
@@ -867,7 +868,7 @@ class PlainScreen:
     qr_shown = False  # the QR code is printed once, with the lines; nothing is redrawn over it
 
     def link_done(self, note: str) -> None:
-        self.progress(note)
+        pass  # the event line said it
 
     def hide_qr(self) -> None:
         pass
