@@ -236,6 +236,26 @@ print(json.dumps(out))
 """
 
 
+PHONE_BROWSER = r"""
+import json, sys
+from playwright.sync_api import sync_playwright
+from tests.browser import launch
+origin, code = sys.argv[1], sys.argv[2]
+out = {}
+with sync_playwright() as p:
+    browser = launch(p)
+    # the person compared the fingerprint and went on past the warning (the test's client did the comparing)
+    page = browser.new_context(viewport={"width": 390, "height": 844}, ignore_https_errors=True).new_page()
+    page.goto(f"{origin}/pair#{code}")
+    out["while_pairing"] = page.url  # the pairing is a request of the page's: /pair until its answer
+    for machine in ("local", "workshop", "laptop"):
+        page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=30_000)
+    out["paired"] = page.url
+    browser.close()
+print(json.dumps(out))
+"""
+
+
 def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_fingerprint(lan_namespace, tmp_path):
     """Issue 26: `collie demo --lan` on a machine whose network address is 10.214.0.1 (a namespace of the
     test's own) serves the lead there over TLS only, with the certificate it made itself; a phone that
@@ -307,6 +327,18 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 0, again.stderr
         assert f"  {origin}/pair#" in again.stdout and f"(SHA-256): {printed}" in again.stdout
+        # Chromium on the network: paired, the dashboard, and the address bar at the lead's root, the code gone
+        import re
+
+        browser_code = re.search(r"/pair#([A-Za-z0-9_-]{20,})", again.stdout).group(1)
+        script = tmp_path / "phone_browser.py"
+        script.write_text(PHONE_BROWSER)
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(script), origin, browser_code],
+                              cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["paired"] == origin + "/" and browser_code not in seen["while_pairing"]
         started = demo.pids()
         demo.interrupt()
         demo.proc.wait(timeout=10)
