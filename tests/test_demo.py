@@ -360,3 +360,45 @@ def test_the_qr_screen_fits_80x24_with_its_link_and_fingerprint_and_says_when_it
     assert f"  {got['link']}" in top and all(len(r) <= 80 for r in top) and len(top) <= 5
     assert got["link"] in "".join(pair_rows(got, "", 20))
     assert pair_rows(None, "The pairing link expired. p: a new one.", 80) == ["The pairing link expired. p: a new one."]
+
+
+class _Keys:
+    on = True
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_qr_screen_is_not_redrawn_until_a_key_and_the_live_view_keeps_the_link(tmp_path):
+    """Issue 26 check: `p`'s QR code was drawn over by the next redraw 0.3 s later. On an 80×24 terminal the
+    demo's once-a-second draws leave the QR screen as it is; a key (hide_qr) brings the live view with the
+    link at its top, on the alternate screen; a paired phone takes the link off and says so."""
+    import io
+
+    from rich.console import Console
+
+    from crew.cli.demo import RichScreen
+
+    screen = RichScreen(keys=_Keys())
+    out = io.StringIO()
+    screen.console = Console(file=out, force_terminal=True, width=80, height=24, color_system=None)
+    screen.ready("http://127.0.0.1:41237", tmp_path / "api-token")
+    screen.live_view()
+    screen.pairing(LOOP_LINK, qr=True, more="Another link: press p here.")
+    assert screen.qr_shown and "▀" * 30 in out.getvalue()
+    summary = Summary.from_api({"sections": [{"machine": "local", "online": True, "agents": []}]}, [], [],
+                               machines=["local"], asleep=set())
+    at = len(out.getvalue())
+    for _ in range(5):  # five seconds of the demo's loop
+        screen.draw(summary, [])
+    assert len(out.getvalue()) == at
+    screen.hide_qr()
+    live = out.getvalue()[at:]
+    assert "Machines" in live and f"  {LOOP_LINK['link']}" in live and "▀" * 30 not in live
+    assert live.index(LOOP_LINK["link"]) < live.index("Machines")  # at the top
+    at = len(out.getvalue())
+    screen.link_done("A phone paired as Pixel. p: a link for another one.")
+    after = out.getvalue()[at:]
+    assert "A phone paired as Pixel." in after and LOOP_LINK["link"] not in after
+    screen.close()
+    assert "\x1b[?1049h" in out.getvalue() and out.getvalue().rstrip().endswith("\x1b[?1049l")

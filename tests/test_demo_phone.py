@@ -408,9 +408,7 @@ def test_demo_in_an_80x24_terminal_keeps_the_pairing_link_in_sight():
         rows = term.wait("the QR code and its link", lambda r: whole_qr_on(r) and links_on(r))
         (origin, code), = links_on(rows)
         assert origin.startswith("http://127.0.0.1:")
-        assert any("Any key: the live view" in r for r in rows)
-        time.sleep(2.5)  # the demo's loop goes on (a redraw a second), but the QR screen is not drawn over
-        assert term.rows() == rows
+        assert any("Any key: the live view" in r for r in rows)  # (not redrawn meanwhile: test_demo.py)
 
         demo.press("x")  # any key: the live view, with the link at its top
         rows = term.wait("the live view", lambda r: any(x.startswith("Machines") for x in r))
@@ -420,8 +418,6 @@ def test_demo_in_an_80x24_terminal_keeps_the_pairing_link_in_sight():
         demo.press("p")  # a new link and its QR code, which stays too
         rows = term.wait("a new QR code", lambda r: whole_qr_on(r) and links_on(r) and links_on(r)[0][1] != code)
         (_o, second), = links_on(rows)
-        time.sleep(2.5)
-        assert term.rows() == rows
 
         with httpx.Client(base_url=origin, timeout=10) as phone:  # the phone opens the link: the QR screen ends
             got = phone.post("/pair", json={"code": second, "name": "test-phone"},
