@@ -402,3 +402,24 @@ def test_the_qr_screen_is_not_redrawn_until_a_key_and_the_live_view_keeps_the_li
     assert "A phone paired as Pixel." in after and LOOP_LINK["link"] not in after
     screen.close()
     assert "\x1b[?1049h" in out.getvalue() and out.getvalue().rstrip().endswith("\x1b[?1049l")
+
+
+def test_with_no_qr_a_small_window_is_not_told_about_the_qr_code(tmp_path):
+    """`collie demo --no-qr`: the live view keeps the link at its top, and says nothing of a QR code."""
+    import io
+
+    from rich.console import Console
+
+    from crew.cli.demo import RichScreen
+
+    screen = RichScreen(keys=_Keys())
+    out = io.StringIO()
+    screen.console = Console(file=out, force_terminal=True, width=80, height=12, color_system=None)
+    screen.ready("http://127.0.0.1:41237", tmp_path / "api-token")
+    screen.live_view()
+    screen.pairing(LOOP_LINK, qr=False, more="Another link: press p here.")
+    text = out.getvalue()
+    assert not screen.qr_shown and f"  {LOOP_LINK['link']}" in text and "QR code does not fit" not in text
+    screen.pairing(LOOP_LINK, qr=True, more="Another link: press p here.")  # a QR code wanted, but 12 rows
+    assert not screen.qr_shown and "The QR code does not fit this window (80×12; it needs 20 rows" in out.getvalue()
+    screen.close()

@@ -996,6 +996,7 @@ class RichScreen:
         self.qr_shown = False  # the QR screen is up: redraws wait for a key, the phone pairing, or the link's end
         self.last: tuple[Summary, list] | None = None
         self.qr_size = (0, 0)  # the window's size when the QR screen was drawn
+        self.want_qr = False
 
     def progress(self, text: str) -> None:
         if self.live is None:
@@ -1020,6 +1021,7 @@ class RichScreen:
             style = "bold" if line.startswith("  ") else ""
             self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
         self.link, self.link_note = got, ""
+        self.want_qr = qr  # not with --no-qr: then neither the QR screen nor a word about its size
         self.qr_shown = qr and self.keys.on  # without keys nothing would end the QR screen but the link
         if live is not None:
             self.live_view()
@@ -1053,7 +1055,7 @@ class RichScreen:
 
         width, height = self.console.size
         qr_note = ""
-        if self.link is not None and self.keys.on:
+        if self.link is not None and self.keys.on and self.want_qr:
             rows, qr_note = qr_screen(self.link, width, height, own_command())
             if rows is not None and self.qr_shown:
                 self.live.update(Group(*(Text(r, no_wrap=True, overflow="crop") for r in rows)), refresh=True)
