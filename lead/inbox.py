@@ -404,7 +404,8 @@ class Inbox:
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
         # a send that waited for another write's lock goes as soon as it is let go (crew.md §3)
-        writer.locks.on_release.append(lambda key: self.poke((LOCAL, key[0])))
+        if getattr(writer, "locks", None) is not None:
+            writer.locks.on_release.append(lambda key: self.poke((LOCAL, key[0])))
         if getattr(hub, "locks", None) is not None:
             hub.locks.on_release.append(lambda key: self.poke((key[0], key[1])))
 
@@ -917,12 +918,14 @@ class Inbox:
     def _locked(self, item: Item) -> bool:
         """Does another write hold the session lock this item's write would take (crew.md §3)? Then a
         send waits, keeping its place, and goes when the lock is let go."""
-        if item.kind != "send":
-            return False
-        if item.machine == LOCAL:
-            return self.writer.locks.locked((item.agent, item.conversation or ""))
-        locks = getattr(self.hub, "locks", None)
-        return locks is not None and locks.locked((item.machine, item.agent, item.conversation or ""))
+        return item.kind == "send" and self._lock_held(item.machine, item.agent, item.conversation)
+
+    def _lock_held(self, machine: str, agent: str, conversation: str | None) -> bool:
+        if machine == LOCAL:
+            locks, key = getattr(self.writer, "locks", None), (agent, conversation or "")
+        else:
+            locks, key = getattr(self.hub, "locks", None), (machine, agent, conversation or "")
+        return locks is not None and locks.locked(key)
 
     def _held_now(self, key: tuple[str, str], clock: float) -> set[str]:
         """The ids of this inbox's items still waiting out a pause (a change of what they wait on in the
@@ -1111,11 +1114,7 @@ class Blocked:
         conv = self.reader.conversations.get(conversation or "") if self.reader is not None else None
         if conv is not None and conv.asks:
             return True
-        machine, agent = self.key
-        if machine == LOCAL:
-            return self.inbox.writer.locks.locked((agent, conversation or ""))
-        locks = getattr(self.inbox.hub, "locks", None)
-        return locks is not None and locks.locked((machine, agent, conversation or ""))
+        return self.inbox._lock_held(*self.key, conversation)
 
 
 class NotKept(Exception):
