@@ -872,6 +872,10 @@ class Inbox:
             self.held.pop(item.id, None)
             receipt = {**attrs.asdict(rec), "message": UNKNOWN_TURN}
             return {"state": "failed", "reason": "turn_moved", "receipt": receipt, "runtime_ref": None}
+        if rec.reason == "busy" and self._locked(item):  # the lead's own lock: it goes the moment that is let go
+            self.held.pop(item.id, None)
+            self._line(item, "%s waits: another write holds the conversation", item.id)
+            return fields
         self.held[item.id] = Hold(trio.current_time() + backoff, backoff, tries, rec.reason,
                                   self._signature(item))
         self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, backoff)
