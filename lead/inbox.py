@@ -21,8 +21,15 @@ Rules:
   phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner. A change
   by a `required` sender (`message`) sends an approved item back to `pending` for a new approval.
 - One item runs at a time per agent; agents run in parallel. An item is `done` when the turn it
-  started ends. At dispatch it quotes the conversation's current turn; an open ask holds it
-  `approved` (not refused) until the ask closes.
+  started ends. At dispatch it quotes the conversation's current turn as the owning bridge reads it
+  under the session's lock (`current_turn`: the lead may not see the conversation, issue 32); an open
+  ask, or another write holding the session's lock, holds it `approved` (not refused) until it is gone:
+  a send is never refused or failed `busy` (crew.md §3, issue 27).
+- Nothing spins (issue 32): an item answered "not now" (`HOLD`) waits 1, 2, 4 … HOLD_MAX s before its
+  next try (sooner when the lead sees what it waits on change), keeping its place while the items
+  behind it for other conversations run; an agent that reached nothing pauses its whole inbox. One
+  item logs ITEM_LINES lines at once, then one every ITEM_LINE_EVERY s. A send no machine can quote a
+  turn for ends `failed` after UNKNOWN_TURN_TRIES `turn_moved` (waiting cannot change it).
 - Nothing runs twice and every receipt is true: the exact request (body and turn) is recorded on
   disk before it is sent. An item interrupted before its receipt (a crash, a dropped link, an
   `unknown`) is resumed with that very request under the same id, so the journals on the way
