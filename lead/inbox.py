@@ -720,6 +720,9 @@ class Inbox:
                                replay=True)
             finally:
                 self.busy.discard((existing.machine, existing.agent))
+            if rec.reason == "busy" and existing.state == "running":  # refused `busy`: nothing sent now, an earlier
+                return Receipt(request_id=rid, op=op, outcome="unknown", reason=rec.reason,  # attempt may have
+                               text=NOT_CONFIRMED, replay=True)  # been; it is resumed later (issue 27)
             return attrs.evolve(rec, request_id=rid, replay=True)
         if existing.receipt and existing.state in ("running", "done", "failed"):
             return attrs.evolve(_receipt(existing.receipt), request_id=rid, replay=True)
