@@ -293,3 +293,36 @@ async def test_a_send_no_machine_can_quote_a_turn_for_ends_with_a_true_refusal(t
         assert item.reason == "turn_moved" and item.receipt["outcome"] == "refused"
         assert item.receipt["message"] == inbox_mod.UNKNOWN_TURN
         assert lab.inbox.state_text(item) == "failed: turn_moved"
+
+
+async def test_a_retry_of_an_interrupted_send_behind_a_held_lock_is_not_confirmed_and_runs_once(tmp, autojump_clock):
+    """Issue 27, B3: a phone send whose receipt never came (`unknown`) may have run. Its Retry while a rename
+    holds the conversation answers `unknown` (not confirmed) — never `refused busy`, which would say it did
+    not run — and the recorded request is resumed, unchanged, once the lock is let go: one request id, the
+    same body each time it is forwarded."""
+    def answer(msg):
+        if msg["op"] == "send" and sum(1 for _, m in link.calls if m["op"] == "send") == 1:
+            return {"request_id": msg["id"], "op": "send", "outcome": "unknown", "reason": "link"}
+        return {"request_id": msg["id"], "op": msg["op"], "outcome": "sent" if msg["op"] == "send" else "done",
+                "turn": 2 if msg["op"] == "send" else None}
+    async with api_lab(tmp, []) as lab:
+        link = FakeLink(answer)
+        add_member(lab.hub, "laptop", link, member_views())
+        body = {"request_id": rid(), "machine": "laptop", "agent": "desk", "conversation": "c", "text": "hi", "turn": 1}
+        first = await lab.post_json("/api/send", body)
+        assert first["outcome"] == "unknown"
+        link.delay = 20.0  # the rename below holds the conversation 20 s
+        async with trio.open_nursery() as n:
+            n.start_soon(lab.post_json, "/api/agents/laptop/desk/conversations/c/rename",
+                         {"request_id": rid(), "title": "Renamed"})
+            while not lab.hub.locks.locked(("laptop", "desk", "c")):
+                await trio.sleep(0.01)
+            retry = await lab.post_json("/api/send", body)
+            assert (retry["outcome"], retry["replay"]) == ("unknown", True), retry
+            link.delay = 0.0
+        with trio.fail_after(120):
+            while sum(1 for _, m in link.calls if m["op"] == "send") < 2:
+                await trio.sleep(0.1)
+        sends = [m for _, m in link.calls if m["op"] == "send"]
+        assert [m["id"] for m in sends] == [body["request_id"]] * 2 and sends[0]["args"] == sends[1]["args"]
+        assert lab.inbox.by_id[body["request_id"]].state == "running"  # sent; done when its turn ends
