@@ -1102,7 +1102,8 @@ class Inbox:
 
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
-                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed}
+                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed,
+                "held": len(self.held), "paused": len(self.paused)}
 
 
 @attrs.define
