@@ -105,8 +105,7 @@ async def test_a_send_behind_any_write_on_the_leads_agent_waits_and_goes_once(tm
             assert (phone["outcome"], phone["reason"]) == ("queued", "inbox") and relay.outcome == "queued"
             assert (steer["outcome"], steer["reason"]) == ("refused", "busy")  # B7: steer stays busy
             assert trio.current_time() == t0
-            items = [lab.inbox.by_id[phone["request_id"]], lab.inbox.by_id[relay.request_id and
-                                                                            inbox_mod.item_id("relay", relay.request_id)]]
+            items = [lab.inbox.by_id[phone["request_id"]], lab.inbox.by_id[inbox_mod.item_id("relay", relay.request_id)]]
             with trio.fail_after(60):
                 while any(i.state not in inbox_mod.FINISHED for i in items):
                     await trio.sleep(0.05)
@@ -125,7 +124,7 @@ async def test_a_send_behind_any_write_on_the_leads_agent_waits_and_goes_once(tm
                 assert posts[0][1].endswith(SUFFIX[kind])  # the holder first
                 if kind != "send":  # dispatched the moment the lock was let go
                     assert sends[-2] - held["at"] == pytest.approx(0, abs=0.1)
-            assert all("busy" != (i.reason or "") for i in items)
+            assert all(i.reason != "busy" for i in items)
             n.cancel_scope.cancel()
 
 
