@@ -254,8 +254,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                             "reason": got.reason})
         warning = bridge.warning(agent) if machine == LOCAL else (
             reader.detail if reader.status == "version_mismatch" else None)
-        return jsonify({"open": masked_rows(conversation_rows(reader), redact_on), "status": reader.status,
-                        "warning": warning})
+        return jsonify({"open": masked_rows(conversation_rows(reader), redact_on),
+                        "left_out": getattr(reader, "left_out", 0), "status": reader.status, "warning": warning})
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):
