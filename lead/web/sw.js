@@ -1,6 +1,6 @@
 // Collie's service worker: the app shell opens offline (and says so); the API is never cached.
-const SHELL = "collie-shell-v1";
-const FILES = ["/", "/app.js", "/app.css", "/strings.js", "/manifest.webmanifest", "/icon.svg"];
+const SHELL = "collie-shell-v2";
+const FILES = ["/", "/app.js", "/api.js", "/state.js", "/dom.js", "/dashboard.js", "/agent.js", "/chat.js", "/askcard.js", "/items.js", "/inbox.js", "/newconv.js", "/push.js", "/strings.js", "/app.css", "/manifest.webmanifest", "/icon.svg"];
 self.addEventListener("install", (e) => { e.waitUntil(caches.open(SHELL).then((c) => c.addAll(FILES))); self.skipWaiting(); });
 self.addEventListener("activate", (e) => {
   e.waitUntil(caches.keys().then((keys) => Promise.all(keys.filter((k) => k !== SHELL).map((k) => caches.delete(k)))));

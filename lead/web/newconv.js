@@ -1,0 +1,19 @@
+// New conversation (N1–N3): the agent's starters; a tap starts one and opens its chat.
+import { S } from "./strings.js";
+import { h, show, where, enc, rid } from "./dom.js";
+import { api, write } from "./api.js";
+
+export const drawsItself = true;
+export async function render(r) {
+  where(r.agent);
+  const got = await api(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/starters`);
+  const note = h("p", { class: "note", role: "status" });
+  const rows = (got.starters || []).map((s) => h("li", {}, h("button", { class: "row", onclick: async () => {
+    const rec = await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/starters/${enc(s.id)}`, { request_id: rid() });
+    if (rec.outcome === "started" && rec.conversation) location.hash = `#/c/${enc(r.machine)}/${enc(r.agent)}/${enc(rec.conversation)}`;
+    else note.textContent = rec.text || rec.outcome;
+  } }, h("span", { class: "main" }, h("div", { class: "l1", text: s.label })))));
+  show(h("h1", { text: got.title || S.newConversation }), got.empty ? h("p", { class: "muted", text: got.empty }) : null,
+    h("ul", { class: "rows" }, rows), note);
+}
+export const load = render;

@@ -1,0 +1,142 @@
+// The page's state and its routing: what the live channel and the API told us, which screen shows, and
+// which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
+import { api, connect as openChannel, tellView, Unpaired } from "./api.js";
+import { h, $view, show, where } from "./dom.js";
+import { S } from "./strings.js";
+
+export const app = {
+  dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
+  channel: null, view: null, pane: null, items: new Map(), route: null,
+  fromChannel: { pane: false, items: false },
+  cards: new Map(),   // ask id -> {ask, requestId, pending, outcome, text, armed, retry, body}
+  expired: new Map(), // ask id -> ask: asks that expired while shown (Q3: the buttons stay)
+  mine: new Map(),    // request id -> {text, state, at} : my own lines (C3)
+  convs: null, closed: [], closedNext: null, closedFooter: null, closedRead: false,
+  movedOn: false,
+};
+const screens = {};  // route name -> {load?, render}
+export function register(name, screen) { screens[name] = screen; }
+
+// ---- routing ---------------------------------------------------------------------------------------
+export function parseRoute() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const [kind, machine, agent, conversation] = parts;
+  if (kind === "a" && agent) return { name: "agent", machine, agent };
+  if (kind === "c" && conversation) return { name: "chat", machine, agent, conversation };
+  if (kind === "closed" && conversation) return { name: "closedview", machine, agent, conversation };
+  if (kind === "new" && agent) return { name: "new", machine, agent };
+  if (kind === "inbox" && agent) return { name: "inbox", machine, agent };
+  return { name: "dash" };
+}
+export const isRoute = (n) => app.route && app.route.name === n;
+export async function navigate() {
+  const r = app.route = parseRoute();
+  const view = r.name === "chat" ? { machine: r.machine, agent: r.agent, conversation: r.conversation }
+    : (r.agent ? { machine: r.machine, agent: r.agent, conversation: null } : null);
+  const changed = JSON.stringify(view) !== JSON.stringify(app.view);
+  app.view = view;
+  if (changed) {
+    app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map();
+    app.fromChannel = { pane: false, items: false }; app.allAsks = false;
+    pushView();
+  }
+  const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
+  main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
+  const screen = screens[r.name];
+  try {
+    if (screen.load) await screen.load(r);
+    if (screen.drawsItself) return;
+    rerender();
+  } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
+}
+// Redraw the current screen from the state (screens that read on every draw are left alone).
+export function rerender() {
+  const r = app.route || { name: "dash" };
+  const screen = screens[r.name];
+  if (screen && !screen.drawsItself) screen.render(r);
+}
+export function showUnpaired() { where(""); show(h("p", { class: "warning", text: S.notPaired })); }
+
+// ---- the Needs you list ------------------------------------------------------------------------------
+export async function loadDashboard() { app.dash = await api("/api/dashboard"); await refreshNeeds(); }
+let needsTimer = null;
+export const needsListeners = [];
+export function refreshNeeds() {
+  clearTimeout(needsTimer);
+  needsTimer = setTimeout(async () => {
+    const asked = Date.now();
+    try { app.needs = (await api("/api/needs")).asks; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
+    catch (_) { /* keep */ }
+  }, 50);
+}
+
+// ---- the live channel's events, applied to the state ----------------------------------------------------
+function keepExpired(before, after) {
+  const still = new Set(((after && after.asks) || []).map((a) => a.id));
+  for (const a of (before && before.asks) || []) {
+    if (!still.has(a.id) && a.expires_at && new Date(a.expires_at).getTime() <= Date.now() + 1000) app.expired.set(a.id, a);
+  }
+}
+function sameView(d) {
+  return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
+    d.conversation === app.view.conversation;
+}
+export function setItems(items, full) {
+  if (full) app.items = new Map();
+  for (const it of items || []) app.items.set(`${it.kind === "gap" ? "g" : ""}${it.seq}`, it);
+}
+const events = {
+  hello(d) { app.channel = d.channel; pushView(); },
+  snapshot(d) {
+    app.dash = d.dashboard;
+    if (d.pane !== undefined && sameView(d.view)) {
+      keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
+      app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
+    }
+    refreshNeeds(); rerender();
+  },
+  row(d) {
+    if (!app.dash) return;
+    for (const s of app.dash.sections) {
+      if (s.machine !== d.machine) continue;
+      const i = s.agents.findIndex((a) => a.name === d.agent);
+      if (d.row === null && i >= 0) s.agents.splice(i, 1);
+      else if (i >= 0) s.agents[i] = d.row; else if (d.row) s.agents.push(d.row);
+      s.waiting = s.agents.some((a) => a.waiting);
+    }
+    refreshNeeds(); if (isRoute("dash") || isRoute("agent")) rerender();
+  },
+  sections(d) {
+    if (!app.dash) return;
+    const byM = new Map(app.dash.sections.map((s) => [s.machine, s]));
+    app.dash.sections = d.sections.map((head) => ({ ...(byM.get(head.machine) || { agents: [] }), ...head }));
+    if (d.sections.some((s) => !byM.has(s.machine))) loadDashboard();
+    if (isRoute("dash")) rerender();
+  },
+  pane(d) {
+    if (!sameView(d)) return;
+    if (app.pane && d.pane && d.pane.turn !== app.pane.turn) app.movedOn = false;
+    keepExpired(app.pane, d.pane);
+    app.pane = d.pane; app.fromChannel.pane = true; rerender();
+  },
+  items(d) {
+    if (!sameView(d)) return;
+    setItems(d.items, d.full); if (d.full) app.fromChannel.items = true;
+    rerender();
+  },
+  inbox() { if (isRoute("inbox")) screens.inbox.render(app.route); },
+  unauthorized() { showUnpaired(); },
+};
+export function connect() { openChannel(() => app.view, events); }
+// A failed telling is tried again while the same channel is open: else the chat would stay silent.
+let viewRetry = null;
+export async function pushView() {
+  clearTimeout(viewRetry);
+  const channel = app.channel, view = JSON.stringify(app.view);
+  if (!channel) return;
+  try { await tellView(channel, app.view); }
+  catch (e) {
+    if (e instanceof Unpaired) return;
+    viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
+  }
+}
