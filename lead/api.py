@@ -241,8 +241,9 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                             "reason": got.reason})
         warning = bridge.warning(agent) if machine == LOCAL else (
             reader.detail if reader.status == "version_mismatch" else None)
+        caps = list(reader.hello.caps) if reader.hello else []
         return jsonify({"open": masked_rows(conversation_rows(reader), redact_on), "status": reader.status,
-                        "warning": warning})
+                        "warning": warning, "caps": caps})
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):

@@ -1,9 +1,12 @@
 // The lead's JSON API and its live channel (docs/phone-api.md). The only module that calls fetch or opens
 // the live channel: every request's headers come from headers(), the channel's address from channelUrl().
+// It also knows whether the phone is offline or the lead out of reach, and keeps the last answer of each
+// screen's reads so a page opened without the lead shows what was last loaded, marked as such.
 import { S } from "./strings.js";
-import { banner } from "./dom.js";
 
 export class Unpaired extends Error {}
+export class Unreachable extends Error {}  // no answer came: the request may or may not have arrived
+export class Offline extends Unreachable {}  // the phone is offline: the request was never sent
 
 // Every request's headers, in one place (a write carries the CSRF header the lead requires).
 function headers(method, json) {
@@ -13,21 +16,60 @@ function headers(method, json) {
   return out;
 }
 
+// ---- reachability: the phone offline, the lead out of reach, or fine ----------------------------------
+export const net = { leadDown: false, staleAt: null, listeners: [] };
+export function connectivity() {
+  if (navigator.onLine === false) return S.offline;
+  if (net.leadDown) return S.leadDown;
+  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  return "";
+}
+function setLead(down) {
+  const was = connectivity();
+  net.leadDown = down;
+  if (!down) net.staleAt = null;
+  if (connectivity() !== was) for (const fn of net.listeners) fn();
+}
+export function phoneChanged() { for (const fn of net.listeners) fn(); if (navigator.onLine) probe(); }
+
+// ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
+const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items)?)?|inbox|starters))(\?closed=1)?$/;
+const KEEP_MAX = 256 * 1024;
+function remember(path, text) {
+  if (!KEEP.test(path) || text.length > KEEP_MAX) return;
+  try { localStorage.setItem("last:" + path, JSON.stringify({ at: Date.now(), text })); } catch (_) { /* full: keep none */ }
+}
+function recall(path) {
+  try { const got = JSON.parse(localStorage.getItem("last:" + path)); return got && { at: got.at, data: JSON.parse(got.text) }; }
+  catch (_) { return null; }
+}
+
 export async function api(path, { method = "GET", body } = {}) {
-  let r;
+  let r, text;
+  if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
   try {
     r = await fetch(path, { method, credentials: "same-origin", cache: "no-store",
       headers: headers(method, body !== undefined),
       body: body !== undefined ? JSON.stringify(body) : undefined });
-  } catch (e) { banner(S.offline); throw e; }
-  banner(navigator.onLine === false ? S.offline : "");
+    text = await r.text();
+  } catch (e) {
+    setLead(navigator.onLine !== false);
+    const last = method === "GET" ? recall(path) : null;
+    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; for (const fn of net.listeners) fn(); return last.data; }
+    throw new Unreachable(String(e));
+  }
   if (r.status === 401) throw new Unpaired();
+  if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
+  setLead(false);
   let data = null;
-  try { data = await r.json(); } catch (_) { data = null; }
+  try { data = JSON.parse(text); } catch (_) { data = null; }
   if (!r.ok && !data) throw new Error(`HTTP ${r.status}`);
+  if (r.ok && method === "GET") remember(path, text);
   return data;
 }
 export const write = (path, body) => api(path, { method: "POST", body });
+// Is the lead there? (asked when the live channel drops, so the page says so within seconds)
+async function probe() { try { await api("/api/needs"); } catch (_) { /* api() noted it */ } }
 
 // ---- the live channel ------------------------------------------------------------------------------
 function channelUrl(view) {
@@ -45,8 +87,12 @@ export function connect(view, on) {
     if (name === "unauthorized") continue;
     src.addEventListener(name, (e) => fn(JSON.parse(e.data)));
   }
+  src.addEventListener("open", () => setLead(false));
   src.addEventListener("unauthorized", () => { src.close(); es = null; on.unauthorized(); });
-  src.onerror = () => { if (src.readyState === EventSource.CLOSED) { es = null; setTimeout(() => connect(view, on), 2000); } };
+  src.onerror = () => {
+    probe();
+    if (src.readyState === EventSource.CLOSED) { es = null; setTimeout(() => connect(view, on), 2000); }
+  };
 }
 // Tell the lead what this page views (its agent is then polled every 2 s, and the chat gets its items live).
 export const tellView = (channel, view) => write(`/api/events/${encodeURIComponent(channel)}/view`, view || {});

@@ -1,7 +1,7 @@
 // The ask card (Q, O, R): one card per open ask, its answer sent once, its outcome in Collie's words.
 import { S } from "./strings.js";
 import { h, enc, rid } from "./dom.js";
-import { write } from "./api.js";
+import { write, Offline } from "./api.js";
 import { app, rerender } from "./state.js";
 
 export function countdown(ask) {
@@ -20,7 +20,7 @@ export async function answer(ask, payload, { confirmed = false, retry = false } 
   rerender();
   let rec;
   try { rec = await write(`/api/ask/${enc(ask.id)}`, body); }
-  catch (e) { rec = { outcome: "unknown", text: S.notCertain }; }
+  catch (e) { rec = e instanceof Offline ? { outcome: "offline", text: S.nothingDoneOffline } : { outcome: "unknown", text: S.notCertain }; }
   const next = { ...app.cards.get(ask.id), pending: false, outcome: rec.outcome, text: rec.text,
     retry: rec.outcome === "unknown", armed: false };
   if (rec.outcome === "changed" && rec.current_ask && app.pane) {
@@ -33,7 +33,7 @@ export async function answer(ask, payload, { confirmed = false, retry = false } 
 export function askCard(ask) {
   const st = app.cards.get(ask.id) || {};
   const agent = app.route.agent;
-  const locked = st.outcome && !["unknown", "changed", "refused", "invalid"].includes(st.outcome);
+  const locked = st.outcome && !["unknown", "changed", "refused", "invalid", "offline"].includes(st.outcome);
   const kids = [h("div", { class: "head", text: S.needsAnswer(agent) }), h("div", { class: "title", text: ask.title })];
   const cd = countdown(ask);
   if (cd) kids.push(h("div", { class: "note", "data-expiry": ask.expires_at, text: cd }));
@@ -42,16 +42,21 @@ export function askCard(ask) {
   const dis = st.pending || locked;
   if (!ask.answerable) kids.push(h("div", { class: "note", text: S.cannotAnswer }));
   else if (ask.kind === "permission" || (ask.kind === "choice" && !ask.multiple)) {
+    // Q4: a permission option speaks Collie's words by its role, the agent's own label a faint second line
+    // (an agent could label its allow option "Not now"); a choice option is the agent's label alone.
+    const words = (o, text) => ask.kind === "permission" && S.roles[o.role]
+      ? [h("span", { class: "role", text: text || S.roles[o.role] }), o.label ? h("span", { class: "agent-label", text: o.label }) : null]
+      : [h("span", { class: "role", text: text || o.label || "" })];
     const opts = (ask.options || []).filter((o) => o.role !== "always_allow" || ask.always_allow).map((o) => {
       if (o.role === "always_allow") {
         const armed = st.armed;
-        return h("button", { disabled: dis, class: armed ? "primary" : "", onclick: () => {
+        return h("button", { disabled: dis, class: `opt${armed ? " primary" : ""}`, onclick: () => {
           if (!armed) { app.cards.set(ask.id, { ...st, ask, armed: true }); rerender(); }
           else answer(ask, { option_ids: [o.id] }, { confirmed: true });
-        } }, armed ? `${S.tapAgain} ${ask.tool || ""}`.trim() : (o.label || S.alwaysAllow));
+        } }, words(o, armed ? `${S.tapAgain} ${ask.tool || ""}`.trim() : null));
       }
-      return h("button", { disabled: dis, class: o.role === "allow" ? "primary" : "",
-        onclick: () => answer(ask, { option_ids: [o.id] }), text: o.label });
+      return h("button", { disabled: dis, class: `opt${o.role === "allow" ? " primary" : ""}`,
+        onclick: () => answer(ask, { option_ids: [o.id] }) }, words(o));
     });
     kids.push(h("div", { class: "opts" }, opts));
   } else if (ask.kind === "choice") {

@@ -1,7 +1,7 @@
 // The page's state and its routing: what the live channel and the API told us, which screen shows, and
 // which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
 import { api, connect as openChannel, tellView, Unpaired } from "./api.js";
-import { h, $view, show, where } from "./dom.js";
+import { h, $view, show, where, clock } from "./dom.js";
 import { S } from "./strings.js";
 
 export const app = {
@@ -13,16 +13,24 @@ export const app = {
   mine: new Map(),    // request id -> {text, state, at} : my own lines (C3)
   convs: null, closed: [], closedNext: null, closedFooter: null, closedRead: false,
   movedOn: false,
+  lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
+  approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
 };
-const screens = {};  // route name -> {load?, render}
-export function register(name, screen) { screens[name] = screen; }
+// route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
+// carries only the dashboard's)
+const screens = {}, loaders = {};
+export function register(name, loader) { loaders[name] = loader; }
+async function screenOf(name) {
+  if (!screens[name]) screens[name] = await loaders[name]();
+  return screens[name];
+}
 
 // ---- routing ---------------------------------------------------------------------------------------
 export function parseRoute() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
-  const [kind, machine, agent, conversation] = parts;
+  const [kind, machine, agent, conversation, ask] = parts;
   if (kind === "a" && agent) return { name: "agent", machine, agent };
-  if (kind === "c" && conversation) return { name: "chat", machine, agent, conversation };
+  if (kind === "c" && conversation) return { name: "chat", machine, agent, conversation, ask: ask || null };
   if (kind === "closed" && conversation) return { name: "closedview", machine, agent, conversation };
   if (kind === "new" && agent) return { name: "new", machine, agent };
   if (kind === "inbox" && agent) return { name: "inbox", machine, agent };
@@ -40,11 +48,22 @@ export async function navigate() {
     app.fromChannel = { pane: false, items: false }; app.allAsks = false;
     pushView();
   }
+  // an installed web app has no browser back button: the header's Back goes up one screen
+  const back = document.getElementById("back");
+  back.hidden = r.name === "dash";
+  back.textContent = S.back;
+  back.href = r.name === "agent" || !r.agent ? "#/" : `#/a/${encodeURIComponent(r.machine)}/${encodeURIComponent(r.agent)}`;
   const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
   main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
-  const screen = screens[r.name];
   try {
-    if (screen.load) await screen.load(r);
+    const screen = await screenOf(r.name);
+    if (gen !== app.navigations) return;
+    if (screen.load) {
+      const reading = screen.load(r);
+      // what the live channel sent while this screen's module was on its way is drawn now, not after the reads
+      if (!screen.drawsItself && (app.fromChannel.pane || r.name === "dash")) rerender();
+      await reading;
+    }
     if (screen.drawsItself) return;
     rerender();
   } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
@@ -65,7 +84,7 @@ export function refreshNeeds() {
   clearTimeout(needsTimer);
   needsTimer = setTimeout(async () => {
     const asked = Date.now();
-    try { app.needs = (await api("/api/needs")).asks; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
+    try { const got = await api("/api/needs"); app.needs = got.asks || []; app.approvals = got.approvals || []; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
     catch (_) { /* keep */ }
   }, 50);
 }
@@ -104,14 +123,16 @@ const events = {
       else if (i >= 0) s.agents[i] = d.row; else if (d.row) s.agents.push(d.row);
       s.waiting = s.agents.some((a) => a.waiting);
     }
-    refreshNeeds(); if (isRoute("dash") || isRoute("agent")) rerender();
+    refreshNeeds();
+    if (isRoute("agent") && app.route.machine === d.machine && app.route.agent === d.agent) refreshList(d.row);
+    if (isRoute("dash") || isRoute("agent") || isRoute("chat")) rerender();
   },
   sections(d) {
     if (!app.dash) return;
     const byM = new Map(app.dash.sections.map((s) => [s.machine, s]));
     app.dash.sections = d.sections.map((head) => ({ ...(byM.get(head.machine) || { agents: [] }), ...head }));
     if (d.sections.some((s) => !byM.has(s.machine))) loadDashboard();
-    if (isRoute("dash")) rerender();
+    rerender();
   },
   pane(d) {
     if (!sameView(d)) return;
@@ -124,7 +145,7 @@ const events = {
     setItems(d.items, d.full); if (d.full) app.fromChannel.items = true;
     rerender();
   },
-  inbox() { if (isRoute("inbox")) screens.inbox.render(app.route); },
+  inbox() { refreshNeeds(); if (isRoute("inbox") && screens.inbox) screens.inbox.render(app.route); },
   unauthorized() { showUnpaired(); },
 };
 export function connect() { openChannel(() => app.view, events); }
@@ -139,4 +160,23 @@ export async function pushView() {
     if (e instanceof Unpaired) return;
     viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
   }
+}
+
+// L4: the open list follows the agent (its row changed: an ask came or went, a conversation opened or
+// closed); the closed list is read again only when the count of open conversations changed.
+let listTimer = null;
+function refreshList(row) {
+  clearTimeout(listTimer);
+  listTimer = setTimeout(() => { if (isRoute("agent") && screens.agent && screens.agent.refresh) screens.agent.refresh(app.route, row); }, 100);
+}
+
+// What stands between the user and this agent, in the user's words: its machine offline, or the agent
+// not answering (D1, C7). Null when nothing does.
+export function agentNotice(machine, agent) {
+  const s = app.dash && app.dash.sections.find((x) => x.machine === machine);
+  if (!s) return null;
+  if (s.online === false) return S.memberOffline(s.label || machine, clock(s.offline_since));
+  const row = (s.agents || []).find((a) => a.name === agent);
+  if (row && row.status === "unreachable") return S.unreachableWhy(agent, row.reason);
+  return null;
 }
