@@ -29,7 +29,7 @@ FILES = {
     "/manifest.webmanifest": ("manifest.webmanifest", "application/manifest+json"),
     "/icon.svg": ("icon.svg", "image/svg+xml"),
 }
-SHELL = ("/app.js", "/app.css", "/manifest.webmanifest")  # the names index.html gives versioned
+SHELL = (*(f"/{m}.js" for m in MODULES), "/app.css", "/manifest.webmanifest")  # named versioned in index.html
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
