@@ -27,10 +27,17 @@ PHONE = {"width": 360, "height": 780}
 SHOTS = os.environ.get("COLLIE_SCREENSHOTS")
 
 
-def shot(page, name: str) -> None:
+def shot(page, name: str, top: bool = False) -> None:
+    """The screen as a 390x844 phone shows it (the tests themselves run at 360 px wide)."""
     if SHOTS:
         Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        before = page.viewport_size
+        page.set_viewport_size({"width": 390, "height": 844})
+        if top:
+            page.evaluate("scrollTo(0, 0)")
+        page.wait_for_timeout(300)
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=False)
+        page.set_viewport_size(before)
 
 
 def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> None:
@@ -177,10 +184,10 @@ def test_answer_every_kind_of_ask(page, crew):
     # Q4: the button is Collie's `Always allow` (the agent's own `Always` a faint line under it)
     always = page.locator(".card").get_by_role("button", name=re.compile("^Always allow"))
     assert always.locator(".agent-label").inner_text() == "Always"
+    shot(page, "ask-permission")
     always.click()
     armed = page.locator(".card button:has-text('Tap again to always allow')")
     assert armed.locator(".role").inner_text() == "Tap again to always allow deploy"
-    shot(page, "ask-permission")
     armed.click()
     wait_for(lambda: any(i.get("text") == "Deployed to staging." for i in agent_items(crew, "local", "desk", "deploy")))
 
@@ -247,7 +254,7 @@ def test_page_250_closed_conversations_and_run_a_starter(page, crew):
     page.get_by_role("button", name="Load more").click()
     wait_for(lambda: closed.count() == 250)
     assert page.get_by_role("button", name="Load more").count() == 0
-    shot(page, "conversations")
+    shot(page, "conversations", top=True)
     page.get_by_role("link", name="New conversation").click()
     page.get_by_role("heading", name="New conversation").wait_for()
     shot(page, "new-conversation")
@@ -312,7 +319,8 @@ def sw_page(crew, browser):
 
 
 def test_the_shell_opens_offline_and_says_so(sw_page):
-    """The PWA: a service worker keeps the shell, which opens with no network and says it is offline."""
+    """The PWA: a service worker keeps the shell, which opens with no network, says the phone is offline
+    and shows the last loaded data (before: an empty page)."""
     page = sw_page
     page.goto(page.base + "/#/")
     for _ in range(150):  # polled from here: the page's CSP forbids the eval wait_for_function uses
@@ -324,8 +332,11 @@ def test_the_shell_opens_offline_and_says_so(sw_page):
     page.context.set_offline(True)
     try:
         page.reload()
-        page.get_by_text("Offline: showing what was last loaded.").wait_for(timeout=10000)
+        page.get_by_text("This phone is offline: showing what was last loaded.", exact=True).wait_for(timeout=10000)
         assert page.locator("header .home").inner_text() == "Collie"
+        # not an empty shell: the last loaded dashboard, its sections and rows (issue 23)
+        page.locator("main section[data-machine='workshop'] a.row", has_text="lab").wait_for(timeout=10000)
+        assert page.locator("main section[data-machine='local'] a.row").count() >= 5
     finally:
         page.context.set_offline(False)
     manifest = page.evaluate("fetch('/manifest.webmanifest').then(r => r.json())")

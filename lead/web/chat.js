@@ -14,7 +14,7 @@ export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
   if (scroll.conv !== key) {  // a new conversation: its own status line, opened at its newest
     Object.assign(scroll, { conv: key, opened: false, landed: null, seen: 0, more: false });
-    editorNote = ""; confirmClose = false; renaming = false;
+    editorNote = ""; confirmClose = false; renaming = false; blockedBy = null;
   }
   if (r.ask && scroll.landed !== r.ask) scroll.landed = null;
   app.loading = true;
@@ -76,8 +76,15 @@ async function sendText(kind) {
   } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent)); }
   render();
 }
-let editorNote = "";
-function setEditorNote(t) { editorNote = t || ""; const n = document.getElementById("editor-note"); if (n) n.textContent = editorNote; }
+let editorNote = "", noteTimer = null;
+// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale
+function setEditorNote(t) {
+  editorNote = t || "";
+  const n = document.getElementById("editor-note");
+  if (n) n.textContent = editorNote;
+  clearTimeout(noteTimer);
+  if ([S.sent, S.queued].includes(editorNote)) noteTimer = setTimeout(() => { if (editorNote === t) setEditorNote(""); }, 8000);
+}
 async function sessionWrite(op, extra = {}) {
   const r = app.route, p = app.pane;
   if (!p) return null;
