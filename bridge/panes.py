@@ -73,6 +73,24 @@ def pane_state(reader: AgentReader, conv_id: str, *, recent_sends: list[dict] | 
     }
 
 
+def masked_pane(state: dict | None, on: bool) -> dict | None:
+    """X1: the pane's title and line 2 and its asks' titles and bodies with secrets masked, like the
+    conversation list's, so a secret never sits on the phone's screen (the ask's digest is left alone: the
+    answer still quotes the ask as the agent listed it)."""
+    if state is None or not on:
+        return state
+    from crew.redact import redact
+
+    def text(v):
+        return redact(v) if isinstance(v, str) else v
+
+    def ask(a):
+        return {**a, "title": text(a.get("title")), "body": text(a.get("body"))} if isinstance(a, dict) else a
+    return {**state, "title": text(state.get("title")), "line2": text(state.get("line2")),
+            "needs_answer": state.get("needs_answer"), "ask": ask(state.get("ask")),
+            "asks": [ask(a) for a in state.get("asks") or []], "asks_more": [ask(a) for a in state.get("asks_more") or []]}
+
+
 def chat_items(items: list[dict], tapped: set[str]) -> list[dict]:
     """Chat items; an ask that expired or was decided with no tap from the phone gets its R3 line."""
     out = []

@@ -23,7 +23,7 @@ from werkzeug.routing import RequestRedirect
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
-from bridge.panes import chat_items, conversation_rows, pane_state
+from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
@@ -117,6 +117,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     from lead.pairing import csrf_ok, guard
     from lead.devices import COOKIE
+    if feed is not None:
+        feed.redact_on = redact_on  # X1: the live channel's panes are masked like this API's
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -259,7 +261,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         state = pane_state(reader, conv, recent_sends=recent, machine=machine, online=member is None or member.online)
         if state is None:
             return error(404, "not_found", f"no open conversation {conv!r}")
-        return jsonify(state)
+        return jsonify(masked_pane(state, redact_on))
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):

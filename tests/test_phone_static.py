@@ -84,3 +84,20 @@ def test_needs_you_masks_secrets_and_counts_waiting_approvals():
     assert approvals_list(hub) == [{"machine": "local", "agent": "desk", "count": 2}]
     assert approvals_list(None) == [] and approvals_list(SimpleNamespace(inbox=None)) == []
 
+
+
+def test_a_pane_on_the_phone_has_its_secrets_masked():
+    """X1: the chat header (title, line 2) and the ask card (title, body) mask secrets like the list does;
+    the digest the answer quotes is untouched."""
+    from bridge.panes import masked_pane
+    secret = "ghp_0123456789abcdefghij0123456789abcdef"
+    ask = {"id": "a", "title": f"Push {secret}?", "body": f"with {secret}", "digest": "d1"}
+    pane = {"title": f"deploy {secret}", "line2": f"key {secret}", "ask": ask, "asks": [ask], "asks_more": [ask]}
+    got = masked_pane(pane, True)
+    assert secret not in json_text(got) and got["ask"]["digest"] == "d1"
+    assert masked_pane(pane, False) is pane and masked_pane(None, True) is None
+
+
+def json_text(obj) -> str:
+    import json
+    return json.dumps(obj)
