@@ -222,6 +222,22 @@ def test_a_refused_send_stays_as_not_sent_and_a_button_jumps_to_the_ask(page, cr
     pump_until(page, lambda: in_view(page, card), timeout=5, what="the ask's card in view")
 
 
+def test_rename_from_the_chat_and_the_composer_grows(page):
+    """C8 (rename, when the agent offers it), C3: the header's `Rename` renames the conversation in the
+    agent; the composer grows with a long text instead of staying one 44 px line."""
+    goto(page, "#/c/local/show/upload")
+    name = f"Upload {uuid.uuid4().hex[:6]}"
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("New title").fill(name)
+    page.get_by_role("button", name="Save").click()
+    page.locator("main h1", has_text=name).wait_for(timeout=10000)
+    box = page.locator("#editor")
+    low = box.bounding_box()["height"]
+    box.fill("a long message\n" * 4)
+    page.wait_for_timeout(100)
+    assert box.bounding_box()["height"] > low + 30
+
+
 def test_a_sent_line_keeps_its_clock_and_the_editor_says_sent(page):
     """C3: once the agent took a send, the line shows the small clock (not the word `Sent`) until the
     agent's copy replaces it; the editor says `Sent`."""
