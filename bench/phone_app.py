@@ -175,7 +175,7 @@ def page_only(runs: int) -> None:
         static = Static()
         shell_gz = sum(len(g) for _, g, _ in static.files.values())
         shell_raw = sum(len(b) for b, _, _ in static.files.values())
-        first, repeat, renders, nav_floor, bare = [], [], [], [], []
+        first, repeat, renders, nav_floor, bare, steps = [], [], [], [], [], []
         with sync_playwright() as pw:
             browser = launch(pw)
             for _ in range(runs):
@@ -197,6 +197,12 @@ def page_only(runs: int) -> None:
                 page = ctx.new_page()
                 first.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
                 renders.append(poll(page, "window.__t && window.__t.render", 30))
+                steps.append(page.evaluate("""() => { const n = performance.getEntriesByType('navigation')[0];
+                  const r = performance.getEntriesByType('resource');
+                  const end = (s) => Math.max(0, ...r.filter((e) => e.name.includes(s)).map((e) => e.responseEnd));
+                  const start = (s) => Math.max(0, ...r.filter((e) => e.name.includes(s)).map((e) => e.startTime));
+                  return { html: n.responseEnd, dcl: n.domContentLoadedEventEnd, modules: end('.js'),
+                           dash_start: start('/api/dashboard'), dash_end: end('/api/dashboard') }; }"""))
                 page.close()
                 page = ctx.new_page()
                 repeat.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
@@ -217,6 +223,9 @@ def page_only(runs: int) -> None:
         print(f"repeat visit over the wire (static): p50 {pct([r['static'] for r in repeat], 50):.0f} B in "
               f"{int(pct([r['static_requests'] for r in repeat], 50))} requests, target <= 2 KB; floor {b:.0f} B "
               f"(one bare response of the lead: the page itself revalidated)")
+        step = {k: pct([x[k] for x in steps], 50) for k in steps[0]}
+        print("  on the way (p50, ms from navigation start): page " + ", ".join(
+            f"{k} {v:.0f}" for k, v in step.items()) + f", first section drawn {pct(renders, 50):.0f}")
         print(f"first render (navigation start -> first section drawn): p50 {pct(renders, 50):.0f} ms, max "
               f"{max(renders):.0f} ms, target <= 100 ms; floor p50 {pct(nav_floor, 50):.0f} ms (a fresh context's "
               f"navigation to /healthz)")

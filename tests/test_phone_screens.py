@@ -10,6 +10,7 @@ no history (`solo`), an entry whose agent never runs (`ghost`), and a member `wo
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from pathlib import Path
@@ -84,6 +85,14 @@ def page(request, crew, browser):
     yield p
     assert p.errors == [], p.errors
     p.context.close()
+
+
+def look(page, name: str) -> None:
+    """COLLIE_LOOK=<folder>: save this screen, per phone, to look at (not docs/screenshots/)."""
+    folder = os.environ.get("COLLIE_LOOK")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}-{page.viewport_size['width']}.png"))
 
 
 def goto(page, route: str) -> None:
@@ -172,6 +181,7 @@ def test_the_chat_follows_new_items_and_offers_them_when_scrolled_up(page, crew)
                                   "conversation": "chat", "text": f"while up {conv}", "turn": turn})
     more = page.get_by_role("button", name="New items")
     more.wait_for(timeout=10000)
+    look(page, "new-items")
     more.click()
     last = page.locator(".item", has_text=f"while up {conv} done.").last
     last.wait_for(timeout=10000)
@@ -216,6 +226,7 @@ def test_a_refused_send_stays_as_not_sent_and_a_button_jumps_to_the_ask(page, cr
     pump_until(page, lambda: "Not sent" in line.inner_text(), what="Not sent on my line")
     assert page.locator("#editor").input_value() == text
     page.evaluate("scrollTo(0, 0)")
+    look(page, "refused")
     jump = page.get_by_role("button", name="Go to the question")
     jump.click()
     card = page.locator(".card[data-ask]").first
@@ -294,6 +305,7 @@ def test_an_unreachable_agent_is_explained_in_the_users_words_on_each_of_its_scr
         assert "/v1/" not in text and "wait=" not in text and "ECONN" not in text, (route, text)
         if route != "#/":
             assert "ghost is not answering" in text, (route, text)
+        look(page, f"ghost-{route.count('/')}")
     row = page.locator("a.row[href='#/a/local/ghost']")
     goto(page, "#/")
     assert "not running" in row.inner_text() or "not answering" in row.inner_text()
@@ -388,6 +400,7 @@ def test_a_member_offline_says_since_when_in_the_phones_clock_and_the_bar_keeps_
     pump_until(page, lambda: "workshop is offline" in screen_text(page), timeout=15, what="the chat says so")
     assert bar.count() == before
     assert all(b.is_disabled() for b in bar.all())
+    look(page, "member-offline-chat")
     goto(page, "#/")
     head = page.locator("section[data-machine='workshop'] h2")
     text = head.inner_text()

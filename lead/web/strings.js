@@ -58,12 +58,13 @@ export const S = {
   // D1: an agent that does not answer, in the user's words (by the bridge's reason code)
   unreachableWhy: (agent, reason) => `${agent} is not answering: ${({
     "connection-refused": "its program is not running, or not listening where Collie looks",
+    "no-socket": "its program is not running (its socket is not there)",
+    "closed": "its program closed the connection",
     "timeout": "it stopped replying to Collie",
     "unauthorized": "it refused Collie's token",
     "socket-not-private": "its socket is open to other users, so Collie will not use it",
     "config": "its entry in Collie's settings is incomplete",
-  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; \`collie doctor\` on its machine says more.`,
-  unreachableShort: (reason) => ({ "connection-refused": "not running", "timeout": "stopped replying" })[reason] || "not answering",
+  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
   newItems: "New items",                                          // C1: the chat scrolled up, newer items came
