@@ -432,3 +432,38 @@ def test_the_phone_offline_and_the_lead_unreachable_are_told_apart(crew, browser
     assert page.locator("#editor").input_value() == "into the void"
     assert page.errors == [], page.errors
     page.context.close()
+
+
+def test_a_long_conversation_opens_at_its_newest_with_a_bounded_number_of_nodes(browser):
+    """#29, C1: a conversation of 2,000 kept items (an agent that never stops appending) opens at its
+    newest item and draws at most 200 of them; `Show N earlier messages` adds a page above, keeping what
+    was on screen in place."""
+    c = Crew(short_dir("cl"))
+    c.lead.agent("flood", "endless", "--rate", "400", "--size", "40")
+    c.start_lead()
+    try:
+        ready(c, "local", 1)
+        with c.client() as cl:
+            wait_for(lambda: len(cl.get("/api/agents/local/flood/conversations/f00000/items?limit=500")
+                                 .json().get("items", [])) >= 500, timeout=30, what="500 items")
+        page = phone_page(c, browser, "390x844-light")
+        goto(page, "#/c/local/flood/f00000")
+        page.locator(".items .item").first.wait_for()
+        pump_until(page, lambda: page.locator(".items .item").count() >= 150, timeout=15, what="the newest page")
+        assert page.locator(".items .item").count() <= 200
+        newest = "() => Math.max(...[...document.querySelectorAll('.items .item')].map((e) => " \
+                 "parseInt(e.textContent, 10)).filter((n) => !isNaN(n)))"
+        # the newest items (the live channel's), not the conversation's first page
+        pump_until(page, lambda: page.evaluate(newest) > 500, timeout=10, what="the newest items drawn")
+        assert page.locator(".items .item").count() <= 200
+        last = page.locator(".items .item").last
+        assert in_view(page, last)
+        page.evaluate("scrollTo(0, 0)")
+        earlier = page.get_by_role("button", name=re.compile(r"^Show \d+ earlier messages$"))
+        earlier.click()
+        pump_until(page, lambda: page.locator(".items .item").count() > 200, timeout=5, what="an earlier page")
+        assert page.locator(".items .item").count() <= 400
+        assert page.errors == [], page.errors
+        page.context.close()
+    finally:
+        c.stop()

@@ -9,11 +9,14 @@ import { itemNode } from "./items.js";
 import { askCard } from "./askcard.js";
 import { icon } from "./icons.js";
 
-const scroll = { conv: null, opened: false, landed: null, seen: 0, more: false };
+// #29: the chat draws at most its newest WINDOW items (a long conversation would otherwise keep thousands
+// of nodes); `Show earlier messages` widens the window by a page, keeping what is on screen in place.
+const WINDOW = 200;
+const scroll = { conv: null, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW };
 export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
   if (scroll.conv !== key) {  // a new conversation: its own status line, opened at its newest
-    Object.assign(scroll, { conv: key, opened: false, landed: null, seen: 0, more: false });
+    Object.assign(scroll, { conv: key, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW });
     editorNote = ""; confirmClose = false; renaming = false; blockedBy = null;
   }
   if (r.ask && scroll.landed !== r.ask) scroll.landed = null;
@@ -98,6 +101,13 @@ async function sessionWrite(op, extra = {}) {
   return rec;
 }
 let confirmClose = false, renaming = false, toBottom = false;
+function showEarlier() {
+  const from = document.documentElement.scrollHeight - window.scrollY;
+  scroll.window += WINDOW;
+  keepFromBottom = from;
+  render();
+}
+let keepFromBottom = null;
 const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 48;
 function goTo(askId) {
   const el = document.querySelector(`.card[data-ask="${CSS.escape(askId)}"]`);
@@ -169,7 +179,7 @@ export function render() {
   const keep = document.getElementById("editor");
   let draft = keep ? keep.value : "";
   const focused = document.activeElement && document.activeElement.id === "editor";
-  const follow = toBottom || !scroll.opened || atBottom();
+  const follow = keepFromBottom === null && (toBottom || !scroll.opened || atBottom());
   toBottom = false;
   where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
   if (r.ask && scroll.landed !== r.ask && (p.asks_more || []).some((a) => a.id === r.ask)) app.allAsks = true;
@@ -177,9 +187,12 @@ export function render() {
   const byItem = new Map();
   for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
   const placed = new Set();
-  const items = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
-  const echoed = new Set(items.filter((i) => i.kind === "user" && i.request_id).map((i) => i.request_id));
+  const all = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
+  const items = all.length > scroll.window ? all.slice(-scroll.window) : all;
+  const earlier = all.length - items.length;
+  const echoed = new Set(all.filter((i) => i.kind === "user" && i.request_id).map((i) => i.request_id));
   const list = [];
+  if (earlier > 0) list.push(h("button", { class: "row earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
   const cardFor = (a) => { placed.add(a.id); return askCard(a); };
   for (const it of items) {
     const node = itemNode(it);
@@ -208,7 +221,7 @@ export function render() {
     unconfirmed = null;
     editorNote = S.sent;
   }
-  const byText = items.filter((i) => i.kind === "user" && !i.request_id);
+  const byText = all.filter((i) => i.kind === "user" && !i.request_id);
   for (const [id, m] of recent) {
     if (echoed.has(id)) continue;
     const same = m.at ? byText.findIndex((i) => i.text === m.text && Math.abs(new Date(i.at).getTime() - m.at) <= 30000) : -1;
@@ -220,8 +233,9 @@ export function render() {
   if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "aria-label": S.working, text: "•••" }));
   const [bar, editor] = actionBar(r, p);
   editor.value = draft;
-  const grew = list.length > scroll.seen && scroll.opened;
-  scroll.seen = list.length;
+  const newest = all.length ? all[all.length - 1].seq : 0;
+  const grew = scroll.opened && (list.length > scroll.seen || newest > scroll.newest);
+  scroll.seen = list.length; scroll.newest = newest;
   if (follow) scroll.more = false; else if (grew) scroll.more = true;
   const more = scroll.more ? h("button", { class: "new-items", onclick: () => { scroll.more = false; toBottom = true; render(); }, text: S.newItems }) : null;
   show(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })),
@@ -232,7 +246,10 @@ export function render() {
   grow(editor);
   document.documentElement.style.setProperty("--bar", `${bar.offsetHeight}px`);
   if (focused) editor.focus({ preventScroll: true });
-  if (r.ask && scroll.landed !== r.ask && document.querySelector(`.card[data-ask="${CSS.escape(r.ask)}"]`)) {
+  if (keepFromBottom !== null) {  // the earlier page went in above: what was on screen stays where it was
+    window.scrollTo(0, document.documentElement.scrollHeight - keepFromBottom);
+    keepFromBottom = null;
+  } else if (r.ask && scroll.landed !== r.ask && document.querySelector(`.card[data-ask="${CSS.escape(r.ask)}"]`)) {
     scroll.landed = r.ask; scroll.opened = true; goTo(r.ask);    // a Needs you tap lands on its card
   } else if (follow) {
     window.scrollTo(0, document.documentElement.scrollHeight);

@@ -67,6 +67,7 @@ export const S = {
   })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
+  showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
   newItems: "New items",                                          // C1: the chat scrolled up, newer items came
   goToAsk: "Go to the question",                                  // B10: an ask blocks the send
   tapAgainClose: "Tap again to close",                            // C8: a destructive tap asks again
