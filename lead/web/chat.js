@@ -23,14 +23,24 @@ export async function load(r) {
   app.loading = true;
   try { await read(r); } finally { app.loading = false; }
 }
+const PAGES = 20;  // pages of items read at most when a chat opens (the lead keeps 2,000 per conversation)
 async function read(r) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
-  const [pane, items] = await Promise.all([api(base), api(`${base}/items`)]);
+  const [pane, items] = await Promise.all([api(base), api(`${base}/items?limit=500`)]);
   // The live channel sends this view's pane and items too, then every change after them. Once it has,
   // what these requests read may be older than what it sent: keep the channel's (else a change that came
   // between would be lost until the next one).
   if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
   if (!app.fromChannel.items) setItems((items && items.items) || [], true);
+  // The items come oldest first, a page at a time (so does the channel's first set): read on to the
+  // newest, which is where a chat opens (#29).
+  let page = items, n = 1;
+  while (page && page.more && n < PAGES && app.route === r) {
+    page = await api(`${base}/items?limit=500&since=${enc(page.next_since)}`);
+    n += 1;
+    if (page && !page.reset) setItems(page.items || [], false);
+    if (app.route === r) render();
+  }
 }
 function mineNode(m) {
   // C3: the clock while sending and once sent (the editor says `Sent`), until the agent's copy takes its place

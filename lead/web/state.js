@@ -100,9 +100,16 @@ function sameView(d) {
   return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
     d.conversation === app.view.conversation;
 }
+// A `full` set replaces what is held up to its newest item; items beyond it came from later pages (a
+// long conversation is read a page at a time) and stay.
 export function setItems(items, full) {
-  if (full) app.items = new Map();
-  for (const it of items || []) app.items.set(`${it.kind === "gap" ? "g" : ""}${it.seq}`, it);
+  const key = (it) => `${it.kind === "gap" ? "g" : ""}${it.seq}`;
+  if (full) {
+    const top = Math.max(-1, ...(items || []).map((it) => it.seq));
+    const later = [...app.items.values()].filter((it) => it.seq > top && (items || []).length >= 200);
+    app.items = new Map(later.map((it) => [key(it), it]));
+  }
+  for (const it of items || []) app.items.set(key(it), it);
 }
 const events = {
   hello(d) { app.channel = d.channel; pushView(); },
