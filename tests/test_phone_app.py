@@ -560,7 +560,8 @@ def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
     sent; the app keeps the channel's. (Before: the older read replaced them, and a change that came in
     between — in CI an ask that expired — stayed unseen until the next one.)"""
     held = []
-    page.route("**/api/agents/local/forms/conversations/choice/items", lambda route: held.append(route))
+    items_url = re.compile(r".*/api/agents/local/forms/conversations/choice/items(\?.*)?$")  # any page
+    page.route(items_url, lambda route: held.append(route))
     page.goto(f"{page.base}/#/c/local/forms/choice")
     page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
     for _ in range(200):  # route handlers run while Playwright waits, not during a plain sleep
@@ -572,7 +573,7 @@ def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
     page.wait_for_selector("main:not([aria-busy])")
     assert page.get_by_text("an older read").count() == 0
     assert page.locator(".card[data-ask]").first.is_visible()
-    page.unroute("**/api/agents/local/forms/conversations/choice/items")
+    page.unroute(items_url)
 
 
 def pump_until(page, fn, timeout: float = 20.0, what: str = "condition"):
