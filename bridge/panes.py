@@ -85,10 +85,17 @@ def masked_pane(state: dict | None, on: bool) -> dict | None:
         return redact(v) if isinstance(v, str) else v
 
     def ask(a):
-        return {**a, "title": text(a.get("title")), "body": text(a.get("body"))} if isinstance(a, dict) else a
-    return {**state, "title": text(state.get("title")), "line2": text(state.get("line2")),
-            "needs_answer": state.get("needs_answer"), "ask": ask(state.get("ask")),
-            "asks": [ask(a) for a in state.get("asks") or []], "asks_more": [ask(a) for a in state.get("asks_more") or []]}
+        return {**a, **{k: text(a[k]) for k in ("title", "body") if k in a}} if isinstance(a, dict) else a
+    out = dict(state)  # only the keys the pane has: nothing added
+    for k in ("title", "line2"):
+        if k in out:
+            out[k] = text(out[k])
+    if "ask" in out:
+        out["ask"] = ask(out["ask"])
+    for k in ("asks", "asks_more"):
+        if isinstance(out.get(k), list):
+            out[k] = [ask(a) for a in out[k]]
+    return out
 
 
 def chat_items(items: list[dict], tapped: set[str]) -> list[dict]:
