@@ -8,7 +8,6 @@ import { banner } from "./dom.js";
 import { net, connectivity, phoneChanged } from "./api.js";
 import { register, navigate, connect, isRoute, rerender, needsListeners } from "./state.js";
 import * as dashboard from "./dashboard.js";
-import { checkPush, closeAnsweredNotifications } from "./push.js";
 
 register("dash", async () => dashboard);
 register("agent", () => import("./agent.js"));
@@ -16,7 +15,9 @@ register("closedview", () => import("./agent.js").then((m) => m.closedView));
 register("chat", () => import("./chat.js"));
 register("new", () => import("./newconv.js"));
 register("inbox", () => import("./inbox.js"));
-needsListeners.push(closeAnsweredNotifications);
+// Web Push is off the first render's path: its module comes once the page is drawn
+const push = () => import("./push.js");
+needsListeners.push((asked) => push().then((m) => m.closeAnsweredNotifications(asked)));
 
 setInterval(() => { // Q3: countdowns move without a redraw of the whole page
   const shown = document.querySelectorAll("[data-expiry]");
@@ -30,5 +31,5 @@ net.listeners.push(() => banner(connectivity()));
 window.addEventListener("offline", phoneChanged);
 window.addEventListener("online", phoneChanged);
 if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
-navigate().then(connect).then(checkPush).then(() => { if (isRoute("dash")) rerender(); });
+navigate().then(connect).then(() => push()).then((m) => m.checkPush()).then(() => { if (isRoute("dash")) rerender(); });
 

@@ -2,7 +2,6 @@
 import { S } from "./strings.js";
 import { h, show, where, enc, ago, clock } from "./dom.js";
 import { app, loadDashboard } from "./state.js";
-import { pushState, turnOnPush } from "./push.js";
 
 function approvalsOf(machine, agent) {
   const a = app.approvals.find((x) => x.machine === machine && x.agent === agent);
@@ -44,8 +43,9 @@ export function render() {
   const toggle = h("input", { type: "checkbox", id: "only", checked: app.onlyNeeds,
     onchange: (e) => { app.onlyNeeds = e.target.checked; localStorage.setItem("onlyNeeds", app.onlyNeeds ? "1" : "0"); render(); } });
   nodes.push(h("label", { class: "toggle", for: "only" }, toggle, S.onlyNeedsYou));
-  if (pushState.offer) nodes.push(h("button", { id: "push", onclick: () => turnOnPush().then(render), text: S.notifyOn }));
-  if (pushState.note) nodes.push(h("p", { class: "note", role: "status", text: pushState.note }));
+  if (app.push.offer) nodes.push(h("button", { id: "push", text: S.notifyOn,
+    onclick: () => import("./push.js").then((m) => m.turnOnPush()).then(render) }));
+  if (app.push.note) nodes.push(h("p", { class: "note", role: "status", text: app.push.note }));
   // D2, D5: a section with an agent waiting for you moves above the others
   const sections = [...app.dash.sections].sort((a, b) => (b.waiting ? 1 : 0) - (a.waiting ? 1 : 0));
   for (const s of sections) {

@@ -4,7 +4,7 @@ import { S } from "./strings.js";
 import { api, write } from "./api.js";
 import { app } from "./state.js";
 
-export const pushState = { offer: false, note: "" };
+const pushState = app.push;  // {offer, note}: what the dashboard shows of push (state.js)
 export async function checkPush() {
   if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) return;
   try {

@@ -15,6 +15,7 @@ export const app = {
   movedOn: false,
   lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
   approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
+  push: { offer: false, note: "" },  // the dashboard's offer to turn notifications on (push.js fills it)
 };
 // route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
 // carries only the dashboard's)
