@@ -48,6 +48,7 @@ Rules:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
 import time
@@ -616,7 +617,16 @@ class Inbox:
         d.pop("request", None)
         d.pop("fingerprint", None)
         d["state_text"] = self.state_text(item, ahead)
+        d["offline_since_at"] = self._offline_since_at(item) if item.state == "approved" else None
         return d
+
+    def _offline_since_at(self, item: Item) -> str | None:
+        """The offline machine's last frame as an ISO UTC time, for a phone to show in its own zone."""
+        member = self.hub.members.get(item.machine) if self.hub is not None else None
+        since = (member.offline_since or member.last_seen) if member is not None and not member.online else None
+        if not since:
+            return None
+        return dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def views(self, items: list[Item]) -> list[dict]:
         """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""

@@ -409,6 +409,16 @@ def test_a_member_offline_says_since_when_in_the_phones_clock_and_the_bar_keeps_
     assert hhmm, text
     zone_now = page.evaluate("() => new Date().toLocaleTimeString([], {hour: '2-digit', minute: '2-digit', hour12: false})")
     assert abs(int(hhmm.group(1)) - int(zone_now[:2])) % 24 <= 1, (text, zone_now)
+    # I7: a send queued for the offline machine says since when in the phone's clock too, not the lead's
+    with crew.client() as c:
+        got = c.post("/api/agents/workshop/lab/inbox", json={"request_id": str(uuid.uuid4()), "conversation": "deploy",
+                                                             "text": f"after the nap ({page.zone})"})
+        assert got.status_code in (200, 202), got.text
+    goto(page, "#/inbox/workshop/lab")
+    line = page.locator(".inbox-item", has_text=f"after the nap ({page.zone})").locator(".l2")
+    pump_until(page, lambda: "machine offline since" in line.inner_text(), timeout=10, what="the queued line")
+    queued = re.search(r"since (\d{1,2}):(\d\d)", line.inner_text())
+    assert queued and queued.group(0) == "since " + hhmm.group(0), (line.inner_text(), text)
 
 
 def test_the_phone_offline_and_the_lead_unreachable_are_told_apart(crew, browser):

@@ -1,7 +1,7 @@
 // An agent's inbox (I3, I7, I9): waiting requests to approve, move, add a message to or cancel. Clearing
 // asks for a second tap; the Cancel beside a message being added cancels that edit, not the request.
 import { S } from "./strings.js";
-import { h, show, where, enc } from "./dom.js";
+import { h, show, where, enc, clock } from "./dom.js";
 import { api, write, Offline } from "./api.js";
 import { app } from "./state.js";
 
@@ -47,7 +47,9 @@ export async function render(r = app.route) {
         h("button", { onclick: () => act(it.id, "cancel"), text: S.cancel }));
     }
     const what = it.text || (it.starter ? `${S.starter} ${it.starter}` : "");
-    const state = [it.state_text || it.state || "", it.sender ? `${S.from} ${it.sender}` : ""].filter(Boolean).join(" · ");
+    // the lead words `machine offline since HH:MM` in its own zone; the phone says it in the phone's (C9)
+    const stateText = it.offline_since_at && clock(it.offline_since_at) ? S.queuedOffline(clock(it.offline_since_at)) : it.state_text;
+    const state = [stateText || it.state || "", it.sender ? `${S.from} ${it.sender}` : ""].filter(Boolean).join(" · ");
     return h("div", { class: "inbox-item", "data-item": it.id },
       h("div", { class: "l1", text: what }), h("div", { class: "l2 note", text: state }), btns);
   };
