@@ -6,6 +6,8 @@ conversation it views), then carries changes as they happen:
     row        one agent's dashboard row changed (counts, status, line 2)
     sections   the list of sections changed (a machine joined, went offline or came back, an ask
                moved one above the others)
+    needs      the Needs you list changed (`{"asks": […]}`, as `GET /api/needs`): an ask opened or
+               closed anywhere, also one closed and another raised in its place (no count moves)
     pane       the viewed conversation's pane state changed (asks appear and close, turn, progress,
                actions, recent sends and their receipts)
     items      new or changed chat items of the viewed conversation
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -44,6 +47,7 @@ import trio
 
 from bridge.panes import agent_row, chat_items, pane_state
 from crew import logs
+from lead.needs import NeedsList
 
 log = logs.get("events")
 
@@ -216,8 +220,10 @@ class Feed:
     """Watches the bridge, the hub and the inbox; turns what changed into events for every channel."""
 
     def __init__(self, bridge, hub=None, writer=None, *, log_: EventLog | None = None,
-                 set_viewing: Callable | None = None) -> None:
+                 set_viewing: Callable | None = None, wall: Callable[[], float] = time.time) -> None:
         self.bridge = bridge
+        self.wall = wall  # the wall clock a Needs you entry's `since` is shown in
+        self.needs = NeedsList()
         self.hub = hub
         self.writer = writer
         self.log = log_ or EventLog()
@@ -388,7 +394,8 @@ class Feed:
         return None if got is None else list(got.get("items") or [])
 
     async def snapshot(self, ch: Channel) -> dict:
-        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None}
+        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None,
+                      "needs": self.needs.asks()}
         if ch.view:
             machine, agent, conv = ch.view
             data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
@@ -423,6 +430,7 @@ class Feed:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.rows = self._all_rows()
         self.heads = self._heads()
+        self._update_needs(set(), True)
         self.everything = False
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
@@ -481,6 +489,8 @@ class Feed:
         if heads != self.heads:
             self.heads = heads
             self._publish("sections", {"sections": heads})
+        if self._update_needs(dirty, everything):
+            self._publish("needs", {"asks": self.needs.asks()})
         # panes and items: only what some channel views, and only on the agents that changed
         viewed = self._viewed()
         for key in viewed:
@@ -510,6 +520,30 @@ class Feed:
                 self.published.pop(key, None)
         for key in [k for k in self.recent if k not in viewed]:
             del self.recent[key]
+
+    def _update_needs(self, dirty: set, everything: bool) -> bool:
+        """Look again at the open asks of the agents in `dirty` (all with `everything`); True when the
+        Needs you list changed."""
+        now = self.wall()
+        members = self.hub.members if self.hub is not None else {}
+        todo: dict[tuple[str, str], object] = {}
+        machines = {LOCAL, *members} if everything else {m for m, a in dirty if a is None}
+        for machine in machines:  # whole machines: every agent they have, and the ones they no longer have
+            readers = self.bridge.readers if machine == LOCAL else (
+                members[machine].readers if machine in members else {})
+            todo.update({(machine, name): r for name, r in readers.items()})
+            todo.update({k: None for k in self.needs.agents() if k[0] == machine and k not in todo})
+        if everything:
+            todo.update({k: None for k in self.needs.agents() if k not in todo})
+        for machine, agent in dirty:
+            if agent is not None and (machine, agent) not in todo:
+                readers = self.bridge.readers if machine == LOCAL else (
+                    members[machine].readers if machine in members else {})
+                todo[(machine, agent)] = readers.get(agent)
+        changed = False
+        for (machine, agent), reader in todo.items():
+            changed |= self.needs.update(machine, agent, reader, now)
+        return changed
 
     def _viewed(self) -> set:
         return {ch.conv_key for ch in self.channels.values() if ch.conv_key}
