@@ -46,6 +46,7 @@ import attrs
 import trio
 
 from bridge.panes import agent_row, chat_items, pane_state
+from bridge.reader import PAGE_LIMIT
 from crew import logs
 from lead.needs import NeedsList
 
@@ -63,6 +64,7 @@ LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long 
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
 VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
+ITEM_PAGES = 10  # pages of changed items a viewed conversation's change reads at most (the rest at the next)
 
 
 @attrs.frozen
@@ -231,7 +233,7 @@ class Feed:
         self.rows: dict[tuple, dict] = {}
         self.heads: list[dict] = []
         self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
-        self.item_marks: dict[tuple, dict] = {}  # ("conv", m, a, c) -> {seq: item} last sent
+        self.item_since: dict[tuple, int] = {}  # ("conv", m, a, c) -> the item revision sent up to
         self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
         self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
@@ -516,7 +518,7 @@ class Feed:
         for key in list(self.panes):
             if key not in viewed:
                 self.panes.pop(key, None)
-                self.item_marks.pop(key, None)
+                self.item_since.pop(key, None)
                 self.published.pop(key, None)
         for key in [k for k in self.recent if k not in viewed]:
             del self.recent[key]
@@ -549,23 +551,76 @@ class Feed:
         return {ch.conv_key for ch in self.channels.values() if ch.conv_key}
 
     async def _refresh(self, key: tuple) -> None:
-        """Read a viewed conversation's pane and items again and publish what moved."""
+        """Read a viewed conversation's pane and the items that changed since the last read, and
+        publish what moved."""
         _, machine, agent, conv = key
         pane = await self.pane_of(machine, agent, conv)
-        items = await self.items_of(machine, agent, conv)
+        items = await self._changed_items(key)
         if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
             return
         if pane != self.panes.get(key):
             self.panes[key] = pane
             self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
-        if items is None:
-            return
-        marks = self.item_marks.get(key, {})
-        new = [i for i in items if marks.get(i.get("seq")) != i]
-        if new:
-            self.item_marks[key] = {i.get("seq"): i for i in items}
-            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": new,
+        if items:
+            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": items,
                                     "full": False}, key)
+
+    async def _changed_items(self, key: tuple) -> list[dict] | None:
+        """The items of a viewed conversation whose revision moved past the one sent up to (issue 29).
+        Reading them by revision costs what changed, not the whole conversation; and it finds every
+        change — the first page by revision (what was read before) ended 200 items in, so in a longer
+        chat a new or streaming item never reached the phone. The first look after a phone started
+        viewing sends nothing: the full read that phone gets (`view_events`, the snapshot) comes after
+        it and holds everything up to then."""
+        _, machine, agent, conv = key
+        reader = self.reader_of(machine, agent)
+        if reader is None or conv not in reader.conversations:
+            return None
+        since = self.item_since.get(key)
+        if since is None:
+            self.item_since[key] = self._top_rev(machine, agent, conv)
+            return []
+        out: list[dict] = []
+        if machine == LOCAL:
+            for _ in range(ITEM_PAGES):
+                page = self.bridge.items_page(agent, conv, since)
+                out += page["items"]
+                since = page["next_since"]
+                if not page["more"]:
+                    break
+            self.item_since[key] = since
+            if not out:
+                return []
+            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
+            return chat_items(out, tapped)
+        for _ in range(ITEM_PAGES):
+            got = None
+            with trio.move_on_after(READ_TIMEOUT):
+                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            if got is None:
+                break
+            page = [i for i in got.get("items") or [] if isinstance(i, dict)]
+            out += page
+            revs = [i["rev"] for i in page if isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
+            if not revs or max(revs) <= since:
+                break
+            since = max(revs)
+            if len(revs) < PAGE_LIMIT:
+                break
+        if key in self.item_since:  # (the view may have ended meanwhile)
+            self.item_since[key] = max(self.item_since[key], since)
+        return out
+
+    def _top_rev(self, machine: str, agent: str, conv: str) -> int:
+        """The highest item revision of a conversation: what the lead's bridge read of its own agent's, what
+        the member's view says of a member's (the member reads its items right after: a read that asks past
+        them answers from the start, as `reset`)."""
+        reader = self.reader_of(machine, agent)
+        if machine != LOCAL:
+            c = reader.conversations.get(conv) if reader is not None else None
+            return c.items_rev if c is not None else 0
+        log = reader.logs.get(conv) if reader is not None else None
+        return log.since if log is not None else 0
 
     async def _read_members(self) -> None:
         """The reads of members' viewed conversations, each in its own task: at most one at a time per
