@@ -554,8 +554,18 @@ class Feed:
         """Read a viewed conversation's pane and the items that changed since the last read, and
         publish what moved."""
         _, machine, agent, conv = key
-        pane = await self.pane_of(machine, agent, conv)
-        items = await self._changed_items(key)
+        if machine == LOCAL:
+            pane = await self.pane_of(machine, agent, conv)
+            items = await self._changed_items(key)
+        else:  # two round trips to the member: side by side, not one after the other
+            got: dict = {}
+
+            async def read(name, fn):
+                got[name] = await fn()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "pane", lambda: self.pane_of(machine, agent, conv))
+                nursery.start_soon(read, "items", lambda: self._changed_items(key))
+            pane, items = got["pane"], got["items"]
         if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
             return
         if pane != self.panes.get(key):
