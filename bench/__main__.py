@@ -201,6 +201,8 @@ def rows_speed(r: dict) -> list[dict]:
                     f"/ {st['viewed_updates']}", target="0", met=st["missing"] == 0),
                 row(f"speed.{part}.dashboard.p99", f"streaming ({what}): GET /api/dashboard p99 meanwhile",
                     st["dashboard"]["p99"], "ms", floor=f, target="<= 50 ms", met=st["dashboard"]["p99"] <= 0.050),
+                row(f"speed.{part}.floor_busy.p99", f"streaming ({what}): GET /healthz p99 meanwhile (the floor under load)",
+                    (st.get("floor_busy") or {}).get("p99"), "ms"),
                 row(f"speed.{part}.cpu", f"streaming ({what}): lead CPU per update", st["lead_cpu_per_update"], "ms CPU",
                     scale=MS)]
     return out
