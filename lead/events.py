@@ -601,7 +601,11 @@ class Feed:
             self.item_since[key] = since
             if not out:
                 return []
-            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
+            # the journal (a worker thread) only says which ended asks the phone tapped: most changes (a
+            # streaming reply) have none, and skip the thread hop
+            ended = any(i.get("kind") == "ask" and i.get("end") in ("decided", "expired") for i in out)
+            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) \
+                if self.writer and ended else set()
             return chat_items(out, tapped)
         for _ in range(ITEM_PAGES):
             got = None
