@@ -64,6 +64,8 @@ LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long 
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
 VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
+ITEMS_WAIT = 0.5  # how long a viewed conversation's refresh waits for the bridge to read the items that moved
+MEMBER_ITEM_RETRIES = (0.005, 0.01, 0.02, 0.04)  # a member's items read again after these pauses (see _changed_items)
 ITEM_PAGES = 10  # pages of changed items a viewed conversation's change reads at most (the rest at the next)
 
 
@@ -387,13 +389,24 @@ class Feed:
         reader = self.reader_of(machine, agent)
         if reader is None or conv not in reader.conversations:
             return None
+        key = ("conv", machine, agent, conv)
         if machine == LOCAL:
             tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
-            return chat_items(self.bridge.items(agent, conv, 0), tapped)
+            top = self._top_rev(machine, agent, conv)
+            items = chat_items(self.bridge.items(agent, conv, 0), tapped)
+            if key in self._viewed():  # the changes after this full read go as `items` events from here
+                self.item_since.setdefault(key, top)
+            return items
         got = None
         with trio.move_on_after(READ_TIMEOUT):
             got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": 0})
-        return None if got is None else list(got.get("items") or [])
+        if got is None:
+            return None
+        items = list(got.get("items") or [])
+        if key in self._viewed():
+            self.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
+                                                       and isinstance(i.get("rev"), int) and i.get("kind") != "gap")]))
+        return items
 
     async def snapshot(self, ch: Channel) -> dict:
         data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None,
@@ -500,10 +513,7 @@ class Feed:
             if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
                 continue
             reader = self.reader_of(machine, agent)
-            if machine == LOCAL:
-                await self._refresh(key)
-                continue
-            if key in self.recent and reader is not None:
+            if key in self.recent and reader is not None and machine != LOCAL:
                 # the member's view is here already: show it now with the recent-send lines last read, then
                 # read those (a round trip to the member) and correct the pane if they moved
                 quick = self._pane(reader, machine, conv, self.recent[key])
@@ -511,8 +521,9 @@ class Feed:
                     self.panes[key] = quick
                     self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
                                   key)
-            # the round trips to the member run beside this pass, never in it: a member slow to answer (or
-            # that never does) must not hold up every other phone's rows and panes
+            # the reads run beside this pass, never in it: a member slow to answer (or that never does) must not
+            # hold up every other phone's rows and panes; nor the lead's own agent's items, which the bridge
+            # reads right after the state that woke this pass (see _refresh)
             self.to_read[key] = None
             self._read_wake.set()
         for key in list(self.panes):
@@ -555,6 +566,7 @@ class Feed:
         publish what moved."""
         _, machine, agent, conv = key
         if machine == LOCAL:
+            await self._items_read(agent, conv)
             pane = await self.pane_of(machine, agent, conv)
             items = await self._changed_items(key)
         else:  # two round trips to the member: side by side, not one after the other
@@ -607,7 +619,11 @@ class Feed:
             tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) \
                 if self.writer and ended else set()
             return chat_items(out, tapped)
-        for _ in range(ITEM_PAGES):
+        # The member sends an agent's view as soon as it read the state, and reads the items right after: a
+        # read that finds the items the view says moved not there yet is tried again a few ms later.
+        target = self._top_rev(machine, agent, conv)
+        retries = list(MEMBER_ITEM_RETRIES)
+        for _ in range(ITEM_PAGES + len(retries)):
             got = None
             with trio.move_on_after(READ_TIMEOUT):
                 got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
@@ -616,14 +632,30 @@ class Feed:
             page = [i for i in got.get("items") or [] if isinstance(i, dict)]
             out += page
             revs = [i["rev"] for i in page if isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
-            if not revs or max(revs) <= since:
+            if revs and max(revs) > since:
+                since = max(revs)
+                if len(revs) >= PAGE_LIMIT:
+                    continue  # another page
+            if since >= target or not retries:
                 break
-            since = max(revs)
-            if len(revs) < PAGE_LIMIT:
-                break
+            await trio.sleep(retries.pop(0))
         if key in self.item_since:  # (the view may have ended meanwhile)
             self.item_since[key] = max(self.item_since[key], since)
         return out
+
+    async def _items_read(self, agent: str, conv: str) -> None:
+        """Wait (at most ITEMS_WAIT) until the lead's bridge has read the items of one of its agents'
+        conversations that its state says moved: the bridge shows a change's state first and reads the
+        items right after, and a pass woken by the state would otherwise find the item not there yet
+        and leave it to the next pass, a COALESCE later (issue 29)."""
+        with trio.move_on_after(ITEMS_WAIT):
+            while True:
+                reader = self.bridge.readers.get(agent)
+                c = reader.conversations.get(conv) if reader is not None else None
+                log = reader.logs.get(conv) if reader is not None else None
+                if c is None or (log.since == c.items_rev if log is not None else c.items_rev == 0):
+                    return
+                await self.bridge.wait_changed()
 
     def _top_rev(self, machine: str, agent: str, conv: str) -> int:
         """The highest item revision of a conversation: what the lead's bridge read of its own agent's, what
@@ -637,9 +669,10 @@ class Feed:
         return log.since if log is not None else 0
 
     async def _read_members(self) -> None:
-        """The reads of members' viewed conversations, each in its own task: at most one at a time per
-        conversation (a change meanwhile reads it once more after), so a member that never answers holds
-        only its own conversations (at most READ_TIMEOUT a read), never the pass or another member."""
+        """The reads of viewed conversations (members' and the lead's own), each in its own task: at most
+        one at a time per conversation (a change meanwhile reads it once more after), so a member that
+        never answers holds only its own conversations (at most READ_TIMEOUT a read), never the pass or
+        another member."""
         reading: set = set()
 
         async def one(key: tuple) -> None:

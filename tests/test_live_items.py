@@ -50,9 +50,67 @@ async def test_a_streaming_reply_in_a_long_chat_reaches_the_viewer_at_once(tmp, 
             reply.finish()
             # the state read shows the change first (a pass at once), the items read right after it: the
             # next pass, one COALESCE later
-            assert lags == [COALESCE] * 5
+            assert lags == [0.0] * 5
             assert sizes == [1] * 5  # the streaming item alone, not the chat again
             pane.reply("the end")
             with trio.fail_after(5):
                 assert [i["text"] for i in await next_items(ch, "the end") if i.get("kind") != "gap"][-1] == "the end"
             n.cancel_scope.cancel()
+
+
+def test_a_members_item_read_before_the_member_has_it_is_read_again_at_once():
+    """29: a member sends an agent's view as soon as it read the state and reads the items just after; the
+    lead's read of a viewed conversation that finds the moved item not there yet tries again 5 ms later
+    (before: nothing until the agent's next change — a streaming reply's every update one update late)."""
+    import trio.testing
+
+    from tests.crewlab import fake_view
+    from tests.test_dashboard_rows import Lab
+
+    lab = Lab()
+    lab.on_member_change = []
+    lab.on_view_change = []
+    view = fake_view("agent0", 1, "i0")
+    lab.view("desk", view)
+    reads: list[tuple[float, int]] = []
+    has = {"rev": 10}
+
+    async def read(machine, agent, what, args):
+        if what == "recent_sends":
+            return {"lines": []}
+        reads.append((trio.current_time(), args["since"]))
+        items = [{"seq": 1, "rev": 11, "kind": "reply", "text": "w1", "final": False}] if has["rev"] >= 11 else []
+        return {"items": [i for i in items if i["rev"] > args["since"]], "open": True}
+    lab.read = read
+    lab.reader = lambda m, a: lab.members[m].readers.get(a)
+    feed = Feed(lab, lab)
+    got: list = []
+
+    async def main():
+        async with trio.open_nursery() as n:
+            await n.start(feed.run)
+            ch = feed.open(None)
+            await feed.set_view(ch, ("desk", "agent0", "c00"))
+            await feed.view_events(ch)  # full read: up to rev 10
+            await trio.sleep(1)
+            view["state"]["rev"] += 1
+            view["state"]["conversations"][0]["items_rev"] = 11  # the view says an item moved ...
+            lab.view("desk", view)
+            t0 = trio.current_time()
+            feed.touch("desk", "agent0")
+
+            async def member_reads_items():  # ... the member has read it 3 ms later
+                await trio.sleep(0.003)
+                has["rev"] = 11
+            n.start_soon(member_reads_items)
+            with trio.move_on_after(5):  # (before: no items event at all)
+                while True:
+                    ev = await ch.receive.receive()
+                    if ev.kind == "items":
+                        got.append((round(trio.current_time() - t0, 6), [i["text"] for i in ev.data["items"]]))
+                        break
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert got == [(0.005, ["w1"])]
+    assert len([t for t, _s in reads if t >= 1.0]) == 2  # the read that found nothing, and the one 5 ms later
