@@ -636,7 +636,8 @@ class Feed:
                 since = max(revs)
                 if len(revs) >= PAGE_LIMIT:
                     continue  # another page
-            if since >= target or not retries:
+                break
+            if since >= target or not retries:  # nothing new: the member may not have read it yet
                 break
             await trio.sleep(retries.pop(0))
         if key in self.item_since:  # (the view may have ended meanwhile)
@@ -653,7 +654,7 @@ class Feed:
                 reader = self.bridge.readers.get(agent)
                 c = reader.conversations.get(conv) if reader is not None else None
                 log = reader.logs.get(conv) if reader is not None else None
-                if c is None or (log.since == c.items_rev if log is not None else c.items_rev == 0):
+                if c is None or (log.since >= c.items_rev if log is not None else c.items_rev == 0):
                     return
                 await self.bridge.wait_changed()
 
