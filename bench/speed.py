@@ -317,8 +317,8 @@ def run(quick: bool = False, asks: int | None = None, seconds: float | None = No
         rate: float = 20.0, repo: str | None = None, parts: str = "asks,stream,stream_far", needs_wait: float = 5.0,
         history: int = 300) -> dict:
     """The figures as a dict, times in s (python -m bench: `speed`)."""
-    args = argparse.Namespace(asks=asks or (8 if quick else 40), seconds=seconds or (3.0 if quick else 10.0),
-                              agents=agents, rate=rate, repo=repo, needs_wait=needs_wait,
+    args = argparse.Namespace(asks=asks or (4 if quick else 40), seconds=seconds or (2.0 if quick else 10.0),
+                              agents=agents, rate=rate, repo=repo, needs_wait=1.0 if quick else needs_wait,
                               history=history)
     crew, socks = start(args)
     out: dict = {"load_before": os.getloadavg(), "sizes": {"asks": args.asks, "seconds": args.seconds,
