@@ -1,6 +1,6 @@
 """Fast where the phone feels it (issue 29): asks on every screen's data, and a streaming reply.
 
-    .venv/bin/python bench/speed.py [--asks 40] [--seconds 10] [--agents 10] [--rate 20] [--repo PATH]
+    .venv/bin/python bench/speed.py [--asks 20] [--seconds 10] [--agents 10] [--rate 20] [--repo PATH]
 
 A real lead (`collie serve`) with its own agents, and a real member (`collie serve` joined to it) with
 one. Every agent is run by this process with the SDK (`watch` declared), so the moment it raises an
@@ -317,7 +317,7 @@ def run(quick: bool = False, asks: int | None = None, seconds: float | None = No
         rate: float = 20.0, repo: str | None = None, parts: str = "asks,stream,stream_far", needs_wait: float = 5.0,
         history: int = 300) -> dict:
     """The figures as a dict, times in s (python -m bench: `speed`)."""
-    args = argparse.Namespace(asks=asks or (4 if quick else 40), seconds=seconds or (2.0 if quick else 10.0),
+    args = argparse.Namespace(asks=asks or (4 if quick else 20), seconds=seconds or (2.0 if quick else 10.0),
                               agents=agents, rate=rate, repo=repo, needs_wait=1.0 if quick else needs_wait,
                               history=history)
     crew, socks = start(args)
@@ -417,7 +417,7 @@ def report(r: dict) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--asks", type=int, default=40, help="asks per series")
+    p.add_argument("--asks", type=int, default=20, help="asks per series")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--agents", type=int, default=10)
     p.add_argument("--rate", type=float, default=20.0)
