@@ -181,8 +181,8 @@ def rows_speed(r: dict) -> list[dict]:
                     out.append(row(f"speed.{agent}.{s_key}.{w_key}.p99", f"ask ({s_name}) -> {w_name}, p99, {machine}",
                                    x["p99"], "ms", floor=f, target="<= 100 ms", met=x["p99"] <= 0.100))
                 if got.get("needs_never"):
-                    out.append(row(f"speed.{agent}.{s_key}.needs_never", f"asks ({s_name}) never in GET /api/needs after "
-                                   f"row events, {machine}", got["needs_never"], f"/ {r['sizes']['asks']}",
+                    out.append(row(f"speed.{agent}.{s_key}.needs_never", f"asks ({s_name}) never in GET /api/needs fetched on row events (the page today; the needs event has them all), "
+                                   f"{machine}", got["needs_never"], f"/ {r['sizes']['asks']}",
                                    target="0", met=False))
     for part, what in (("stream", "lead's own agent viewed"), ("stream_far", "member's agent viewed")):
         st = r.get(part)
