@@ -22,6 +22,9 @@ to JSON (`--json`, default bench/results.json, or bench/results-quick.json with 
     members  bench/fake_members.py  one `python -m fixtures member --count 100 --agents 10 --conversations
                                     100` process against one lead: join time, lead CPU/RSS idle and at one
                                     change a second per member, the fake-member process's own memory
+    speed    bench/speed.py         ask raised -> chat, agent row and Needs you (lone, right after a change,
+                                    asked again) on the lead's own agent and a member's; a reply streaming
+                                    at 20 updates/s on 10 agents, one viewed (issue 29)
 
 Every latency stands beside its floor — a loopback HTTP round trip measured by the same benchmark in
 the same run (each benchmark's docstring says which) — and the ratio is latency / floor p50. A
@@ -49,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
 BENCHES = {"wire": "wire_idle", "idle": "many_agents", "live": "live_channel", "writes": "crew_writes",
-           "scale": "crew_scale", "members": "fake_members"}
+           "scale": "crew_scale", "members": "fake_members", "speed": "speed"}
 MS = 1000.0
 
 
@@ -175,8 +178,57 @@ def rows_members(r: dict) -> list[dict]:
                 f"{r['one_member']['rss_mib']:.0f} MiB for one 1 x 1 member)", fk["rss_busy_mib"], "MiB")]
 
 
+def rows_speed(r: dict) -> list[dict]:
+    """bench/speed.py (issue 29): ask -> each screen's data, and a streaming reply."""
+    out = []
+    a = r.get("asks")
+    if a:
+        from bench.measure import pct
+
+        f = pct(a["floor"], 50)
+        where = {"chat": "chat (pane event)", "row": "agent row (row event)",
+                 "needs": "Needs you (row event + GET /api/needs)", "needs_event": "Needs you (needs event)"}
+        series = {"lone": "lone", "after": "right after a change", "again": "asked again 30 ms after",
+                  "swap": "one closed, another raised at once"}
+        for agent, machine in (("own", "lead's own agent"), ("far", "member's agent")):
+            for s_key, s_name in series.items():
+                got = a.get(f"{agent}.{s_key}") or {}
+                for w_key, w_name in where.items():
+                    x = got.get(w_key)
+                    if not x:
+                        continue
+                    out.append(row(f"speed.{agent}.{s_key}.{w_key}.p99", f"ask ({s_name}) -> {w_name}, p99, {machine}",
+                                   x["p99"], "ms", floor=f, target="<= 100 ms", met=x["p99"] <= 0.100))
+                if got.get("needs_never"):
+                    out.append(row(f"speed.{agent}.{s_key}.needs_never", f"asks ({s_name}) never in GET /api/needs fetched on row events (the page today; the needs event has them all), "
+                                   f"{machine}", got["needs_never"], f"/ {r['sizes']['asks']}",
+                                   target="0", met=False))
+    for part, what in (("stream", "lead's own agent viewed"), ("stream_far", "member's agent viewed")):
+        st = r.get(part)
+        if not st:
+            continue
+        from bench.measure import pct
+
+        f = pct(st["floor"], 50)
+        i = st["items"] or {"p50": None, "p99": None}
+        ok = st["items"] is not None and not st["missing"]
+        out += [row(f"speed.{part}.items.p50", f"streaming 20/s x {st['streams']} ({what}): update -> items event, p50",
+                    i["p50"], "ms", floor=f),
+                row(f"speed.{part}.items.p99", f"streaming ({what}): update -> items event, p99", i["p99"], "ms", floor=f,
+                    target="<= 100 ms", met=ok and i["p99"] <= 0.100),
+                row(f"speed.{part}.missing", f"streaming ({what}): updates never shown", st["missing"],
+                    f"/ {st['viewed_updates']}", target="0", met=st["missing"] == 0),
+                row(f"speed.{part}.dashboard.p99", f"streaming ({what}): GET /api/dashboard p99 meanwhile",
+                    st["dashboard"]["p99"], "ms", floor=f, target="<= 50 ms", met=st["dashboard"]["p99"] <= 0.050),
+                row(f"speed.{part}.floor_busy.p99", f"streaming ({what}): GET /healthz p99 meanwhile (the floor under load)",
+                    (st.get("floor_busy") or {}).get("p99"), "ms"),
+                row(f"speed.{part}.cpu", f"streaming ({what}): lead CPU per update", st["lead_cpu_per_update"], "ms CPU",
+                    scale=MS)]
+    return out
+
+
 ROWS = {"wire": rows_wire, "idle": rows_idle, "live": rows_live, "writes": rows_writes, "scale": rows_scale,
-        "members": rows_members}
+        "members": rows_members, "speed": rows_speed}
 # the keys every run (quick or full) has when nothing failed: tests/test_bench_runner.py checks them
 KEYS = {
     "wire": ["wire.requests_per_day.polling_idle", "wire.requests_per_day.polling_viewed", "wire.requests_per_day.watch",
@@ -186,6 +238,8 @@ KEYS = {
     "live": ["live.ask_to_channel.p50", "live.ask_to_channel.p99"],
     "writes": ["writes.receipts_per_s", "writes.p50", "writes.p99", "writes.applied", "writes.rate.p50",
                "writes.rate.p99", "writes.rate.applied", "writes.rate.cpu.lead", "writes.rate.cpu.member"],
+    "speed": ["speed.own.lone.chat.p99", "speed.far.after.chat.p99", "speed.stream.items.p99",
+              "speed.stream.dashboard.p99", "speed.stream.cpu"],
     "scale": ["scale.conversations", "scale.load_s", "scale.cpu_idle", "scale.cpu_busy", "scale.rss_peak",
               "scale.dashboard_bytes", "scale.dashboard.p50", "scale.dashboard.p99", "scale.dashboard_busy.p99",
               "scale.write.p50", "scale.write.p99"],

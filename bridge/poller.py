@@ -4,8 +4,9 @@ Cadence (features W5): every 10 s, every 2 s while a phone views the agent. Wher
 declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives at once and an idle
 agent costs one request per 30 s. When the next read starts is decided by `bridge.pace.ReadPace`:
 a change after a quiet spell and a poke (a write went through, someone waits for a turn to end) are
-read at once; only a burst of changes is paced `MIN_GAP` apart, so an agent streaming a reply is
-read a few times a second, not once per word.
+read at once, and so is the change right after a short one (a few words, then an ask); only a
+sustained burst is paced, `MIN_GAP` apart (`VIEWED_GAP` while a phone views the agent), so an agent
+streaming a reply is read a few times a second, not once per word (20 times while viewed).
 
 Failures: a dropped connection is retried at once (up to 3 times) (a kept-alive connection may have died with
 an agent restart); otherwise the reason is shown (`unreachable`), the last good view is kept, and the next try comes
@@ -23,7 +24,7 @@ import trio
 
 from bridge.cache import Cache
 from bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
-from bridge.pace import MIN_GAP, ReadPace  # noqa: F401 (MIN_GAP: tests and benches read it here)
+from bridge.pace import MIN_GAP, VIEWED_GAP, ReadPace  # noqa: F401 (MIN_GAP: tests and benches read it here)
 from bridge.reader import AgentReader
 from crew import __version__, logs
 from crew.config import AgentConfig
@@ -68,6 +69,7 @@ class AgentPoller:
     # --- control ---------------------------------------------------------------------------
     def set_viewing(self, on: bool) -> None:
         self.viewers = max(0, self.viewers + (1 if on else -1))
+        self.pace.set_gap(VIEWED_GAP if self.viewers else MIN_GAP, trio.current_time())
         self.poke()
 
     def poke(self) -> None:

@@ -6,6 +6,8 @@ conversation it views), then carries changes as they happen:
     row        one agent's dashboard row changed (counts, status, line 2)
     sections   the list of sections changed (a machine joined, went offline or came back, an ask
                moved one above the others)
+    needs      the Needs you list changed (`{"asks": […]}`, as `GET /api/needs`): an ask opened or
+               closed anywhere, also one closed and another raised in its place (no count moves)
     pane       the viewed conversation's pane state changed (asks appear and close, turn, progress,
                actions, recent sends and their receipts)
     items      new or changed chat items of the viewed conversation
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -43,7 +46,9 @@ import attrs
 import trio
 
 from bridge.panes import agent_row, chat_items, masked_pane, pane_state
+from bridge.reader import PAGE_LIMIT
 from crew import logs
+from lead.needs import NeedsList
 
 log = logs.get("events")
 
@@ -59,6 +64,9 @@ LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long 
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
 READ_TIMEOUT = 5.0
 VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
+ITEMS_WAIT = 0.5  # how long a viewed conversation's refresh waits for the bridge to read the items that moved
+MEMBER_ITEM_RETRIES = (0.005, 0.01, 0.02, 0.04)  # a member's items read again after these pauses (see _changed_items)
+ITEM_PAGES = 10  # pages of changed items a viewed conversation's change reads at most (the rest at the next)
 
 
 @attrs.frozen
@@ -218,8 +226,10 @@ class Feed:
     redact_on = True  # X1: the pane it sends has secrets masked (install_api sets it from COLLIE_REDACT)
 
     def __init__(self, bridge, hub=None, writer=None, *, log_: EventLog | None = None,
-                 set_viewing: Callable | None = None) -> None:
+                 set_viewing: Callable | None = None, wall: Callable[[], float] = time.time) -> None:
         self.bridge = bridge
+        self.wall = wall  # the wall clock a Needs you entry's `since` is shown in
+        self.needs = NeedsList()
         self.hub = hub
         self.writer = writer
         self.log = log_ or EventLog()
@@ -227,7 +237,7 @@ class Feed:
         self.rows: dict[tuple, dict] = {}
         self.heads: list[dict] = []
         self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
-        self.item_marks: dict[tuple, dict] = {}  # ("conv", m, a, c) -> {seq: item} last sent
+        self.item_since: dict[tuple, int] = {}  # ("conv", m, a, c) -> the item revision sent up to
         self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
         self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
@@ -381,16 +391,28 @@ class Feed:
         reader = self.reader_of(machine, agent)
         if reader is None or conv not in reader.conversations:
             return None
+        key = ("conv", machine, agent, conv)
         if machine == LOCAL:
             tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
-            return chat_items(self.bridge.items(agent, conv, 0), tapped)
+            top = self._top_rev(machine, agent, conv)
+            items = chat_items(self.bridge.items(agent, conv, 0), tapped)
+            if key in self._viewed():  # the changes after this full read go as `items` events from here
+                self.item_since.setdefault(key, top)
+            return items
         got = None
         with trio.move_on_after(READ_TIMEOUT):
             got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": 0})
-        return None if got is None else list(got.get("items") or [])
+        if got is None:
+            return None
+        items = list(got.get("items") or [])
+        if key in self._viewed():
+            self.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
+                                                       and isinstance(i.get("rev"), int) and i.get("kind") != "gap")]))
+        return items
 
     async def snapshot(self, ch: Channel) -> dict:
-        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None}
+        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None,
+                      "needs": self.needs.asks()}
         if ch.view:
             machine, agent, conv = ch.view
             data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
@@ -425,6 +447,7 @@ class Feed:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         self.rows = self._all_rows()
         self.heads = self._heads()
+        self._update_needs(set(), True)
         self.everything = False
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
@@ -483,6 +506,8 @@ class Feed:
         if heads != self.heads:
             self.heads = heads
             self._publish("sections", {"sections": heads})
+        if self._update_needs(dirty, everything):
+            self._publish("needs", {"asks": self.needs.asks()})
         # panes and items: only what some channel views, and only on the agents that changed
         viewed = self._viewed()
         for key in viewed:
@@ -490,10 +515,7 @@ class Feed:
             if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
                 continue
             reader = self.reader_of(machine, agent)
-            if machine == LOCAL:
-                await self._refresh(key)
-                continue
-            if key in self.recent and reader is not None:
+            if key in self.recent and reader is not None and machine != LOCAL:
                 # the member's view is here already: show it now with the recent-send lines last read, then
                 # read those (a round trip to the member) and correct the pane if they moved
                 quick = self._pane(reader, machine, conv, self.recent[key])
@@ -501,44 +523,159 @@ class Feed:
                     self.panes[key] = quick
                     self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
                                   key)
-            # the round trips to the member run beside this pass, never in it: a member slow to answer (or
-            # that never does) must not hold up every other phone's rows and panes
+            # the reads run beside this pass, never in it: a member slow to answer (or that never does) must not
+            # hold up every other phone's rows and panes; nor the lead's own agent's items, which the bridge
+            # reads right after the state that woke this pass (see _refresh)
             self.to_read[key] = None
             self._read_wake.set()
         for key in list(self.panes):
             if key not in viewed:
                 self.panes.pop(key, None)
-                self.item_marks.pop(key, None)
+                self.item_since.pop(key, None)
                 self.published.pop(key, None)
         for key in [k for k in self.recent if k not in viewed]:
             del self.recent[key]
+
+    def _update_needs(self, dirty: set, everything: bool) -> bool:
+        """Look again at the open asks of the agents in `dirty` (all with `everything`); True when the
+        Needs you list changed."""
+        now = self.wall()
+        members = self.hub.members if self.hub is not None else {}
+        todo: dict[tuple[str, str], object] = {}
+        machines = {LOCAL, *members} if everything else {m for m, a in dirty if a is None}
+        for machine in machines:  # whole machines: every agent they have, and the ones they no longer have
+            readers = self.bridge.readers if machine == LOCAL else (
+                members[machine].readers if machine in members else {})
+            todo.update({(machine, name): r for name, r in readers.items()})
+            todo.update({k: None for k in self.needs.agents() if k[0] == machine and k not in todo})
+        if everything:
+            todo.update({k: None for k in self.needs.agents() if k not in todo})
+        for machine, agent in dirty:
+            if agent is not None and (machine, agent) not in todo:
+                readers = self.bridge.readers if machine == LOCAL else (
+                    members[machine].readers if machine in members else {})
+                todo[(machine, agent)] = readers.get(agent)
+        changed = False
+        for (machine, agent), reader in todo.items():
+            changed |= self.needs.update(machine, agent, reader, now)
+        return changed
 
     def _viewed(self) -> set:
         return {ch.conv_key for ch in self.channels.values() if ch.conv_key}
 
     async def _refresh(self, key: tuple) -> None:
-        """Read a viewed conversation's pane and items again and publish what moved."""
+        """Read a viewed conversation's pane and the items that changed since the last read, and
+        publish what moved."""
         _, machine, agent, conv = key
-        pane = await self.pane_of(machine, agent, conv)
-        items = await self.items_of(machine, agent, conv)
+        if machine == LOCAL:
+            await self._items_read(agent, conv)
+            pane = await self.pane_of(machine, agent, conv)
+            items = await self._changed_items(key)
+        else:  # two round trips to the member: side by side, not one after the other
+            got: dict = {}
+
+            async def read(name, fn):
+                got[name] = await fn()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, "pane", lambda: self.pane_of(machine, agent, conv))
+                nursery.start_soon(read, "items", lambda: self._changed_items(key))
+            pane, items = got["pane"], got["items"]
         if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
             return
         if pane != self.panes.get(key):
             self.panes[key] = pane
             self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
-        if items is None:
-            return
-        marks = self.item_marks.get(key, {})
-        new = [i for i in items if marks.get(i.get("seq")) != i]
-        if new:
-            self.item_marks[key] = {i.get("seq"): i for i in items}
-            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": new,
+        if items:
+            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": items,
                                     "full": False}, key)
 
+    async def _changed_items(self, key: tuple) -> list[dict] | None:
+        """The items of a viewed conversation whose revision moved past the one sent up to (issue 29).
+        Reading them by revision costs what changed, not the whole conversation; and it finds every
+        change — the first page by revision (what was read before) ended 200 items in, so in a longer
+        chat a new or streaming item never reached the phone. The first look after a phone started
+        viewing sends nothing: the full read that phone gets (`view_events`, the snapshot) comes after
+        it and holds everything up to then."""
+        _, machine, agent, conv = key
+        reader = self.reader_of(machine, agent)
+        if reader is None or conv not in reader.conversations:
+            return None
+        since = self.item_since.get(key)
+        if since is None:
+            self.item_since[key] = self._top_rev(machine, agent, conv)
+            return []
+        out: list[dict] = []
+        if machine == LOCAL:
+            for _ in range(ITEM_PAGES):
+                page = self.bridge.items_page(agent, conv, since)
+                out += page["items"]
+                since = page["next_since"]
+                if not page["more"]:
+                    break
+            self.item_since[key] = since
+            if not out:
+                return []
+            # the journal (a worker thread) only says which ended asks the phone tapped: most changes (a
+            # streaming reply) have none, and skip the thread hop
+            ended = any(i.get("kind") == "ask" and i.get("end") in ("decided", "expired") for i in out)
+            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) \
+                if self.writer and ended else set()
+            return chat_items(out, tapped)
+        # The member sends an agent's view as soon as it read the state, and reads the items right after: a
+        # read that finds the items the view says moved not there yet is tried again a few ms later.
+        target = self._top_rev(machine, agent, conv)
+        retries = list(MEMBER_ITEM_RETRIES)
+        for _ in range(ITEM_PAGES + len(retries)):
+            got = None
+            with trio.move_on_after(READ_TIMEOUT):
+                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            if got is None:
+                break
+            page = [i for i in got.get("items") or [] if isinstance(i, dict)]
+            out += page
+            revs = [i["rev"] for i in page if isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
+            if revs and max(revs) > since:
+                since = max(revs)
+                if len(revs) >= PAGE_LIMIT:
+                    continue  # another page
+                break
+            if since >= target or not retries:  # nothing new: the member may not have read it yet
+                break
+            await trio.sleep(retries.pop(0))
+        if key in self.item_since:  # (the view may have ended meanwhile)
+            self.item_since[key] = max(self.item_since[key], since)
+        return out
+
+    async def _items_read(self, agent: str, conv: str) -> None:
+        """Wait (at most ITEMS_WAIT) until the lead's bridge has read the items of one of its agents'
+        conversations that its state says moved: the bridge shows a change's state first and reads the
+        items right after, and a pass woken by the state would otherwise find the item not there yet
+        and leave it to the next pass, a COALESCE later (issue 29)."""
+        with trio.move_on_after(ITEMS_WAIT):
+            while True:
+                reader = self.bridge.readers.get(agent)
+                c = reader.conversations.get(conv) if reader is not None else None
+                log = reader.logs.get(conv) if reader is not None else None
+                if c is None or (log.since >= c.items_rev if log is not None else c.items_rev == 0):
+                    return
+                await self.bridge.wait_changed()
+
+    def _top_rev(self, machine: str, agent: str, conv: str) -> int:
+        """The highest item revision of a conversation: what the lead's bridge read of its own agent's, what
+        the member's view says of a member's (the member reads its items right after: a read that asks past
+        them answers from the start, as `reset`)."""
+        reader = self.reader_of(machine, agent)
+        if machine != LOCAL:
+            c = reader.conversations.get(conv) if reader is not None else None
+            return c.items_rev if c is not None else 0
+        log = reader.logs.get(conv) if reader is not None else None
+        return log.since if log is not None else 0
+
     async def _read_members(self) -> None:
-        """The reads of members' viewed conversations, each in its own task: at most one at a time per
-        conversation (a change meanwhile reads it once more after), so a member that never answers holds
-        only its own conversations (at most READ_TIMEOUT a read), never the pass or another member."""
+        """The reads of viewed conversations (members' and the lead's own), each in its own task: at most
+        one at a time per conversation (a change meanwhile reads it once more after), so a member that
+        never answers holds only its own conversations (at most READ_TIMEOUT a read), never the pass or
+        another member."""
         reading: set = set()
 
         async def one(key: tuple) -> None:

@@ -7,7 +7,8 @@
 - After every (re)connect: a full `snapshot` (agents that do not fit one frame follow as `agent`
   frames, named in its `more`); then an `agent` frame only when an agent's view changed. Coalescing
   is on the leading edge: the first change after a quiet spell goes at once, later ones at most one
-  frame per `MIN_GAP` per agent, and the last state always goes — a lone ask is never delayed.
+  frame per `MIN_GAP` per agent (`VIEWED_GAP` while a phone views it), and the last state always
+  goes — a lone ask is never delayed, nor a turn, state or ask change.
 - No frame is larger than crewwire.MAX_FRAME (the lead closes the link above it): a view keeps at
   most MAX_CONVERSATIONS open conversations — those that matter (waiting, working, then the newest,
   crew.views.keep_conversations) — and says how many it left out (`left_out`); an items read too
@@ -34,6 +35,7 @@ import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
 
 from bridge.bridge import Bridge
+from bridge.pace import VIEWED_GAP
 from bridge.panes import chat_items
 from bridge.reader import LEFT_OUT
 from bridge.writer import Writer
@@ -106,24 +108,28 @@ class Coalescer:
         self.shape: dict[str, object] = {}  # agent -> its turns, states and status as last sent
         self.last: dict[str, float] = {}  # agent -> when
 
-    def decide(self, name: str, key: str, now: float, shape: object = None) -> float | None:
-        """0 to send now, seconds to wait, or None when the lead already has this view."""
+    def decide(self, name: str, key: str, now: float, shape: object = None, gap: float | None = None) -> float | None:
+        """0 to send now, seconds to wait, or None when the lead already has this view. `gap`: this agent's
+        own (VIEWED_GAP while a phone views it: the bridge reads it at that pace already, issue 29)."""
         if self.sent.get(name) == key:
             return None
         if shape is not None and self.shape.get(name) != shape:
             return 0.0
-        return max(0.0, self.last.get(name, -math.inf) + self.gap - now)
+        return max(0.0, self.last.get(name, -math.inf) + (self.gap if gap is None else gap) - now)
 
     def mark(self, name: str, key: str, now: float, shape: object = None) -> None:
         self.sent[name], self.last[name], self.shape[name] = key, now, shape
 
 
 def view_shape(view: dict) -> tuple:
-    """What in a view is never held by the gap: the status and each conversation's turn and state."""
+    """What in a view is never held by the gap: the status and each conversation's turn, state and open
+    asks (an ask closed and another raised at once leaves the state `waiting`: issue 29)."""
     state = view.get("state")
     convs = state.get("conversations") if isinstance(state, dict) else None
-    turns = tuple((c.get("id"), c.get("turn"), c.get("state")) for c in convs if isinstance(c, dict)) \
-        if isinstance(convs, list) else ()
+    turns = tuple((c.get("id"), c.get("turn"), c.get("state"),
+                   tuple(a.get("id") for a in c.get("asks") or [] if isinstance(a, dict))
+                   if isinstance(c.get("asks"), list) else ())
+                  for c in convs if isinstance(c, dict)) if isinstance(convs, list) else ()
     status = view.get("status")
     return (status.get("status") if isinstance(status, dict) else None, turns)
 
@@ -313,7 +319,9 @@ class Link:
                     view = agent_view(self.bridge, name)
                     key = json.dumps(view, sort_keys=True)
                     shape = view_shape(view)
-                    wait = coalescer.decide(name, key, trio.current_time(), shape)
+                    poller = getattr(self.bridge, "pollers", {}).get(name)
+                    gap = VIEWED_GAP if poller is not None and poller.viewers else None
+                    wait = coalescer.decide(name, key, trio.current_time(), shape, gap)
                     if wait == 0:
                         waiting.pop(name, None)
                         await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})

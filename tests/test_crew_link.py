@@ -17,6 +17,7 @@ from crew import crewwire
 from crew.crewconfig import CrewConfig
 from crew.crewstore import token_hash
 from crew.crewwire import FrameError, parse_member_frame
+from bridge.pace import VIEWED_GAP
 from member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
 from tests.live import short_dir
@@ -258,6 +259,26 @@ def test_a_turn_ending_within_the_gap_goes_at_once_a_streamed_item_waits():
     assert c.decide("a", json.dumps(asked), 10.03, view_shape(asked)) == 0
     gone = {"name": "a", "status": {"status": "unreachable"}, "state": None}
     assert c.decide("a", json.dumps(gone), 10.03, view_shape(gone)) == 0
+
+
+def test_an_ask_swapped_for_another_goes_at_once_and_a_viewed_agent_streams_at_the_viewed_gap():
+    """Issue 29: an ask closed and another raised at once leaves the conversation `waiting` — still a change
+    the gap never holds (Needs you shows it); while a phone views the agent, a streamed item waits for
+    VIEWED_GAP (50 ms) at most, not MIN_GAP, as the bridge reads it at that pace."""
+    def view(asks: list[str], items_rev: int) -> dict:
+        return {"name": "a", "status": {"status": "ready"},
+                "state": {"rev": items_rev, "conversations": [{"id": "c", "turn": 4, "state": "waiting",
+                                                               "items_rev": items_rev,
+                                                               "asks": [{"id": x} for x in asks]}]}}
+    c = Coalescer(0.1)
+    first = view(["q1"], 10)
+    c.mark("a", json.dumps(first), 10.0, view_shape(first))
+    swapped = view(["q2"], 11)
+    assert c.decide("a", json.dumps(swapped), 10.01, view_shape(swapped)) == 0
+    c.mark("a", json.dumps(swapped), 10.01, view_shape(swapped))
+    streamed = view(["q2"], 12)
+    assert c.decide("a", json.dumps(streamed), 10.02, view_shape(streamed)) == pytest.approx(0.09)
+    assert c.decide("a", json.dumps(streamed), 10.02, view_shape(streamed), VIEWED_GAP) == pytest.approx(0.04)
 
 
 async def test_a_view_too_big_for_the_link_says_so_instead_of_breaking_it():

@@ -11,7 +11,7 @@ import uuid
 import pytest
 import trio
 
-from bridge.pace import MIN_GAP, ReadPace
+from bridge.pace import BURST, MIN_GAP, VIEWED_GAP, ReadPace
 from bridge.writes import WriteRequest
 from tests.live import ALL_CAPS, writer_lab
 
@@ -21,13 +21,67 @@ TURN = 0.02  # the agent's own time per turn
 
 # --- the rule, as a plain class -------------------------------------------------------------------
 def test_isolated_change_is_read_at_once_a_burst_is_paced():
-    """W5: a read may start at once when the last one started `MIN_GAP` ago; inside a burst it waits."""
+    """W5, 29: a change after a quiet spell is read at once; BURST reads of changes may start back to back;
+    then one read per `MIN_GAP`."""
     pace = ReadPace()
     assert pace.delay(100.0, long_poll=True, cadence=10) == 0.0  # never read: at once
     pace.started(100.0)
-    assert pace.delay(100.05, long_poll=True, cadence=10) == pytest.approx(MIN_GAP - 0.05)
     assert pace.delay(130.0, long_poll=True, cadence=10) == 0.0  # a long-poll held 30 s: the next at once
     assert pace.delay(100.05, long_poll=False, cadence=10) == pytest.approx(10 - 0.05)
+    for k in range(1, BURST):
+        assert pace.delay(100.0, long_poll=True, cadence=10) == 0.0
+        pace.started(100.0)
+    assert pace.delay(100.0, long_poll=True, cadence=10) == pytest.approx(MIN_GAP)  # the burst is spent
+    assert pace.delay(100.05, long_poll=True, cadence=10) == pytest.approx(MIN_GAP - 0.05)
+
+
+def test_the_change_right_after_a_short_one_is_read_at_once():
+    """29: an agent writes a few words, then asks 30 ms later: the ask's read starts at once (before: it
+    waited out the 0.2 s gap after the first read, every time)."""
+    pace = ReadPace()
+    pace.started(0.0)
+    pace.finished(True)
+    assert pace.delay(0.03, long_poll=True, cadence=10) == 0.0
+
+
+def test_a_sustained_burst_is_read_once_per_gap():
+    """W5, 29: an agent changing without pause is read BURST times at once, then exactly every MIN_GAP
+    (five times a second), not once per change; a quiet spell of BURST gaps gives the whole burst back."""
+    pace = ReadPace()
+    now, reads = 0.0, []
+    while len(reads) < BURST + 5:  # every read answers at once with a change (a long-poll of a streaming agent)
+        now += pace.delay(now, long_poll=True, cadence=10)
+        reads.append(round(now, 9))
+        pace.started(now)
+        pace.finished(True)
+    assert reads == [0.0] * BURST + [0.2, 0.4, 0.6, 0.8, 1.0]
+    quiet = now + BURST * MIN_GAP
+    for _ in range(BURST):
+        assert pace.delay(quiet, long_poll=True, cadence=10) == 0.0
+        pace.started(quiet)
+    assert pace.delay(quiet, long_poll=True, cadence=10) == pytest.approx(MIN_GAP)
+
+
+def test_a_viewed_agent_is_read_at_the_pace_of_a_streaming_reply():
+    """29, W5: while a phone views the agent, credit comes back every VIEWED_GAP (50 ms): a reply streaming
+    20 updates a second is read at each update; when the phone leaves, the gap is MIN_GAP again."""
+    pace = ReadPace()
+    pace.set_gap(VIEWED_GAP, 0.0)
+    now, reads = 0.0, []
+    while len(reads) < BURST + 10:
+        now += pace.delay(now, long_poll=True, cadence=2)
+        reads.append(round(now, 9))
+        pace.started(now)
+    assert reads == [0.0] * BURST + [0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5]
+    pace.set_gap(MIN_GAP, now)
+    assert pace.delay(now, long_poll=True, cadence=10) == pytest.approx(MIN_GAP)
+    # blind polls while someone waits (no watch) keep MIN_GAP whether viewed or not
+    pace = ReadPace()
+    pace.set_gap(VIEWED_GAP, 0.0)
+    pace.poke(eager=True)
+    pace.started(0.0)
+    pace.finished(False)
+    assert pace.delay(0.0, long_poll=False, cadence=2) == pytest.approx(MIN_GAP)
 
 
 def test_a_long_poll_answered_304_at_once_is_paced_like_a_plain_poll():
@@ -72,9 +126,11 @@ def test_a_wait_asked_for_during_a_read_outlives_the_change_that_read_saw():
 
 
 def test_a_poke_reads_at_once_and_pokes_coalesce_into_one_read():
-    """16.1: a poke cuts the gap; every poke made before a read starts is covered by that read."""
+    """16.1: a poke cuts the gap, even with the burst spent; every poke made before a read starts is
+    covered by that read."""
     pace = ReadPace()
-    pace.started(0.0)
+    for _ in range(BURST):
+        pace.started(0.0)
     pace.poke()
     pace.poke(eager=True)
     assert pace.delay(0.01, long_poll=True, cadence=10) == 0.0
@@ -133,8 +189,8 @@ async def test_queued_sends_run_at_the_agents_pace(tmp, autojump_clock):
 
 
 async def test_a_burst_of_changes_is_read_at_most_every_gap(tmp, autojump_clock):
-    """W5: with nobody waiting, an agent changing every 10 ms for 1 s is read at once at the first
-    change (leading edge), then at most once per 0.2 s — not once per change."""
+    """W5, 29: with nobody waiting, an agent changing every 10 ms for 1 s is read at once at the first
+    change (leading edge), BURST reads at most at once, then at most once per 0.2 s — not once per change."""
     async with setup(tmp) as (collie, pane, b, w):
         start = trio.current_time()
         reply = pane.reply("", final=False)
@@ -153,8 +209,61 @@ async def test_a_burst_of_changes_is_read_at_most_every_gap(tmp, autojump_clock)
         reply.finish()
         assert seen_first == pytest.approx(start, abs=1e-6)
         reads = [t for t in collie.recorder.times("/v1/state") if start <= t < start + 1.0]
-        assert all(b - a >= MIN_GAP - 1e-6 for a, b in zip(reads, reads[1:]))
-        assert len(reads) <= 1 + 1.0 / MIN_GAP
+        # a bucket of BURST reads refilled one per MIN_GAP: any BURST + 1 reads span at least MIN_GAP
+        assert all(b - a >= MIN_GAP - 1e-6 for a, b in zip(reads, reads[BURST:])), reads
+        assert len(reads) <= BURST + 1.0 / MIN_GAP
+
+
+async def test_an_ask_right_after_a_short_change_is_seen_at_once(tmp, autojump_clock):
+    """29, W5: an agent writes a word, another 30 ms later, then asks 30 ms after that (ten times, after a
+    quiet second each): the bridge's view has each ask the moment it is raised (before: 0.14 s later
+    every time, the rest of the 0.2 s gap after the read of the first word)."""
+    async with setup(tmp) as (collie, pane, b, w):
+        lags = []
+        for k in range(10):
+            reply = pane.reply("", final=False)
+            reply.append(f"w{k} ")
+            await trio.sleep(0.03)
+            reply.append(f"x{k} ")
+            await trio.sleep(0.03)
+            asked = trio.current_time()
+            async with trio.open_nursery() as n:
+                async def ask(k=k):
+                    await pane.ask(kind="permission", title=f"Go {k}?", tool_call_id=f"t{k}",
+                                   options=[{"id": "y", "label": "Yes", "role": "allow"}])
+                n.start_soon(ask)
+                while not any(a.title == f"Go {k}?" for a in b.readers["desk"].conversations["c"].asks):
+                    await b.wait_changed()
+                lags.append(round(trio.current_time() - asked, 6))
+                n.cancel_scope.cancel()
+            reply.finish()
+            await trio.sleep(1)  # a quiet spell
+        assert lags == [0.0] * 10
+
+
+async def test_a_viewed_agent_streaming_is_read_at_each_update(tmp, autojump_clock):
+    """29, W5: a viewed agent streaming a reply (an update every 60 ms for 3 s) is read at each update:
+    the bridge's view has every update the moment it is made; the agent is not read more often than
+    BURST + one per VIEWED_GAP."""
+    async with setup(tmp) as (collie, pane, b, w):
+        b.set_viewing("desk", True)
+        await trio.sleep(1)
+        start = trio.current_time()
+        reply = pane.reply("", final=False)
+        lags = []
+        for k in range(50):
+            reply.append(f"w{k} ")
+            made = trio.current_time()
+            while not any(f"w{k} " in str(i.get("text", "")) for i in b.readers["desk"].logs.get("c").items.values()) \
+                    if b.readers["desk"].logs.get("c") else True:
+                await b.wait_changed()
+            lags.append(round(trio.current_time() - made, 6))
+            await trio.sleep(0.06 - (trio.current_time() - made))
+        reply.finish()
+        assert lags == [0.0] * 50
+        took = trio.current_time() - start
+        reads = [t for t in collie.recorder.times("/v1/state") if start <= t]
+        assert len(reads) <= BURST + took / VIEWED_GAP + 1
 
 
 async def test_a_waiter_without_watch_sees_the_turn_end_within_a_gap(tmp, autojump_clock):
