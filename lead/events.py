@@ -557,7 +557,7 @@ class Feed:
                 todo[(machine, agent)] = readers.get(agent)
         changed = False
         for (machine, agent), reader in todo.items():
-            changed |= self.needs.update(machine, agent, reader, now)
+            changed |= self.needs.update(machine, agent, reader, now, redact_on=self.redact_on)
         return changed
 
     def _viewed(self) -> set:

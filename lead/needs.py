@@ -24,8 +24,13 @@ class NeedsList:
         self.first_seen: dict[tuple[str, str, str], float] = {}  # (machine, agent, ask id) -> wall clock
         self._list: list[dict] | None = []
 
-    def update(self, machine: str, agent: str, reader, now: float) -> bool:
-        """Read one agent's open asks again (`reader` None: the agent is gone); True when they changed."""
+    def update(self, machine: str, agent: str, reader, now: float, *, redact_on: bool = True) -> bool:
+        """Read one agent's open asks again (`reader` None: the agent is gone); True when they changed.
+        With `redact_on` the titles are masked like the conversation list's (X1)."""
+        from crew.redact import redact
+
+        def mask(text):
+            return redact(text) if redact_on and isinstance(text, str) else text
         key = (machine, agent)
         entries = []
         alive = set()
@@ -37,8 +42,8 @@ class NeedsList:
                     seen = self.first_seen.setdefault(ask_key, now)
                     entries.append((seen, conv.id, {
                         "machine": machine, "agent": agent, "conversation": conv.id,
-                        "conversation_title": conv.title or "Untitled conversation", "ask": ask.id,
-                        "title": ask.title, "kind": ask.kind, "expires_at": ask.expires_at, "since": _since(seen)}))
+                        "conversation_title": mask(conv.title or "Untitled conversation"), "ask": ask.id,
+                        "title": mask(ask.title), "kind": ask.kind, "expires_at": ask.expires_at, "since": _since(seen)}))
         for old in self.by_agent.get(key, []):
             ask_key = (machine, agent, old[2]["ask"])
             if ask_key not in alive:

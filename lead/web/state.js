@@ -81,6 +81,8 @@ export function showUnpaired() { where(""); show(h("p", { class: "warning", text
 export async function loadDashboard() { app.dash = await api("/api/dashboard"); await refreshNeeds(); }
 let needsTimer = null;
 export const needsListeners = [];
+// The live channel's list (its `needs` event and snapshot): open asks only; approvals come with GET /api/needs.
+function setNeeds(asks) { app.needs = asks; const now = Date.now(); for (const fn of needsListeners) fn(now); }
 export function refreshNeeds() {
   clearTimeout(needsTimer);
   needsTimer = setTimeout(async () => {
@@ -120,8 +122,11 @@ const events = {
       keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
       app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
     }
-    refreshNeeds(); rerender();
+    if (Array.isArray(d.needs)) setNeeds(d.needs); else refreshNeeds();
+    rerender();
   },
+  // the whole Needs you list whenever it changes (an ask swapped for another changes no row)
+  needs(d) { if (Array.isArray(d.asks)) { setNeeds(d.asks); if (isRoute("dash")) rerender(); } },
   row(d) {
     if (!app.dash) return;
     for (const s of app.dash.sections) {
@@ -131,7 +136,6 @@ const events = {
       else if (i >= 0) s.agents[i] = d.row; else if (d.row) s.agents.push(d.row);
       s.waiting = s.agents.some((a) => a.waiting);
     }
-    refreshNeeds();
     if (isRoute("agent") && app.route.machine === d.machine && app.route.agent === d.agent) refreshList(d.row);
     if (isRoute("dash") || isRoute("agent") || isRoute("chat")) rerender();
   },
