@@ -84,13 +84,14 @@ def test_a_payload_over_what_push_services_carry_goes_without_the_answer():
 
 
 # --- in Chromium: a real lead, a real agent, a push delivered through the browser's own push event --------
+CONVERSATIONS = ("deploy", "rotate", "tidy", "clean")
 AGENT = """
 import os, sys, trio
 from crew.sdk import open_collie
-OPTIONS = %r
+OPTIONS, CONVERSATIONS = %r, %r
 async def main():
     async with open_collie(socket=sys.argv[1], caps=["asks"], runtime="locker") as c:
-        deploy, rotate = c.conversation("deploy", title="Deploy"), c.conversation("rotate", title="Rotate")
+        panes = [c.conversation(name, title=name.title()) for name in CONVERSATIONS]
         c.ready()
         print("listening", flush=True)
         async def one(pane, tool):
@@ -110,18 +111,27 @@ async def main():
             print("changed", flush=True)
         await when(sys.argv[2])  # the phone has subscribed: each ask pushes once, to the phones there are then (P3)
         async with trio.open_nursery() as n:
-            n.start_soon(one, deploy, "deploy")
-            n.start_soon(one, rotate, "rotate")
+            for pane in panes:
+                n.start_soon(one, pane, pane.id)
             n.start_soon(change_when_told)
             await trio.sleep_forever()
 trio.run(main)
-""" % (PERMISSION,)
+""" % (PERMISSION, CONVERSATIONS)
 
 # run in the worker: record what it shows (headless Chromium's getNotifications() may miss a notification just
 # shown, tests/test_phone_app.py), and tap a notification's action — a script cannot click one, so the test
 # dispatches the browser's event with the notification the worker showed, and waits for what it waits for
 RECORD = """(() => {
-  self.SHOWN = [];
+  self.SHOWN = []; self.POSTS = []; self.DROP = 0;  // DROP: lose that many replies (the answer went, its reply did not)
+  const send = self.fetch.bind(self);
+  self.fetch = async (url, init) => {
+    const r = await send(url, init);
+    if (init && init.method === "POST") {
+      self.POSTS.push({ url: String(url), body: JSON.parse(init.body), receipt: await r.clone().json() });
+      if (self.DROP > 0) { self.DROP -= 1; throw new TypeError("Failed to fetch"); }
+    }
+    return r;
+  };
   const show = ServiceWorkerRegistration.prototype.showNotification;
   ServiceWorkerRegistration.prototype.showNotification = function (title, options) {
     return show.call(this, title, options).then((r) => { self.SHOWN.push({ title, ...options }); return r; });
@@ -151,106 +161,190 @@ def browser():
         b.close()
 
 
-@pytest.mark.slow
-def test_allow_and_deny_from_the_notification_reach_the_agent_once_and_only_for_the_ask_shown(paths, bridge, browser):
-    """B5, O, P3 in Chromium: two pushes (decrypted: each carries its ask's digest and option ids) are
-    delivered to the service worker through the browser's push event; each shows `Allow` and `Deny`. Allow on
-    the first reaches the agent once and the notification says `Allowed`; the same tap again is the same
-    request (its request id kept in IndexedDB): a replay, still `Allowed`, and the agent got one answer. The
-    second ask changes before its Deny: nothing reaches the agent and the notification says
-    `This ask changed. Read it again and tap an answer.`, its tap opening the card."""
-    service = FakePushService()
-    run = short_dir()
-    go, flag = run / "ask-now", run / "change-now"
-    sock = run / "lock" / "a.sock"
-    sock.parent.mkdir(mode=0o700)
-    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(sock), str(go), str(flag)], cwd=REPO, stdout=subprocess.PIPE,
-                             text=True)
-    lines: list[str] = []
-    try:
-        assert "listening" in agent.stdout.readline()
-        threading.Thread(target=lambda: lines.extend(iter(agent.stdout.readline, "")), daemon=True).start()
+class Phone:
+    """A lead with one agent (four conversations, one permission ask each, raised once the phone has
+    subscribed), a paired Chromium page whose service worker got each ask's push through the browser's
+    push event, and the notifications it showed."""
+
+    def __init__(self, paths, bridge, browser, service, run) -> None:
+        self.run = run
+        self.go, self.flag = run / "ask-now", run / "change-now"
+        sock = run / "lock" / "a.sock"
+        sock.parent.mkdir(mode=0o700)
+        self.agent = subprocess.Popen([sys.executable, "-c", AGENT, str(sock), str(self.go), str(self.flag)], cwd=REPO,
+                                      stdout=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        assert "listening" in self.agent.stdout.readline()
+        threading.Thread(target=lambda: self.lines.extend(iter(self.agent.stdout.readline, "")), daemon=True).start()
         assert run_collie(paths, "durable", "attach", "desk", "--socket", str(sock)).returncode == 0
         b = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1"))  # the fake push service listens on loopback
-        address = b.wait_ready()["address"]
+        self.address = b.wait_ready()["address"]
         link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
         sub = Subscriber(service.url("/ok/chromium"))
-        ctx = browser.new_context(viewport={"width": 360, "height": 780})
-        ctx.grant_permissions(["notifications"], origin=address)
-        page = ctx.new_page()
-        errors: list = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(link)  # pairing: the cookie, and the device key in this origin's IndexedDB
-        page.wait_for_selector("main section")
+        self.ctx = browser.new_context(viewport={"width": 360, "height": 780})
+        self.ctx.grant_permissions(["notifications"], origin=self.address)
+        self.page = self.ctx.new_page()
+        self.errors: list = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(link)  # pairing: the cookie, and the device key in this origin's IndexedDB
+        self.page.wait_for_selector("main section")
         token = (paths.state_dir / "api-token").read_text().strip()
-        with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=10) as c:
-            assert c.post("/api/push/subscribe", json=sub.json()).json() == {"ok": True}
-        c2 = httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=10)
-        agent_desk = lambda conv: c2.get(f"/api/agents/local/desk/conversations/{conv}").json()  # noqa: E731
-        go.write_text("now")
-        pushes = {}
-        for conv in ("deploy", "rotate"):
-            wait_for(lambda conv=conv: agent_desk(conv).get("ask"), what=f"the {conv} ask")
-        for got in [service.wait(lambda r, conv=conv: r["path"] == "/ok/chromium"
-                                 and sub.decrypt(r["body"])["ask"]["conversation"] == conv)
-                    for conv in ("deploy", "rotate")]:
-            payload = sub.decrypt(got["body"])
-            pushes[payload["ask"]["conversation"]] = payload
-        for conv, payload in pushes.items():
-            now = agent_desk(conv)["ask"]
-            assert payload["ask"] == {"machine": "local", "agent": "desk", "conversation": conv, "id": now["id"],
-                                      "digest": now["digest"], "allow": "yes", "deny": "no"}
-        cdp = ctx.new_cdp_session(page)
-        regs: dict = {}
-        cdp.on("ServiceWorker.workerRegistrationUpdated",
-               lambda ev: regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
-        cdp.send("ServiceWorker.enable")
-        wait_for(lambda: (page.wait_for_timeout(50), regs)[1], what="the service worker's registration")
-        [worker] = wait_for(lambda: (page.wait_for_timeout(50), ctx.service_workers)[1], what="the service worker")
-        worker.evaluate(RECORD)
-        shown = lambda: worker.evaluate("self.SHOWN")  # noqa: E731
-        for i, conv in enumerate(("deploy", "rotate")):
-            cdp.send("ServiceWorker.deliverPushMessage", {"origin": address.rstrip("/"),
-                                                          "registrationId": list(regs.values())[0],
-                                                          "data": json.dumps(pushes[conv])})
-            wait_for(lambda i=i: len(shown()) > i, what=f"the {conv} notification")
-        deploy, rotate = shown()
-        for n, conv in ((deploy, "deploy"), (rotate, "rotate")):
-            assert n["title"] == f"Permission needed in {conv.title()}"
-            assert n["body"] == f"{conv} — staging"
-            assert [(a["action"], a["title"]) for a in n["actions"]] == [("allow", "Allow"), ("deny", "Deny")]
-            assert n["tag"] == pushes[conv]["tag"] and n["data"]["url"] == f"/#/c/local/desk/{conv}"
+        self.api = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=10)
+        assert self.api.post("/api/push/subscribe", json=sub.json()).json() == {"ok": True}
+        self.go.write_text("now")
+        self.pushes = {}
+        for conv in CONVERSATIONS:
+            got = service.wait(lambda r, conv=conv: r["path"] == "/ok/chromium"
+                               and sub.decrypt(r["body"])["ask"]["conversation"] == conv)
+            self.pushes[conv] = sub.decrypt(got["body"])  # RFC 8291: what only this subscription can read
+        self.cdp = self.ctx.new_cdp_session(self.page)
+        self.regs: dict = {}
+        self.cdp.on("ServiceWorker.workerRegistrationUpdated",
+                    lambda ev: self.regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
+        self.cdp.send("ServiceWorker.enable")
+        wait_for(lambda: (self.page.wait_for_timeout(50), self.regs)[1], what="the service worker's registration")
+        [self.worker] = wait_for(lambda: (self.page.wait_for_timeout(50), self.ctx.service_workers)[1],
+                                 what="the service worker")
+        self.worker.evaluate(RECORD)
+        self.notes = {}
+        for conv in CONVERSATIONS:
+            self.notes[conv] = self.deliver(self.pushes[conv])
 
-        # Allow: the agent gets it once, bound to the digest shown; the notification says `Allowed`
-        worker.evaluate(TAP, [deploy, "allow"])
-        wait_for(lambda: any(line.startswith("answer deploy") for line in lines), what="the agent's answer")
-        after = shown()[-1]
-        assert (after["title"], after["tag"], after.get("actions") or []) == ("Allowed", deploy["tag"], [])
-        assert after["body"] == "deploy — staging" and after["data"]["url"] == "/#/c/local/desk/deploy"
-        # the same tap again (a retry after a lost reply): the same request id, a replay — the agent got one
-        worker.evaluate(TAP, [deploy, "allow"])
-        assert shown()[-1]["title"] == "Allowed"
-        assert c2.get("/api/agents/local/desk/conversations/deploy").json().get("asks") == []  # the ask is closed
-        assert [line for line in lines if line.startswith("answer")] == ["answer deploy accepted yes\n"]
+    def pane(self, conv: str) -> dict:
+        return self.api.get(f"/api/agents/local/desk/conversations/{conv}").json()
 
-        # the rotate ask changes under its notification: Deny is refused, the notification says so
-        flag.write_text("now")
-        wait_for(lambda: "changed\n" in lines, what="the agent to change its ask")
-        wait_for(lambda: agent_desk("rotate")["ask"]["digest"] != pushes["rotate"]["ask"]["digest"],
-                 what="the lead to read the changed ask")
-        worker.evaluate(TAP, [rotate, "deny"])
-        after = shown()[-1]
-        assert after["title"] == "This ask changed. Read it again and tap an answer."
-        assert (after["tag"], after.get("actions") or [], after["data"]["url"]) == (rotate["tag"], [],
-                                                                                     "/#/c/local/desk/rotate")
-        assert agent_desk("rotate")["ask"]["id"] == pushes["rotate"]["ask"]["id"]  # still open: nothing reached it
-        assert [line for line in lines if line.startswith("answer")] == ["answer deploy accepted yes\n"]
-        assert errors == []
-        c2.close()
-        ctx.close()
+    def shown(self) -> list[dict]:
+        return self.worker.evaluate("self.SHOWN")
+
+    def deliver(self, payload: dict) -> dict | None:
+        """The browser's own push event (DevTools protocol), as the push service would deliver it."""
+        before = len(self.shown())
+        self.cdp.send("ServiceWorker.deliverPushMessage", {"origin": self.address.rstrip("/"),
+                                                           "registrationId": list(self.regs.values())[0],
+                                                           "data": json.dumps(payload)})
+        return wait_for(lambda: self.shown()[before:], what="the notification")[0]
+
+    def tap(self, note: dict, action: str) -> dict:
+        before = len(self.shown())
+        self.worker.evaluate(TAP, [note, action])
+        [after] = self.shown()[before:]
+        return after
+
+    def answers(self) -> list[str]:
+        return [line for line in self.lines if line.startswith("answer")]
+
+    def close(self) -> None:
+        self.api.close()
+        self.ctx.close()
+        self.agent.kill()
+        self.agent.wait()
+        self.agent.stdout.close()
+
+
+@pytest.fixture
+def phone(paths, bridge, browser):
+    service = FakePushService()
+    run = short_dir()
+    p = None
+    try:
+        p = Phone(paths, bridge, browser, service, run)
+        yield p
+        assert p.errors == []
     finally:
-        agent.kill()
-        agent.wait()
-        agent.stdout.close()
+        if p is not None:
+            p.close()
         service.close()
         cleanup(run)
+
+
+@pytest.mark.slow
+def test_allow_and_deny_from_the_notification_reach_the_agent_once_and_only_for_the_ask_shown(phone):
+    """B5, O, P3 in Chromium: each push (decrypted) carries its ask's digest and option ids, and its notification
+    shows `Allow` and `Deny`. Allow reaches the agent once and the notification says `Allowed`; the same tap
+    again is the same request (its request id kept in IndexedDB): a replay, still `Allowed`, one answer at the
+    agent. An ask that changed before its Deny: nothing reaches the agent and the notification says
+    `This ask changed. Read it again and tap an answer.`, its tap opening the card."""
+    for conv, payload in phone.pushes.items():
+        now = phone.pane(conv)["ask"]
+        assert payload["ask"] == {"machine": "local", "agent": "desk", "conversation": conv, "id": now["id"],
+                                  "digest": now["digest"], "allow": "yes", "deny": "no"}
+        n = phone.notes[conv]
+        assert (n["title"], n["body"]) == (f"Permission needed in {conv.title()}", f"{conv} — staging")
+        assert [(a["action"], a["title"]) for a in n["actions"]] == [("allow", "Allow"), ("deny", "Deny")]
+        assert n["tag"] == payload["tag"] and n["data"]["url"] == f"/#/c/local/desk/{conv}"
+
+    deploy = phone.notes["deploy"]
+    after = phone.tap(deploy, "allow")
+    wait_for(lambda: phone.answers(), what="the agent's answer")
+    assert (after["title"], after["body"], after["tag"], after["actions"]) == ("Allowed", "deploy — staging",
+                                                                               deploy["tag"], [])
+    assert after["data"]["url"] == "/#/c/local/desk/deploy"
+    assert phone.tap(deploy, "allow")["title"] == "Allowed"  # the same tap again
+    first, again = phone.worker.evaluate("self.POSTS")
+    assert first["body"] == again["body"] and first["body"]["digest"] == phone.pushes["deploy"]["ask"]["digest"]
+    assert first["body"]["answer"] == {"option_ids": ["yes"]} and again["receipt"]["replay"] is True
+    assert first["url"].endswith("/api/ask/" + phone.pushes["deploy"]["ask"]["id"])
+    assert phone.pane("deploy")["asks"] == []
+    assert phone.answers() == ["answer deploy accepted yes\n"]
+
+    # the rotate ask changes under its notification: its Deny reaches nothing, and the notification says so
+    phone.flag.write_text("now")
+    wait_for(lambda: "changed\n" in phone.lines, what="the agent to change its ask")
+    wait_for(lambda: phone.pane("rotate")["ask"]["digest"] != phone.pushes["rotate"]["ask"]["digest"],
+             what="the lead to read the changed ask")
+    rotate = phone.notes["rotate"]
+    after = phone.tap(rotate, "deny")
+    assert after["title"] == "This ask changed. Read it again and tap an answer."
+    assert (after["tag"], after["actions"], after["data"]["url"]) == (rotate["tag"], [], "/#/c/local/desk/rotate")
+    assert phone.pane("rotate")["ask"]["id"] == phone.pushes["rotate"]["ask"]["id"]  # still open
+    assert phone.answers() == ["answer deploy accepted yes\n"]
+
+
+@pytest.mark.slow
+def test_a_lost_reply_offers_retry_which_is_the_same_request_and_applies_once(phone):
+    """O: the answer went but its reply was lost: the notification says `Not certain the answer arrived. Retry
+    sends it once more.` with `Retry`; Retry sends the very same request (same request id), the agent gets
+    Deny once and the notification says `Denied`."""
+    tidy = phone.notes["tidy"]
+    phone.worker.evaluate("self.DROP = 1")
+    after = phone.tap(tidy, "deny")
+    assert after["title"] == "Not certain the answer arrived. Retry sends it once more."
+    assert [(a["action"], a["title"]) for a in after["actions"]] == [("retry", "Retry")]
+    wait_for(lambda: phone.answers(), what="the agent's answer")
+    done = phone.tap(after, "retry")
+    assert (done["title"], done["actions"]) == ("Denied", [])
+    first, again = phone.worker.evaluate("self.POSTS")
+    assert first["body"] == again["body"] and first["body"]["answer"] == {"option_ids": ["no"]}
+    assert again["receipt"]["replay"] is True and again["receipt"]["outcome"] == "accepted"
+    assert phone.answers() == ["answer tidy accepted no\n"]
+
+
+@pytest.mark.slow
+def test_a_notification_whose_ask_was_answered_elsewhere_offers_no_stale_allow(phone):
+    """Issue 31: the clean ask is answered on the card (another request): its push comes again — not shown —
+    and closes the notifications of asks no longer open; a tap on one still on screen reaches nothing and
+    says what happened (O)."""
+    clean = phone.notes["clean"]
+    ask = phone.pane("clean")["ask"]
+    got = phone.api.post(f"/api/ask/{ask['id']}", json={"request_id": "card-1", "agent": "desk",
+                                                         "digest": ask["digest"], "answer": {"option_ids": ["yes"]}})
+    assert got.json()["outcome"] == "accepted"
+    wait_for(lambda: phone.pane("clean")["asks"] == [], what="the ask to close")
+    # the browser's notification list, replaced by one the test holds (headless Chromium's is not reliable)
+    phone.worker.evaluate("""(tags) => {
+      self.CLOSED = [];
+      self.registration.getNotifications = async () => tags.map((tag) => ({ tag, timestamp: 0,
+        close() { self.CLOSED.push(tag); } }));
+    }""", [clean["tag"], phone.notes["rotate"]["tag"]])
+    before = len(phone.shown())
+    phone.cdp.send("ServiceWorker.deliverPushMessage", {"origin": phone.address.rstrip("/"),
+                                                        "registrationId": list(phone.regs.values())[0],
+                                                        "data": json.dumps(phone.pushes["clean"])})
+    wait_for(lambda: phone.worker.evaluate("self.CLOSED"), what="a notification closed")
+    assert phone.worker.evaluate("self.CLOSED") == [clean["tag"]]  # rotate's ask is still open: it stays
+    assert len(phone.shown()) == before  # the push of an answered ask shows nothing
+    after = phone.tap(clean, "allow")  # a tap on it before it went: nothing reaches the agent
+    assert after["title"] in ("Already answered. This card goes away on the next refresh.",
+                              "Not accepted. The ask may come back in a moment.")
+    assert after["actions"] == []
+    assert phone.answers() == ["answer clean accepted yes\n"]
