@@ -285,6 +285,14 @@ def test_allow_and_deny_from_the_notification_reach_the_agent_once_and_only_for_
     assert first["body"]["answer"] == {"option_ids": ["yes"]} and again["receipt"]["replay"] is True
     assert first["url"].endswith("/api/ask/" + phone.pushes["deploy"]["ask"]["id"])
     assert phone.pane("deploy")["asks"] == []
+    # Deny on the same notification afterwards (two taps in a row): the same request id with another answer,
+    # refused — never a second answer — in Collie's words, and final: no Retry
+    late = phone.tap(deploy, "deny")
+    sent = phone.worker.evaluate("self.POSTS")[2]
+    assert sent["body"]["request_id"] == first["body"]["request_id"] and sent["body"]["answer"] == {"option_ids": ["no"]}
+    assert (sent["receipt"]["outcome"], sent["receipt"]["reason"]) == ("refused", "conflict")
+    assert (late["title"], late["actions"]) == (sent["receipt"]["text"], [])
+    assert late["title"] == "This request id was used for something else"
     assert phone.answers() == ["answer deploy accepted yes\n"]
 
     # the rotate ask changes under its notification: its Deny reaches nothing, and the notification says so

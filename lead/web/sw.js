@@ -90,17 +90,26 @@ self.addEventListener("notificationclick", (e) => {
 // Answer from the notification (issue 31; B5, O): POST /api/ask/<id> with the digest the notification
 // showed, so a changed ask refuses it and nothing reaches the agent. The request id is kept (IndexedDB,
 // per notification) before the request goes: a Retry, or the same tap again, is the same request and the
-// agent applies it once. The outcome replaces the notification; only `unknown` offers Retry.
-async function answerFrom(n, action) {
+// agent applies it once. The outcome replaces the notification; only an `unknown` a resend may settle
+// offers Retry.
+const answering = new Map();  // tag -> the answer under way: taps on one notification go one after the other
+function answerFrom(n, action) {
+  const next = (answering.get(n.tag) || Promise.resolve()).then(() => answerOnce(n, action));
+  answering.set(n.tag, next.catch(() => {}));
+  return next;
+}
+async function answerOnce(n, action) {
   const ask = n.data.ask;
   const kept = await answers("get", n.tag);
   let body, choice;
   if (action === "retry" && kept) ({ body, choice } = kept);
   else {
     choice = action === "retry" ? ask.choice : action;  // a Retry whose record is gone: the tap it repeats
+    // a tap after an earlier one under this notification reuses its request id: the same answer is a replay,
+    // another one is refused `conflict` (May already be applied) — never a second answer
     body = { request_id: kept ? kept.body.request_id : newId(), machine: ask.machine, agent: ask.agent,
              digest: ask.digest, answer: { option_ids: [ask[choice]] }, confirmed: false };
-    await answers("put", n.tag, { body, choice, at: Date.now() });
+    if (!kept) await answers("put", n.tag, { body, choice, at: Date.now() });
   }
   let rec;
   try {
@@ -120,7 +129,7 @@ async function answerFrom(n, action) {
 function show(n, ask, rec) {
   const title = rec.outcome === "accepted" ? (ask.choice === "deny" ? WORDS.denied : WORDS.allowed)
     : (rec.text || WORDS.refused);
-  const retry = rec.outcome === "unknown";
+  const retry = rec.outcome === "unknown" && rec.reason !== "conflict" && rec.reason !== "protocol";  // those are final
   return self.registration.showNotification(title, { body: n.body || "", tag: n.tag, icon: "/icon.svg",
     data: { url: n.data.url || "/", ask: retry ? ask : null }, renotify: false, silent: true,
     actions: retry ? [{ action: "retry", title: WORDS.retry }] : [] });
