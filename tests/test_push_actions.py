@@ -28,9 +28,9 @@ PERMISSION = [{"id": "yes", "label": "Ship it", "role": "allow"},
               {"id": "no", "label": "Not now", "role": "deny"}]
 
 
-def payload_of(raw: dict, *, remote: bool = False, conversation: str = "deploy") -> dict:
+def payload_of(raw: dict, *, remote: bool = False, conversation: str = "deploy", pane: str = "Deploy") -> dict:
     view = sanitize_ask(raw, remote=remote)
-    return ask_payload(machine="local", agent="desk", conversation=conversation, pane="Deploy", ask=ask_fields(view),
+    return ask_payload(machine="local", agent="desk", conversation=conversation, pane=pane, ask=ask_fields(view),
                        redact_on=True)
 
 
@@ -73,14 +73,18 @@ def test_asks_a_tap_cannot_answer_rightly_push_without_an_answer(why, raw):
 
 def test_a_payload_over_what_push_services_carry_goes_without_the_answer():
     """RFC 8030 §7.2: over 3,993 bytes before encryption the push would be refused; the answer's fields are
-    what gives way (the notification then opens the card), the push itself still goes."""
+    what gives way (the notification then opens the card). Ids are ASCII (wire §1), so it takes the longest
+    ids, each character escaped, and texts of emoji (12 bytes each once JSON-escaped)."""
     small = payload_of(ask())
     assert len(encode(small)) <= PAYLOAD_MAX and "digest" in small["ask"]
-    long_id = "é" * 120  # 6 bytes each once JSON-escaped, several times over (tag, url, ask)
-    big = payload_of(ask(id="a" * 128, options=[{"id": "y" * 128, "role": "allow"}, {"id": "n" * 128, "role": "deny"}]),
-                     conversation=long_id)
-    assert "digest" not in big["ask"] and big["title"] == "Permission needed in Deploy"
-    assert answer_offer(ask_fields(sanitize_ask(ask()))) is not None
+    longest = ask(id='"' * 128, options=[{"id": '"' * 128, "label": "Ship it", "role": "allow"},
+                                          {"id": "n" * 128, "label": "Not now", "role": "deny"}])
+    plain = payload_of(longest, conversation='"' * 128)
+    assert "digest" in plain["ask"] and len(encode(plain)) <= PAYLOAD_MAX  # the longest ids still fit
+    emoji = dict(longest, push={"title": "🚀" * 60, "line": "🚀" * 120})
+    big = payload_of(emoji, conversation='"' * 128, pane="🚀" * 60)
+    assert "digest" not in big["ask"] and big["title"] == "Permission needed in " + "🚀" * 60
+    assert answer_offer(ask_fields(sanitize_ask(emoji))) is not None  # the ask itself could be answered
 
 
 # --- in Chromium: a real lead, a real agent, a push delivered through the browser's own push event --------
