@@ -165,6 +165,48 @@ def browser():
         b.close()
 
 
+def paired(browser, address: str, link: str):
+    """A Chromium page paired from the link: the cookie, and the device key in this origin's IndexedDB."""
+    ctx = browser.new_context(viewport={"width": 360, "height": 780})
+    ctx.grant_permissions(["notifications"], origin=address)
+    page = ctx.new_page()
+    errors: list = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(link)
+    page.wait_for_url(re.compile(r"/(#/?)?$"))
+    page.wait_for_selector("#view > *")  # the dashboard drew (sections, or the line saying none are attached)
+    return ctx, page, errors
+
+
+def service_worker(ctx, page):
+    """The page's service worker, its registration id (DevTools protocol) and a recorder in it."""
+    cdp = ctx.new_cdp_session(page)
+    regs: dict = {}
+    cdp.on("ServiceWorker.workerRegistrationUpdated",
+           lambda ev: regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
+    cdp.send("ServiceWorker.enable")
+    wait_for(lambda: (page.wait_for_timeout(50), regs)[1], what="the service worker's registration")
+    [worker] = wait_for(lambda: (page.wait_for_timeout(50), ctx.service_workers)[1], what="the service worker")
+    worker.evaluate(RECORD)
+    return cdp, regs, worker
+
+
+def deliver(cdp, regs: dict, worker, address: str, payload: dict) -> dict:
+    """The browser's own push event (DevTools protocol), as the push service would deliver it; the notification."""
+    before = len(worker.evaluate("self.SHOWN"))
+    cdp.send("ServiceWorker.deliverPushMessage", {"origin": address.rstrip("/"),
+                                                  "registrationId": list(regs.values())[0], "data": json.dumps(payload)})
+    return wait_for(lambda: worker.evaluate("self.SHOWN")[before:], what="the notification")[0]
+
+
+def tap(worker, note: dict, action: str) -> dict:
+    """Tap one of the notification's actions; the notification that replaced it."""
+    before = len(worker.evaluate("self.SHOWN"))
+    worker.evaluate(TAP, [note, action])
+    [after] = worker.evaluate("self.SHOWN")[before:]
+    return after
+
+
 class Phone:
     """A lead with one agent (four conversations, one permission ask each, raised once the phone has
     subscribed), a paired Chromium page whose service worker got each ask's push through the browser's
@@ -185,13 +227,7 @@ class Phone:
         self.address = b.wait_ready()["address"]
         link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
         sub = Subscriber(service.url("/ok/chromium"))
-        self.ctx = browser.new_context(viewport={"width": 360, "height": 780})
-        self.ctx.grant_permissions(["notifications"], origin=self.address)
-        self.page = self.ctx.new_page()
-        self.errors: list = []
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(link)  # pairing: the cookie, and the device key in this origin's IndexedDB
-        self.page.wait_for_selector("main section")
+        self.ctx, self.page, self.errors = paired(browser, self.address, link)
         token = (paths.state_dir / "api-token").read_text().strip()
         self.api = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=10)
         assert self.api.post("/api/push/subscribe", json=sub.json()).json() == {"ok": True}
@@ -201,15 +237,7 @@ class Phone:
             got = service.wait(lambda r, conv=conv: r["path"] == "/ok/chromium"
                                and sub.decrypt(r["body"])["ask"]["conversation"] == conv)
             self.pushes[conv] = sub.decrypt(got["body"])  # RFC 8291: what only this subscription can read
-        self.cdp = self.ctx.new_cdp_session(self.page)
-        self.regs: dict = {}
-        self.cdp.on("ServiceWorker.workerRegistrationUpdated",
-                    lambda ev: self.regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
-        self.cdp.send("ServiceWorker.enable")
-        wait_for(lambda: (self.page.wait_for_timeout(50), self.regs)[1], what="the service worker's registration")
-        [self.worker] = wait_for(lambda: (self.page.wait_for_timeout(50), self.ctx.service_workers)[1],
-                                 what="the service worker")
-        self.worker.evaluate(RECORD)
+        self.cdp, self.regs, self.worker = service_worker(self.ctx, self.page)
         self.notes = {}
         for conv in CONVERSATIONS:
             self.notes[conv] = self.deliver(self.pushes[conv])
@@ -220,19 +248,11 @@ class Phone:
     def shown(self) -> list[dict]:
         return self.worker.evaluate("self.SHOWN")
 
-    def deliver(self, payload: dict) -> dict | None:
-        """The browser's own push event (DevTools protocol), as the push service would deliver it."""
-        before = len(self.shown())
-        self.cdp.send("ServiceWorker.deliverPushMessage", {"origin": self.address.rstrip("/"),
-                                                           "registrationId": list(self.regs.values())[0],
-                                                           "data": json.dumps(payload)})
-        return wait_for(lambda: self.shown()[before:], what="the notification")[0]
+    def deliver(self, payload: dict) -> dict:
+        return deliver(self.cdp, self.regs, self.worker, self.address, payload)
 
     def tap(self, note: dict, action: str) -> dict:
-        before = len(self.shown())
-        self.worker.evaluate(TAP, [note, action])
-        [after] = self.shown()[before:]
-        return after
+        return tap(self.worker, note, action)
 
     def answers(self) -> list[str]:
         return [line for line in self.lines if line.startswith("answer")]
@@ -349,7 +369,7 @@ def test_a_notification_whose_ask_was_answered_elsewhere_offers_no_stale_allow(p
         close() { self.CLOSED.push(tag); } }));
     }""", [clean["tag"], phone.notes["rotate"]["tag"]])
     before = len(phone.shown())
-    phone.cdp.send("ServiceWorker.deliverPushMessage", {"origin": phone.address.rstrip("/"),
+    phone.cdp.send("ServiceWorker.deliverPushMessage", {"origin": phone.address.rstrip("/"),  # not shown: no wait
                                                         "registrationId": list(phone.regs.values())[0],
                                                         "data": json.dumps(phone.pushes["clean"])})
     wait_for(lambda: phone.worker.evaluate("self.CLOSED"), what="a notification closed")
@@ -360,3 +380,41 @@ def test_a_notification_whose_ask_was_answered_elsewhere_offers_no_stale_allow(p
                               "Not accepted. The ask may come back in a moment.")
     assert after["actions"] == []
     assert phone.answers() == ["answer clean accepted yes\n"]
+
+
+@pytest.mark.slow
+def test_a_members_agent_is_answered_from_the_notification_too(browser):
+    """Issue 31 across a crew: the member's deployer asks; the lead pushes it (machine `workshop`, its digest,
+    the allow and deny ids); Allow on the notification goes through the lead to the member's agent, which
+    deploys once, and the notification says `Allowed`."""
+    from tests.crewlab import Crew, items_of
+
+    service = FakePushService()
+    crew = Crew(short_dir("lk"))
+    try:
+        crew.start_lead()
+        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        ctx, page, errors = paired(browser, crew.address, link)
+        sub = Subscriber(service.url("/ok/member"))
+        with crew.client() as c:
+            assert c.post("/api/push/subscribe", json=sub.json()).json() == {"ok": True}
+            m = crew.add_member("workshop")
+            m.agent("lab", "deployer")
+            m.serve()
+            payload = sub.decrypt(service.wait(lambda r: r["path"] == "/ok/member")["body"])
+            ask = c.get("/api/agents/workshop/lab/conversations/deploy").json()["ask"]
+            assert payload["ask"] == {"machine": "workshop", "agent": "lab", "conversation": "deploy", "id": ask["id"],
+                                      "digest": ask["digest"], "allow": "yes", "deny": "no"}
+            cdp, regs, worker = service_worker(ctx, page)
+            note = deliver(cdp, regs, worker, crew.address, payload)
+            assert [a["title"] for a in note["actions"]] == ["Allow", "Deny"]
+            after = tap(worker, note, "allow")
+            assert (after["title"], after["actions"]) == ("Allowed", [])
+            replies = lambda: [i["text"] for i in items_of(c, "workshop", "lab", "deploy") if i["kind"] == "reply"]  # noqa: E731
+            assert wait_for(replies, what="the member's agent to deploy") == ["Deployed to staging."]
+        assert errors == []
+        ctx.close()
+    finally:
+        crew.stop()
+        service.close()
+        cleanup(crew.base)
