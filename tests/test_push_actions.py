@@ -297,6 +297,11 @@ def test_allow_and_deny_from_the_notification_reach_the_agent_once_and_only_for_
         assert [(a["action"], a["title"]) for a in n["actions"]] == [("allow", "Allow"), ("deny", "Deny")]
         assert n["tag"] == payload["tag"] and n["data"]["url"] == f"/#/c/local/desk/{conv}"
 
+    # the same push without what answers it (an ask the lead judged a tap cannot answer: Q5, Q6): no buttons
+    bare = dict(phone.pushes["rotate"], ask={k: phone.pushes["rotate"]["ask"][k]
+                                             for k in ("machine", "agent", "conversation", "id")})
+    assert phone.deliver(bare)["actions"] == []
+
     deploy = phone.notes["deploy"]
     after = phone.tap(deploy, "allow")
     wait_for(lambda: phone.answers(), what="the agent's answer")

@@ -36,6 +36,7 @@ const WORDS = { allow: "Allow", deny: "Deny", allowed: "Allowed", denied: "Denie
   notCertain: "Not certain the answer arrived. Retry sends it once more.",  // O
   refused: "The answer was refused." };                                     // O
 const CSRF = { "X-Collie-CSRF": "1" };
+const ANSWER_MS = 30000;  // an answer's reply waited for at most (then: not certain, Retry)
 
 // Push (features P2, P3): show the ask's notification; tapping it opens that ask's card. A push for an
 // ask that was answered meanwhile (on another device, or in the agent) is not shown, and the notifications
@@ -114,8 +115,9 @@ async function answerOnce(n, action) {
   let rec;
   try {
     const key = await readKey();
+    // bounded: a browser ends a worker's event after a few minutes, and the notification would keep its buttons
     const r = await fetch(`/api/ask/${encodeURIComponent(ask.id)}`, { method: "POST", credentials: "same-origin",
-      cache: "no-store", body: JSON.stringify(body),
+      cache: "no-store", body: JSON.stringify(body), signal: AbortSignal.timeout(ANSWER_MS),
       headers: { "Content-Type": "application/json", ...CSRF, ...(key ? { "X-Collie-Device-Key": key } : {}) } });
     let got = null;
     try { got = await r.json(); } catch (_) { got = null; }
