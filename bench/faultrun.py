@@ -148,8 +148,9 @@ class Proc:
 
 
 class Trial:
-    def __init__(self, seed: int, base: Path, burst: int = 24) -> None:
+    def __init__(self, seed: int, base: Path, burst: int = 24, extra_open: int = 0) -> None:
         self.seed = seed
+        self.extra_open = extra_open  # the agent's open conversations beyond its own six (`--open`, issue 32)
         self.rng = random.Random(seed)
         self.scenario = SCENARIOS[seed % len(SCENARIOS)]
         self.base = base
@@ -212,7 +213,8 @@ class Trial:
         self.ledger.parent.mkdir(mode=0o700, exist_ok=True)
         out = open(self.logs / "agent.log", "ab")
         p = subprocess.Popen([sys.executable, "-m", "fixtures.tally", "--socket", str(self.sock), "--ledger",
-                              str(self.ledger), "--turn", str(self.turn_seconds)], cwd=REPO,
+                              str(self.ledger), "--turn", str(self.turn_seconds), "--open", str(self.extra_open)],
+                             cwd=REPO,
                              env=self.env("agent"), stdout=subprocess.PIPE, stderr=out)
         out.close()
         line = p.stdout.readline()
@@ -580,10 +582,10 @@ class Phone:
 
 # --- the trial ------------------------------------------------------------------------------------
 def run_trial(seed: int, *, burst: int = 24, keep: str = "failed", root: Path | None = None,
-              patience: float = 30.0) -> dict:
+              patience: float = 30.0, extra_open: int = 0) -> dict:
     """One trial; `patience` bounds the phone's retries and the wait for the inbox to drain."""
     base = Path(tempfile.mkdtemp(prefix=f"fc{seed}-", dir=str(root or "/tmp")))
-    trial = Trial(seed, base, burst)
+    trial = Trial(seed, base, burst, extra_open)
     result: dict = {"seed": seed, "scenario": trial.scenario, "folder": str(base)}
     started = time.monotonic()
     phone = None

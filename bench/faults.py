@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=sorted(set(SCENARIOS)), help="run only trials of this scenario")
     p.add_argument("--keep", choices=("failed", "all", "none"), default="failed", help="which trial folders to keep")
     p.add_argument("--root", help="make trial folders here (default /tmp)")
+    p.add_argument("--open", type=int, default=0, help="the agent has this many more open conversations, listed "
+                                                      "first: more than a view carries (200) tests the cut (issue 32)")
     args = p.parse_args(argv)
     if args.json:
         check_writable(p, args.json, "the results")
@@ -86,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def save(complete: bool) -> None:  # after every trial too: a long run cut short keeps what it measured
         if args.json:
-            Path(args.json).write_text(json.dumps({"trials": len(results), "first_seed": args.seed, "burst": args.burst,
+            Path(args.json).write_text(json.dumps({"trials": len(results), "first_seed": args.seed, "burst": args.burst, "open": args.open,
                                                    "complete": complete, "results": results}, indent=1, default=str))
     for n, seed in enumerate(seeds_for(args.seed, args.trials, args.only), 1):
-        r = run_trial(seed, burst=args.burst, keep=args.keep, root=Path(args.root) if args.root else None)
+        r = run_trial(seed, burst=args.burst, keep=args.keep, root=Path(args.root) if args.root else None,
+                      extra_open=args.open)
         results.append(r)
         save(complete=False)
         if r.get("skipped"):

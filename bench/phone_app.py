@@ -1,6 +1,19 @@
 """The phone app measured in Chromium (issue 12).
 
     .venv/bin/python bench/phone_app.py [--asks 100] [--machines 10] [--agents 10] [--conversations 100] [--runs 5]
+    .venv/bin/python bench/phone_app.py --page [--runs 5]     # only the page's own cost (issue 29)
+
+--page: a lead with two fixture agents (a deployer, a showcase), the page in headless Chromium at 390x844,
+its bytes read off the DevTools protocol (`Network.loadingFinished.encodedDataLength`: headers and body as
+they crossed the wire, after compression):
+   - first load: a fresh context (no cache), service worker on, until the dashboard is drawn and the
+     service worker has stored the shell — the shell's files (`static`) and the API reads apart;
+   - repeat visit: the same context opened again (what the HTTP cache and immutable names save);
+   - first render: navigation start -> the first section drawn (stamped in the page), p50 of --runs fresh
+     contexts.
+   Floors in the same run: bytes — one bare response of the lead (`/healthz`, headers and a tiny body) times
+   the requests made, plus the gzip size of the shell's files (what the bytes cannot go under without fewer
+   requests or smaller code); time — a fresh context's navigation to `/healthz` (navigation start -> response end).
 
 1. Ask raised on a member's agent -> its card visible in the page: a real lead and member; the agent is
    run by this process (SDK, watch) so the moment the ask is raised is known; the page (headless
@@ -109,14 +122,182 @@ def one_row_event(address: str, token: str, asks_q: list) -> int:
     return -1
 
 
+RENDER_STAMP = """(() => { window.__t = {};
+  const mo = new MutationObserver(() => {
+    if (!window.__t.render && document.querySelector("main section")) window.__t.render = performance.now();
+  });
+  document.addEventListener("DOMContentLoaded", () => mo.observe(document.body, { subtree: true, childList: true }));
+})();"""
+
+
+def wire_bytes(ctx, page, go, settle_ms: int = 1500) -> dict:
+    """Bytes over the wire while `go()` loads the page, split into the shell (static) and the API."""
+    cdp = ctx.new_cdp_session(page)
+    cdp.send("Network.enable")
+    urls: dict[str, str] = {}
+    got = {"static": 0, "api": 0, "requests": 0, "static_requests": 0}
+    cdp.on("Network.requestWillBeSent", lambda e: urls.__setitem__(e["requestId"], e["request"]["url"]))
+
+    got["files"] = []
+
+    def done(e):
+        url = urls.get(e["requestId"], "")
+        kind = "api" if "/api/" in url else "static"
+        got[kind] += int(e["encodedDataLength"])
+        got["requests"] += 1
+        got["static_requests"] += kind == "static"
+        if kind == "static":
+            path = url.split("://", 1)[-1].split("/", 1)[-1].split("#")[0]
+            got["files"].append("index.html" if path in ("", "index.html") else path.rsplit("/", 1)[-1])
+    cdp.on("Network.loadingFinished", done)
+    go()
+    page.wait_for_timeout(settle_ms)
+    cdp.detach()
+    return got
+
+
+def long_chat(crew: Crew, browser, base: str, link: str, runs: int) -> dict:
+    """A conversation of 10,000 items (the lead keeps its newest 2,000): navigation -> its newest item
+    drawn in the chat, and the chat items in the DOM."""
+    times, nodes = [], []
+    for i in range(runs):
+        if i:
+            link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+        page = ctx.new_page()
+        page.goto(link)
+        page.wait_for_selector("main section")
+        page.goto(base + "/healthz")
+        ctx.add_init_script("""(() => { window.__t = {}; const mo = new MutationObserver(() => {
+          if (!window.__t.newest && [...document.querySelectorAll('.items .item')].some((e) => e.textContent.trim() === 'message 9999'))
+            window.__t.newest = performance.now(); });
+          document.addEventListener('DOMContentLoaded', () => mo.observe(document.body, {subtree: true, childList: true})); })();""")
+        page = ctx.new_page()
+        page.goto(base + "/#/c/local/long/talk")
+        try:
+            times.append(poll(page, "window.__t && window.__t.newest", 30))
+        except AssertionError:
+            print("chat not drawn:", page.locator("main").inner_text()[:300], page.url, file=sys.stderr)
+            raise
+        nodes.append(page.evaluate("document.querySelectorAll('.items .item').length"))
+        ctx.close()
+    return {"times": times, "nodes": nodes}
+
+
+def page_only(runs: int) -> None:
+    """Issue 29's page targets: first load and repeat visit over the wire, first render; floors beside."""
+    import gzip
+
+    from playwright.sync_api import sync_playwright
+
+    from lead.web import Static
+    crew = Crew(Path(tempfile.mkdtemp(prefix="cp", dir="/tmp")))
+    try:
+        crew.lead.agent("desk", "deployer")
+        crew.lead.agent("show", "showcase")
+        sock = crew.lead.run / "long.sock"
+        up, stop = threading.Event(), threading.Event()
+
+        def long_agent():  # one conversation of 10,000 replies, made before the lead reads it
+            async def run():
+                async with open_collie(socket=str(sock), host_name="bench", caps=["asks", "send", "watch"],
+                                       caller_check="off", runtime="bench", history_limit=10000) as collie:
+                    talk = collie.conversation("talk", title="Long talk")
+                    for n in range(10000):
+                        talk.reply(f"message {n}")
+                    collie.ready()
+                    up.set()
+                    while not stop.is_set():
+                        await trio.sleep(0.1)
+            trio.run(run)
+        threading.Thread(target=long_agent, daemon=True).start()
+        up.wait(60)
+        assert crew.lead.collie("durable", "attach", "long", "--socket", str(sock)).returncode == 0
+        crew.start_lead()
+        token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
+        with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}) as c:
+            wait_for(lambda: sum(a["status"] == "ready" for s in c.get("/api/dashboard").json()["sections"]
+                                 for a in s["agents"]) == 3, timeout=60, what="agents ready")
+        static = Static()
+        shell_gz = sum(len(g) for _, g, _ in static.files.values())
+        shell_raw = sum(len(b) for b, _, _ in static.files.values())
+        first, repeat, renders, nav_floor, bare, steps = [], [], [], [], [], []
+        with sync_playwright() as pw:
+            browser = launch(pw)
+            for _ in range(runs):
+                link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+                base = link.split("/pair#")[0]
+                ctx = browser.new_context(viewport={"width": 390, "height": 844})
+                page = ctx.new_page()
+                page.goto(link)  # pairs this context, then a navigation elsewhere clears the page's own state
+                page.wait_for_selector("main section")
+                page.goto(base + "/healthz")
+                nav_floor.append(page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd"))
+                bare.append(wire_bytes(ctx, page, lambda: page.reload(), 300)["static"])
+                cookies = ctx.cookies()
+                ctx.close()
+                # a fresh context with the cookie only: nothing cached, no service worker yet
+                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
+                ctx.add_cookies(cookies)
+                ctx.add_init_script(RENDER_STAMP)
+                page = ctx.new_page()
+                first.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
+                renders.append(poll(page, "window.__t && window.__t.render", 30))
+                steps.append(page.evaluate("""() => { const n = performance.getEntriesByType('navigation')[0];
+                  const r = performance.getEntriesByType('resource');
+                  const end = (s) => Math.max(0, ...r.filter((e) => e.name.includes(s)).map((e) => e.responseEnd));
+                  const start = (s) => Math.max(0, ...r.filter((e) => e.name.includes(s)).map((e) => e.startTime));
+                  return { html: n.responseEnd, dcl: n.domContentLoadedEventEnd, modules: end('.js'),
+                           dash_start: start('/api/dashboard'), dash_end: end('/api/dashboard') }; }"""))
+                page.close()
+                page = ctx.new_page()
+                repeat.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
+                ctx.close()
+            link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+            long = long_chat(crew, browser, base, link, runs)
+            browser.close()
+        stop.set()
+        req = int(pct([f["static_requests"] for f in first], 50))
+        b = pct(bare, 50)
+        loaded = set(first[-1]["files"])
+        body_floor = sum(len(static.files[n][1]) for n in loaded if n in static.files)
+        rest = sum(len(g) for n, (_, g, _) in static.files.items() if n not in loaded)
+        print(f"load average {os.getloadavg()[0]:.2f}")
+        print(f"shell: {len(static.files)} files, {shell_raw / 1024:.1f} KiB, gzip {shell_gz / 1024:.1f} KiB")
+        print(f"first load over the wire (static, to the dashboard drawn): p50 {pct([f['static'] for f in first], 50) / 1024:.1f} KiB"
+              f" in {req} requests, target <= 30 KB; floor {body_floor / 1024:.1f} KiB (the gzip bodies of those files, "
+              f"no headers); API reads {pct([f['api'] for f in first], 50) / 1024:.1f} KiB")
+        print(f"  later, off the first render's path: the other screens' modules and the service worker's copy "
+              f"of them, {rest / 1024:.1f} KiB gzip (fetched when first shown / in the background)")
+        print(f"repeat visit over the wire (static): p50 {pct([r['static'] for r in repeat], 50):.0f} B in "
+              f"{int(pct([r['static_requests'] for r in repeat], 50))} requests, target <= 2 KB; floor {b:.0f} B "
+              f"(one bare response of the lead: the page itself revalidated)")
+        step = {k: pct([x[k] for x in steps], 50) for k in steps[0]}
+        print("  on the way (p50, ms from navigation start): page " + ", ".join(
+            f"{k} {v:.0f}" for k, v in step.items()) + f", first section drawn {pct(renders, 50):.0f}")
+        print(f"first render (navigation start -> first section drawn): p50 {pct(renders, 50):.0f} ms, max "
+              f"{max(renders):.0f} ms, target <= 100 ms; floor p50 {pct(nav_floor, 50):.0f} ms (a fresh context's "
+              f"navigation to /healthz)")
+        print(f"a conversation of 10,000 items (the lead keeps 2,000): navigation -> newest item drawn p50 "
+              f"{pct(long['times'], 50):.0f} ms, max {max(long['times']):.0f} ms, target <= 300 ms; chat items in "
+              f"the DOM {max(long['nodes'])} (bounded); floor p50 {pct(nav_floor, 50):.0f} ms (as above)")
+        del gzip
+    finally:
+        crew.stop()
+        shutil.rmtree(crew.base, ignore_errors=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--page", action="store_true", help="only the page's own bytes and first render (issue 29)")
     p.add_argument("--asks", type=int, default=100)
     p.add_argument("--machines", type=int, default=10)
     p.add_argument("--agents", type=int, default=10)
     p.add_argument("--conversations", type=int, default=100)
     p.add_argument("--runs", type=int, default=5, help="fresh loads of the big dashboard")
     args = p.parse_args()
+    if args.page:
+        return page_only(args.runs)
     from playwright.sync_api import sync_playwright
 
     crew = Crew(Path(tempfile.mkdtemp(prefix="cu", dir="/tmp")))

@@ -4,6 +4,9 @@
 waits up to `STOP_WAIT` seconds for it and then goes through anyway, so a hung send never locks
 Stop out. The lock is held until the agent answered the write (or its deadline passed).
 
+`on_release`: callables told the key of each lock let go (the lead's inbox dispatches a send that waited
+for it, crew.md §3).
+
 Used by the bridge's writer (local agents), by the lead for members' agents, and by a member's
 writer under the lead's lock (`wait=0`: a Stop the lead already let through does not wait again).
 """
@@ -25,6 +28,7 @@ class SessionLocks:
     def __init__(self) -> None:
         self._locks: dict[tuple, trio.Lock] = {}
         self.stop_wait = STOP_WAIT
+        self.on_release: list = []
 
     def _lock(self, key: tuple) -> trio.Lock:
         lock = self._locks.get(key)
@@ -58,3 +62,6 @@ class SessionLocks:
                 lock.release()
             if not lock.locked() and lock.statistics().tasks_waiting == 0:
                 self._locks.pop(key, None)
+            if held:
+                for fn in self.on_release:
+                    fn(key)

@@ -73,6 +73,31 @@ def pane_state(reader: AgentReader, conv_id: str, *, recent_sends: list[dict] | 
     }
 
 
+def masked_pane(state: dict | None, on: bool) -> dict | None:
+    """X1: the pane's title and line 2 and its asks' titles and bodies with secrets masked, like the
+    conversation list's, so a secret never sits on the phone's screen (the ask's digest is left alone: the
+    answer still quotes the ask as the agent listed it)."""
+    if state is None or not on:
+        return state
+    from crew.redact import redact
+
+    def text(v):
+        return redact(v) if isinstance(v, str) else v
+
+    def ask(a):
+        return {**a, **{k: text(a[k]) for k in ("title", "body") if k in a}} if isinstance(a, dict) else a
+    out = dict(state)  # only the keys the pane has: nothing added
+    for k in ("title", "line2"):
+        if k in out:
+            out[k] = text(out[k])
+    if "ask" in out:
+        out["ask"] = ask(out["ask"])
+    for k in ("asks", "asks_more"):
+        if isinstance(out.get(k), list):
+            out[k] = [ask(a) for a in out[k]]
+    return out
+
+
 def chat_items(items: list[dict], tapped: set[str]) -> list[dict]:
     """Chat items; an ask that expired or was decided with no tap from the phone gets its R3 line."""
     out = []

@@ -31,7 +31,7 @@ from __future__ import annotations
 import attrs
 
 from crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
-from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus
+from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus, keep_conversations
 from crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
                        unstructure, utc_time)
 
@@ -134,6 +134,8 @@ class PreparedState:
     parsed: dict[str, tuple[dict, ConversationView]]
     notes: list[tuple[str, str]]  # (once-key, log line)
     reparsed: int  # how many conversations were parsed (the others were unchanged)
+    kept: list | None = None  # the raw conversations kept, when the state listed more than are read
+    left_out: int = 0  # open conversations not read (crew.views.keep_conversations)
 
 
 @attrs.frozen
@@ -173,6 +175,7 @@ class AgentReader:
         self._saved: set[str] = set()
         self._parsed: dict[str, tuple[dict, ConversationView]] = {}  # id -> (raw object, its view)
         self.reparsed = 0  # conversations parsed by the last state answer (for tests and benches)
+        self.left_out = 0  # open conversations the agent listed and this view does not hold (the list's footer)
 
     # --- events -----------------------------------------------------------------------------
     def on_hello(self, data: object, now: float) -> list[str]:
@@ -220,10 +223,12 @@ class AgentReader:
         raws = data.get("conversations", [])
         head = structure({k: v for k, v in data.items() if k != "conversations"}, State)
         notes: list[tuple[str, str]] = []
+        kept, left_out = None, 0
         if len(raws) > MAX_CONVERSATIONS:
-            notes.append(("conversations:over", f"[durable] {self.name}: {len(raws)} open conversations; only the "
-                                                f"first {MAX_CONVERSATIONS} are read"))
-            raws = raws[:MAX_CONVERSATIONS]
+            notes.append(("conversations:over", f"[durable] {self.name}: {len(raws)} open conversations; only "
+                                                f"{MAX_CONVERSATIONS} are read (waiting, working, then the newest)"))
+            raws = kept = keep_conversations(raws, MAX_CONVERSATIONS)[0]
+            left_out = len(data["conversations"]) - len(kept)
         views: dict[str, ConversationView] = {}
         parsed: dict[str, tuple[dict, ConversationView]] = {}
         count = 0
@@ -241,7 +246,8 @@ class AgentReader:
                 count += 1
             views[view.id] = view
             parsed[view.id] = (raw, view)
-        return PreparedState(state=head, views=views, parsed=parsed, notes=notes, reparsed=count)
+        return PreparedState(state=head, views=views, parsed=parsed, notes=notes, reparsed=count, kept=kept,
+                             left_out=left_out)
 
     def is_older(self, prepared: PreparedState) -> bool:
         """A state read that finished after a newer one was applied (same instance, lower rev)."""
@@ -265,8 +271,9 @@ class AgentReader:
         self.conversations = views
         self._parsed = prepared.parsed
         self._maybe_stale = True
-        if isinstance(data, dict) and len(data.get("conversations", ())) > MAX_CONVERSATIONS:
-            data = {**data, "conversations": data["conversations"][:MAX_CONVERSATIONS]}  # keep no more than is read
+        if isinstance(data, dict) and prepared.kept is not None:
+            data = {**data, "conversations": prepared.kept}  # keep no more than is read
+        self.left_out = prepared.left_out
         self.raw_state = data
         for gone in set(self.logs) - set(views):  # closed conversations are read from the agent, not kept
             del self.logs[gone]

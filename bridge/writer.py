@@ -226,8 +226,9 @@ class Writer:
                 answered = frozenset({req.ask_id})
         if reader.hello is None and down is not None:  # not ready, and we know why (plan() would say "starting")
             decision: Receipt | Call = refused(req.request_id, req.op, "unreachable", down.detail)
-        else:
-            decision = plan(req, self.facts(req.agent, answered))
+        else:  # an inbox send quoting "the current turn" quotes it now, from the fresh view (crew.md §3)
+            facts = self.facts(req.agent, answered)
+            decision = plan(req.quoting(facts.conversations), facts)
         if isinstance(decision, Receipt):
             if req.op == "send":
                 self._recent(req).add(req.request_id, req.text or "", "refused", trio.current_time())

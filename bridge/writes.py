@@ -62,10 +62,23 @@ class WriteRequest:
     action_id: str | None = None
     starter_id: str | None = None
     title: str | None = None
+    # a send from the inbox (crew.md §3, §4): quote the conversation's turn as the owning bridge reads it
+    # when the write goes out — the lead may not see the conversation at all (a cut view, issue 32)
+    current_turn: bool = False
 
     def fingerprint(self) -> str:
-        data = json.dumps(attrs.asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(data.encode()).hexdigest()
+        data = attrs.asdict(self)
+        if not self.current_turn:  # as before the field existed: recorded requests keep their fingerprints
+            del data["current_turn"]
+        return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    def quoting(self, conversations: dict) -> WriteRequest:
+        """The request as it goes out: a send asking for the current turn quotes the turn of the view
+        (the bridge reads it fresh under the session's lock just before)."""
+        if self.op != "send" or not self.current_turn:
+            return self
+        conv = conversations.get(self.conversation or "")
+        return attrs.evolve(self, turn=conv.turn if conv is not None else self.turn)
 
 
 

@@ -12,8 +12,8 @@ converter (unknown fields are ignored, for forward compatibility; a wrong type, 
 unknown `type`, a binary frame or more than the bounds below is a `FrameError`). The bounds keep one
 member's frame small enough to handle without stalling the lead: `MAX_FRAME` bytes a frame (the lead's
 WebSocket server closes the link above it, code 1009), `MAX_AGENTS` agents a member,
-`MAX_CONVERSATIONS` open conversations an agent view (the member trims to it before sending; the lead
-trims again).
+`MAX_CONVERSATIONS` open conversations an agent view (the member cuts to it before sending, keeping the
+conversations that matter and saying how many it left out, `left_out`; the lead cuts again).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import cattrs
 from crew.convert import describe, lenient_converter
 from crew.receipts import Receipt
 from crew.sources import NAME_RULE
+from crew.views import keep_conversations
 from crew.wire import WireRange
 
 CREW_WIRE = WireRange(1, 1)
@@ -40,7 +41,10 @@ MIN_GAP = 0.1  # a member publishes an agent's view at most once per this gap (t
 
 MAX_FRAME = 1024 * 1024  # bytes of one frame, either way (trio-websocket's default, and the lead's server limit)
 MAX_AGENTS = 100  # agents one member may show
-MAX_CONVERSATIONS = 200  # open conversations of one agent view (crew.md §6 designs for 100)
+# open conversations of one agent view (crew.md §6 designs for 100; a cut view keeps those that matter and
+# says how many it left out; 200 at ~750 characters each is ~150 KB of a 1 MiB frame, bench/README.md)
+MAX_CONVERSATIONS = 200
+LEFT_OUT_MAX = 10 ** 9  # a member's count of the conversations it left out, at most
 # entries one `read_result` may carry, counted before anything is structured (a million tiny items fit
 # a frame and took the lead's loop ~175 ms to structure): a member's cache keeps 2,000 items a conversation
 # (bridge.reader.KEEP_ITEMS) and answers them all behind the left-out line; a closed page is the agent's 100
@@ -87,6 +91,11 @@ def _name(_inst, attribute, value) -> None:
         raise ValueError(f"{attribute.name} breaks the name rule")
 
 
+def _left_out(_inst, attribute, value) -> None:
+    if type(value) is not int or not 0 <= value <= LEFT_OUT_MAX:
+        raise ValueError(f"{attribute.name} must be a whole number from 0 to {LEFT_OUT_MAX}")
+
+
 def _status(_inst, _attribute, value) -> None:
     if value not in AGENT_STATUSES:
         raise ValueError(f"status must be one of {', '.join(AGENT_STATUSES)}")
@@ -123,21 +132,27 @@ class AgentView:
     status: MemberStatus
     hello: dict | None = None
     state: dict | None = None
+    left_out: int = attrs.field(default=0, validator=_left_out)  # open conversations the view does not carry
 
     def conversation_count(self) -> int:
         convs = (self.state or {}).get("conversations")
         return len(convs) if isinstance(convs, list) else 0
 
     def trimmed(self) -> AgentView:
-        """At most MAX_CONVERSATIONS open conversations, the first ones the agent listed."""
+        """At most MAX_CONVERSATIONS open conversations, those that matter (crew.views.keep_conversations);
+        `left_out` counts the rest too."""
         if self.conversation_count() <= MAX_CONVERSATIONS:
             return self
         assert self.state is not None
-        state = {**self.state, "conversations": self.state["conversations"][:MAX_CONVERSATIONS]}
-        return attrs.evolve(self, state=state)
+        kept, cut = keep_conversations(self.state["conversations"], MAX_CONVERSATIONS)
+        return attrs.evolve(self, state={**self.state, "conversations": kept},
+                            left_out=min(LEFT_OUT_MAX, self.left_out + cut))
 
     def as_wire(self) -> dict:
-        return {"name": self.name, "status": _conv.unstructure(self.status), "hello": self.hello, "state": self.state}
+        out = {"name": self.name, "status": _conv.unstructure(self.status), "hello": self.hello, "state": self.state}
+        if self.left_out:
+            out["left_out"] = self.left_out
+        return out
 
 
 def _max_agents(_inst, _attribute, value) -> None:
@@ -163,6 +178,7 @@ class ViewBody:
     status: MemberStatus
     hello: dict | None = None
     state: dict | None = None
+    left_out: int = attrs.field(default=0, validator=_left_out)
 
 
 @attrs.frozen
@@ -171,7 +187,7 @@ class AgentFrame:
     view: ViewBody
 
     def agent_view(self) -> AgentView:
-        return AgentView(self.name, self.view.status, self.view.hello, self.view.state)
+        return AgentView(self.name, self.view.status, self.view.hello, self.view.state, self.view.left_out)
 
 
 @attrs.frozen

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import attrs
 
+from crew.views import READY, STATUS_LABEL
+
 MAX_TEXT = 60
 MAX_EVENTS = 6
 WAITING_OR_RUNNING = ("pending", "approved", "running")  # inbox states worth a line; finished ones are not
@@ -60,9 +62,10 @@ class AgentLine:
     machine: str
     name: str
     line2: str
-    status: str
+    status: str  # the word the phone shows (features D2: `Starting`, `Unreachable`, …), `Ready` when ready
     open: int | None
     waiting: int | None
+    ready: bool = False
 
 
 @attrs.frozen
@@ -109,9 +112,11 @@ class Summary:
                 state = "online" if s.get("online", True) else "offline"
             mlines.append(MachineLine(machine, "lead" if i == 0 else "member", state))
             for a in (s or {}).get("agents", []):
+                status = a.get("status")
+                word = a.get("status_label") or (STATUS_LABEL.get(status) if isinstance(status, str) else None)
                 alines.append(AgentLine(machine, clip(a.get("name"), 32), clip(a.get("line2")),
-                                        clip(a.get("status_label") or a.get("status"), 20),
-                                        a.get("open"), a.get("waiting")))
+                                        clip(word or status, 20),
+                                        a.get("open"), a.get("waiting"), ready=status == READY))
         return cls(
             machines=tuple(mlines), agents=tuple(alines),
             asks=tuple(AskLine(clip(a.get("machine"), 32), clip(a.get("agent"), 32), clip(a.get("conversation"), 32),
@@ -125,7 +130,7 @@ class Summary:
         machines = ", ".join(f"{m.machine} {m.state}" for m in self.machines)
         waiting = sum(1 for i in self.inbox if i.state in ("approved", "pending"))
         return (f"[demo] summary: {machines}; {len(self.agents)} agents, "
-                f"{sum(1 for a in self.agents if a.status == 'ready')} ready; {len(self.asks)} open asks; "
+                f"{sum(1 for a in self.agents if a.ready)} ready; {len(self.asks)} open asks; "
                 f"inbox: {waiting} waiting, {sum(1 for i in self.inbox if i.state == 'running')} running")
 
 

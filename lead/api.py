@@ -23,7 +23,7 @@ from werkzeug.routing import RequestRedirect
 
 from bridge.bridge import FOOTER_NO_ANSWER, Bridge
 from bridge.client import AgentUnreachable
-from bridge.panes import chat_items, conversation_rows, pane_state
+from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
@@ -127,6 +127,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
             token = bearer_token(websocket.headers.get("authorization", ""))
             if token and hub.store.member_for(token):
                 trust_connection()
+    if feed is not None:
+        feed.redact_on = redact_on  # X1: the live channel's panes are masked like this API's
 
     def error(status: int, code: str, message: str):
         return jsonify({"error": code, "message": message}), status
@@ -254,8 +256,10 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
                             "reason": got.reason})
         warning = bridge.warning(agent) if machine == LOCAL else (
             reader.detail if reader.status == "version_mismatch" else None)
-        return jsonify({"open": masked_rows(conversation_rows(reader), redact_on), "status": reader.status,
-                        "warning": warning})
+        caps = list(reader.hello.caps) if reader.hello else []
+        return jsonify({"open": masked_rows(conversation_rows(reader), redact_on),
+                        "left_out": getattr(reader, "left_out", 0), "status": reader.status, "warning": warning,
+                        "caps": caps})
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>")
     async def pane(machine: str, agent: str, conv: str):
@@ -271,7 +275,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         state = pane_state(reader, conv, recent_sends=recent, machine=machine, online=member is None or member.online)
         if state is None:
             return error(404, "not_found", f"no open conversation {conv!r}")
-        return jsonify(state)
+        return jsonify(masked_pane(state, redact_on))
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):

@@ -83,7 +83,7 @@ class LeadDaemon(Daemon):
         from lead.push import Pusher
         from lead.tls import ensure_certificate, fingerprint_file, names_for
 
-        self.devices = Devices(paths.state_dir / "devices.sqlite")
+        self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
         self.feed.follow_inbox(self.inbox)
         self.devices.on_revoke.append(self.feed.revoke_device)
@@ -205,6 +205,15 @@ class LeadDaemon(Daemon):
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
+
+
+def pair_command(env: dict) -> str:
+    """What a refused pairing link tells the phone to run: `collie pair`, or `COLLIE_PAIR_COMMAND` from the
+    lead's `.env` or environment (the demo's lead sets `… demo pair`); one printable line, at most 200."""
+    given = env.get("COLLIE_PAIR_COMMAND") or ""
+    if given and len(given) <= 200 and given.isprintable() and "`" not in given and given.strip() == given:
+        return given
+    return "collie pair"
 
 
 def _port_of(address: str) -> int | None:

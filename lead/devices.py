@@ -103,7 +103,8 @@ def clean_name(name: object, fallback: str) -> str:
 
 
 class Devices:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, again: str = "collie pair") -> None:
+        self.again = again  # the command a refused link tells to run (`collie demo pair` in the demo)
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
         if "key_hash" not in {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}:
@@ -147,19 +148,19 @@ class Devices:
     def redeem(self, code: object, name: object, now: float) -> tuple[Device, str, str]:
         """Trade a code for a new device credential: (device, cookie, key). Raises `PairingRefused`."""
         if not isinstance(code, str) or not 1 <= len(code) <= 200:
-            raise PairingRefused("unknown", "This pairing link is not valid. Run `collie pair` again.")
+            raise PairingRefused("unknown", f"This pairing link is not valid. Run `{self.again}` again.")
         h = digest(code)
         found = None
         for known in self.codes:  # constant-time comparison of the hashes, whatever is stored
             if hmac.compare_digest(known, h):
                 found = known
         if found is None:
-            raise PairingRefused("unknown", "This pairing link is not valid. Run `collie pair` again.")
+            raise PairingRefused("unknown", f"This pairing link is not valid. Run `{self.again}` again.")
         expires, used = self.codes[found]
         if used is not None:
-            raise PairingRefused("used", "This pairing link was already used. Run `collie pair` again.")
+            raise PairingRefused("used", f"This pairing link was already used. Run `{self.again}` again.")
         if now >= expires:
-            raise PairingRefused("expired", "This pairing link expired (links last 10 minutes). Run `collie pair` again.")
+            raise PairingRefused("expired", f"This pairing link expired (links last 10 minutes). Run `{self.again}` again.")
         if len(self.by_hash) >= MAX_DEVICES:
             raise PairingRefused("too_many", f"{MAX_DEVICES} phones are paired already. Revoke one with `collie devices revoke`.")
         credential, key = secrets.token_urlsafe(CREDENTIAL_BYTES), secrets.token_urlsafe(CREDENTIAL_BYTES)
@@ -168,7 +169,7 @@ class Devices:
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             if self.db.execute("UPDATE codes SET used_at=? WHERE hash=? AND used_at IS NULL", (now, found)).rowcount != 1:
-                raise PairingRefused("used", "This pairing link was already used. Run `collie pair` again.")
+                raise PairingRefused("used", f"This pairing link was already used. Run `{self.again}` again.")
             self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen, key_hash) VALUES (?, ?, ?, ?, ?, ?)",
                             (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash))
         self.codes[found] = (expires, now)

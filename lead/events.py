@@ -42,7 +42,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from bridge.panes import agent_row, chat_items, pane_state
+from bridge.panes import agent_row, chat_items, masked_pane, pane_state
 from crew import logs
 
 log = logs.get("events")
@@ -215,6 +215,8 @@ class Channel:
 class Feed:
     """Watches the bridge, the hub and the inbox; turns what changed into events for every channel."""
 
+    redact_on = True  # X1: the pane it sends has secrets masked (install_api sets it from COLLIE_REDACT)
+
     def __init__(self, bridge, hub=None, writer=None, *, log_: EventLog | None = None,
                  set_viewing: Callable | None = None) -> None:
         self.bridge = bridge
@@ -372,8 +374,8 @@ class Feed:
 
     def _pane(self, reader, machine: str, conv: str, recent: list) -> dict:
         member = self.hub.members.get(machine) if machine != LOCAL and self.hub is not None else None
-        return pane_state(reader, conv, recent_sends=recent, machine=machine,
-                          online=member is None or member.online)
+        return masked_pane(pane_state(reader, conv, recent_sends=recent, machine=machine,
+                                      online=member is None or member.online), self.redact_on)
 
     async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
         reader = self.reader_of(machine, agent)

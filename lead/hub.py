@@ -146,6 +146,7 @@ def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
         reader.on_hello(view.hello, now)
     if view.state is not None and reader.hello is not None:
         reader.on_state(view.state, None, now)
+    reader.left_out = min(crewwire.LEFT_OUT_MAX, reader.left_out + view.left_out)  # the list's footer (issue 32)
     if not (reader.status == UNREACHABLE and reader.reason == "protocol"):  # our own parse failure wins
         reader.status, reader.reason, reader.detail = st.status, st.reason, st.detail
     text = crewwire.encode(view.as_wire())

@@ -21,8 +21,15 @@ Rules:
   phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner. A change
   by a `required` sender (`message`) sends an approved item back to `pending` for a new approval.
 - One item runs at a time per agent; agents run in parallel. An item is `done` when the turn it
-  started ends. At dispatch it quotes the conversation's current turn; an open ask holds it
-  `approved` (not refused) until the ask closes.
+  started ends. At dispatch it quotes the conversation's current turn as the owning bridge reads it
+  under the session's lock (`current_turn`: the lead may not see the conversation, issue 32); an open
+  ask, or another write holding the session's lock, holds it `approved` (not refused) until it is gone:
+  a send is never refused or failed `busy` (crew.md §3, issue 27).
+- Nothing spins (issue 32): an item answered "not now" (`HOLD`) waits 1, 2, 4 … HOLD_MAX s before its
+  next try (sooner when the lead sees what it waits on change), keeping its place while the items
+  behind it for other conversations run; an agent that reached nothing pauses its whole inbox. One
+  item logs ITEM_LINES lines at once, then one every ITEM_LINE_EVERY s. A send no machine can quote a
+  turn for ends `failed` after UNKNOWN_TURN_TRIES `turn_moved` (waiting cannot change it).
 - Nothing runs twice and every receipt is true: the exact request (body and turn) is recorded on
   disk before it is sent. An item interrupted before its receipt (a crash, a dropped link, an
   `unknown`) is resumed with that very request under the same id, so the journals on the way
@@ -41,6 +48,7 @@ Rules:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sqlite3
 import time
@@ -78,6 +86,19 @@ FINISHED = ("done", "expired", "cancelled", "failed")
 TRANSIENT = ("unreachable", "disk_full", "not_recorded")
 HOLD = ("ask_open", "turn_moved", "busy", *TRANSIENT)
 PAUSE_MAX = 10.0  # an agent whose dispatches reach nothing is tried again after 1, 2, 4 … 10 s
+# an item answered "not now" (a HOLD refusal: an ask open, the turn moved, the session busy) waits 1, 2, 4 …
+# HOLD_MAX s before its next try (issue 32: it was dispatched again at once, thousands of times a second);
+# its place is kept, the items behind it for other conversations run meanwhile
+HOLD_MAX = 30.0
+# a send the lead could quote no turn for (it does not see the conversation) answered `turn_moved` this many
+# times in a row: the owning bridge does not quote the current turn itself (an older Collie), so waiting
+# changes nothing — the item ends `failed` with that true refusal
+UNKNOWN_TURN_TRIES = 3
+UNKNOWN_TURN = ("the lead does not see this conversation's turn and its machine does not quote it (an older "
+                "Collie?): send it again from the conversation")
+# what one item logs: at most ITEM_LINES lines at once, then one line every ITEM_LINE_EVERY s (the next
+# line says how many were held); a held item wrote 14,004 lines in 25 s (issue 32)
+ITEM_LINES, ITEM_LINE_EVERY = 2, 60.0
 STORE_ERRORS = (sqlite3.Error, OSError)  # writing the record failed (the state folder's disk is full, …)
 ID_NAMESPACE = uuid.UUID("6f1d3c1e-9a57-4d61-8a43-2b1c4f0e7a10")
 
@@ -189,18 +210,37 @@ class InboxCore:
         return [i for i in items if i.state in FINISHED and now - i.updated_at >= keep]
 
     # --- order ------------------------------------------------------------------------------
-    def next_to_run(self, items, blocked: set[str]) -> Item | None:
-        """The first approved item by order, unless the agent already runs one; `blocked` holds
-        conversations with an open ask (their items wait, keeping their place)."""
+    def next_to_run(self, items, blocked, held=frozenset()) -> Item | None:
+        """The first approved item by order, unless the agent already runs one. `blocked` holds
+        conversations whose sends wait (an open ask, another write holding the session's lock), `held`
+        the ids of items waiting out their pause after a "not now": both keep their place. A send behind
+        a held send to the same conversation waits with it (a conversation's sends run in the order
+        they were approved); items for other conversations, and starters, run meanwhile."""
         best = None
+        approved = []
         for item in items:
             if item.state == "running":
                 return None
-            if item.state != "approved" or (item.kind == "send" and item.conversation in blocked):
+            if item.state != "approved":
+                continue
+            approved.append(item)
+            if item.id in held or (item.kind == "send" and item.conversation in blocked):
                 continue
             if best is None or item.order_key < best.order_key:
                 best = item
-        return best
+        if best is None or not held:
+            return best
+        stopped: set = set()
+        for item in sorted(approved, key=lambda i: i.order_key):
+            conv = item.conversation if item.kind == "send" else None
+            if conv is not None and (conv in blocked or conv in stopped):
+                continue
+            if item.id in held:
+                if conv is not None:
+                    stopped.add(conv)
+                continue
+            return item
+        return None
 
     def listing(self, items) -> list[Item]:
         """What the sender and the owner see: running first, then the queue in the order it will
@@ -237,7 +277,7 @@ class InboxCore:
         return conversation_turn > started or (conversation_turn == started and conversation_state != "working")
 
     @staticmethod
-    def settle(item: Item, rec: dict, *, passed_through: bool = False) -> dict:
+    def settle(item: Item, rec: dict, *, passed_through: bool = False, resumed: bool = False) -> dict:
         """The fields an item takes after a dispatch answered `rec` (a receipt as a dict).
 
         - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
@@ -250,6 +290,9 @@ class InboxCore:
           approved again, so acknowledged work is never dropped; the next dispatch quotes the turn
           current then. A `conflict` right after such a refusal means
           the agent's side recorded that refusal: the item fails with it (it is the true receipt).
+        - `busy` (another write holds the conversation's lock; nothing was sent) never ends an item, even
+          one passing through: a send waits its turn (crew.md §3). A resumed request (`resumed`: it may
+          have reached the agent before) keeps its recorded request and is resumed later as it is.
         - any other refusal, and every refusal the sender is shown at once (`passed_through`: a phone
           write to an empty inbox, or a Retry that resumed the item — it must never run later):
           failed, with the reason.
@@ -265,6 +308,10 @@ class InboxCore:
             return {"state": "failed", "reason": reason or outcome, "receipt": rec}
         if outcome == "unknown":
             return {"state": "running", "runtime_ref": None, "receipt": rec}
+        if outcome == "refused" and reason == "busy" and not rec.get("replay"):
+            if resumed:
+                return {"state": "running", "runtime_ref": None}
+            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
         if outcome == "refused" and passed_through:
             return {"state": "failed", "reason": reason or outcome, "receipt": rec}
         if outcome == "refused" and reason in HOLD and not rec.get("replay"):
@@ -345,6 +392,8 @@ class Inbox:
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
         self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
         self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
+        self.held: dict[str, Hold] = {}  # item id -> its pause after a "not now" (issue 32)
+        self.lines: dict[str, list] = {}  # item id -> [lines it may log now, trio time of the last refill, held]
         self.store_failing = False  # the last commit failed (logged once until one succeeds)
         self.complete = True  # every finished item of the record is in memory
         self._dirty: dict[str, tuple] = {}
@@ -362,6 +411,11 @@ class Inbox:
         self._load()
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
+        # a send that waited for another write's lock goes as soon as it is let go (crew.md §3)
+        if getattr(writer, "locks", None) is not None:
+            writer.locks.on_release.append(lambda key: self.poke((LOCAL, key[0])))
+        if getattr(hub, "locks", None) is not None:
+            hub.locks.on_release.append(lambda key: self.poke((key[0], key[1])))
 
     # --- the record ---------------------------------------------------------------------------
     @staticmethod
@@ -435,6 +489,9 @@ class Inbox:
         for key, value in fields.items():
             setattr(item, key, value)
         item.updated_at = self.wall()
+        if item.state in FINISHED:
+            self.held.pop(item.id, None)
+            self.lines.pop(item.id, None)
         self._remember(item)
         self._dirty[item.id] = self._to_row(item)
         self._gen += 1
@@ -560,7 +617,16 @@ class Inbox:
         d.pop("request", None)
         d.pop("fingerprint", None)
         d["state_text"] = self.state_text(item, ahead)
+        d["offline_since_at"] = self._offline_since_at(item) if item.state == "approved" else None
         return d
+
+    def _offline_since_at(self, item: Item) -> str | None:
+        """The offline machine's last frame as an ISO UTC time, for a phone to show in its own zone."""
+        member = self.hub.members.get(item.machine) if self.hub is not None else None
+        since = (member.offline_since or member.last_seen) if member is not None and not member.online else None
+        if not since:
+            return None
+        return dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def views(self, items: list[Item]) -> list[dict]:
         """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
@@ -611,17 +677,21 @@ class Inbox:
                     request_id=req.request_id, fingerprint=fingerprint)
         key = (machine, req.agent)
         self._insert(item)
-        if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy and self._online(machine):
+        if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy \
+                and self._online(machine) and not self._locked(item):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
             req = attrs.evolve(req, request_id=iid)
             if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
-                req = attrs.evolve(req, turn=self._request_for(item, self._reader(machine, req.agent)).turn)
+                req = self._request_for(item, self._reader(machine, req.agent))
             try:
-                return await self._dispatch(item, req, passed_through=True)
+                rec = await self._dispatch(item, req, passed_through=True)
             except NotKept as exc:
                 return self._not_kept(item, req, exc.__cause__)
             finally:
                 self.busy.discard(key)
+            if item.state == "approved":  # another write took the lock first: it waits its turn (crew.md §3)
+                return self._queued(item)
+            return rec
         try:
             await self._sync()  # a `queued` receipt promises the request is kept
         except STORE_ERRORS as exc:
@@ -660,6 +730,9 @@ class Inbox:
                                replay=True)
             finally:
                 self.busy.discard((existing.machine, existing.agent))
+            if rec.reason == "busy" and existing.state == "running":  # refused `busy`: nothing sent now, an earlier
+                return Receipt(request_id=rid, op=op, outcome="unknown", reason=rec.reason,  # attempt may have
+                               text=NOT_CONFIRMED, replay=True)  # been; it is resumed later (issue 27)
             return attrs.evolve(rec, request_id=rid, replay=True)
         if existing.receipt and existing.state in ("running", "done", "failed"):
             return attrs.evolve(_receipt(existing.receipt), request_id=rid, replay=True)
@@ -733,8 +806,9 @@ class Inbox:
     async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
         before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
+        resumed = item.state == "running" and item.request is not None  # it may have reached the agent before
         self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
-        log.info("[inbox] %s/%s: running %s", item.machine, item.agent, item.id)
+        self._line(item, "running %s", item.id)
         done = self.inflight[item.id] = trio.Event()
         try:
             try:
@@ -751,7 +825,7 @@ class Inbox:
                 log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine, item.agent,
                             item.id, type(exc).__name__)
                 rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
-            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through)
+            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
             if fields.get("state") == "running" and (fields.get("runtime_ref") or {}).get("turn") is None:
                 _, backoff = self.retry_at.get(item.id, (0.0, RETRY_MIN / 2))
                 backoff = min(RETRY_MAX, backoff * 2)
@@ -759,11 +833,18 @@ class Inbox:
             else:
                 self.retry_at.pop(item.id, None)
             key = (item.machine, item.agent)
-            if fields.get("state") == "approved" and rec.reason in TRANSIENT:
-                log.info("[inbox] %s/%s: %s waits: %s; trying again in %g s", item.machine, item.agent, item.id,
-                         rec.reason, self._pause(key))
+            if fields.get("state") == "approved" and rec.reason in (*TRANSIENT, "machine_offline"):
+                self.held.pop(item.id, None)
+                self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, self._pause(key))
             else:
                 self.paused.pop(key, None)
+                if fields.get("state") == "approved" and rec.outcome == "refused" and rec.reason in HOLD:
+                    fields = self._hold(item, req, rec, fields)
+                elif fields.get("state") != "running" or (fields.get("runtime_ref") or {}).get("turn") is not None:
+                    self.held.pop(item.id, None)
+                elif rec.outcome == "refused":  # a resumed request the lock held: resumed as it is, later
+                    self._line(item, "%s waits: %s; resumed in %g s", item.id, rec.reason,
+                               self.retry_at[item.id][1])
             self._set(item, **fields)
             if item.state == "failed":
                 log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
@@ -799,6 +880,51 @@ class Inbox:
         self.paused[key] = (trio.current_time() + pause, pause)
         return pause
 
+    def _hold(self, item: Item, req: WriteRequest, rec: Receipt, fields: dict) -> dict:
+        """An item answered "not now" waits 1, 2, 4 … HOLD_MAX s before its next try (or until what it
+        waits for changes in the lead's view: the conversation's turn, state or asks). A `turn_moved`
+        to a send that could quote no turn, UNKNOWN_TURN_TRIES times in a row, ends it (UNKNOWN_TURN)."""
+        old = self.held.get(item.id)
+        same = old is not None and old.reason == rec.reason
+        backoff = min(HOLD_MAX, old.backoff * 2) if same else RETRY_MIN
+        tries = old.tries + 1 if same else 1
+        if rec.reason == "turn_moved" and req.op == "send" and req.turn is None and tries >= UNKNOWN_TURN_TRIES:
+            self.held.pop(item.id, None)
+            receipt = {**attrs.asdict(rec), "message": UNKNOWN_TURN}
+            return {"state": "failed", "reason": "turn_moved", "receipt": receipt, "runtime_ref": None}
+        if rec.reason == "busy" and self._locked(item):  # the lead's own lock: it goes the moment that is let go
+            self.held.pop(item.id, None)
+            self._line(item, "%s waits: another write holds the conversation", item.id)
+            return fields
+        self.held[item.id] = Hold(trio.current_time() + backoff, backoff, tries, rec.reason,
+                                  self._signature(item))
+        self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, backoff)
+        return fields
+
+    def _signature(self, item: Item):
+        """What a held item waits on, as the lead's view shows it: its conversation's turn, state and asks
+        (None when the lead does not see it, or for a starter)."""
+        if item.kind != "send":
+            return None
+        reader = self._reader(item.machine, item.agent)
+        conv = reader.conversations.get(item.conversation or "") if reader is not None else None
+        return None if conv is None else (conv.turn, conv.state, tuple(a.id for a in conv.asks))
+
+    def _line(self, item: Item, fmt: str, *args) -> None:
+        """Log one line about an item: ITEM_LINES at once, then one every ITEM_LINE_EVERY s; the line after
+        a silence says how many were held."""
+        now = trio.current_time()
+        budget = self.lines.setdefault(item.id, [float(ITEM_LINES), now, 0])
+        budget[0] = min(float(ITEM_LINES), budget[0] + (now - budget[1]) / ITEM_LINE_EVERY)
+        budget[1] = now
+        if budget[0] < 1.0:
+            budget[2] += 1
+            return
+        budget[0] -= 1.0
+        held, budget[2] = budget[2], 0
+        more = f" ({held} more lines about it held)" if held else ""
+        log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
+
     def _request_for(self, item: Item, reader) -> WriteRequest:
         """The recorded request when there is one (resumed exactly); else a new one quoting the
         conversation's current turn (crew.md §4)."""
@@ -807,8 +933,59 @@ class Inbox:
         turn = None
         if item.kind == "send" and reader is not None and item.conversation in reader.conversations:
             turn = reader.conversations[item.conversation].turn
+        # the owning bridge quotes the turn it reads under the session's lock (crew.md §3): the lead's view
+        # may lag it, or not show the conversation at all (a cut view, issue 32); `turn` is the lead's
+        # view, for a member whose Collie predates `current_turn`
         return WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
-                            text=item.text, turn=turn, starter_id=item.starter)
+                            text=item.text, turn=turn, starter_id=item.starter, current_turn=item.kind == "send")
+
+    def _locked(self, item: Item) -> bool:
+        """Does another write hold the session lock this item's write would take (crew.md §3)? Then a
+        send waits, keeping its place, and goes when the lock is let go."""
+        return item.kind == "send" and self._lock_held(item.machine, item.agent, item.conversation)
+
+    def _lock_held(self, machine: str, agent: str, conversation: str | None) -> bool:
+        if machine == LOCAL:
+            locks, key = getattr(self.writer, "locks", None), (agent, conversation or "")
+        else:
+            locks, key = getattr(self.hub, "locks", None), (machine, agent, conversation or "")
+        return locks is not None and locks.locked(key)
+
+    def _held_now(self, key: tuple[str, str], clock: float) -> set[str]:
+        """The ids of this inbox's items still waiting out a pause (a change of what they wait on in the
+        lead's view ends the pause early)."""
+        out = set()
+        for iid in self.active.get(key, {}):
+            hold = self.held.get(iid)
+            if hold is not None and hold.until > clock and hold.signature == self._signature(self.by_id[iid]):
+                out.add(iid)
+        return out
+
+    def _timers(self, clock: float) -> float | None:
+        """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
+        inboxes whose pauses have ended."""
+        soonest = None
+        for iid, hold in self.held.items():
+            item = self.by_id.get(iid)
+            if item is None:
+                continue
+            if hold.until <= clock and not hold.due:
+                hold.due = True
+                self._keys.add((item.machine, item.agent))
+            elif hold.until > clock:
+                soonest = hold.until if soonest is None else min(soonest, hold.until)
+        for key, (until, _) in self.paused.items():
+            if until > clock:
+                soonest = until if soonest is None else min(soonest, until)
+            elif key in self.active:
+                self._keys.add(key)
+        for iid, (until, _) in self.retry_at.items():
+            item = self.by_id.get(iid)
+            if until > clock:
+                soonest = until if soonest is None else min(soonest, until)
+            elif item is not None:
+                self._keys.add((item.machine, item.agent))
+        return soonest
 
     def _tick(self, nursery: trio.Nursery) -> None:
         now, clock = self.wall(), trio.current_time()
@@ -841,8 +1018,8 @@ class Inbox:
                 continue
             nxt = resume
             if nxt is None and key not in self.running:  # one request at a time per agent (I2)
-                blocked = {cid for cid, c in reader.conversations.items() if c.asks}
-                nxt = self.core.next_to_run(self.active.get(key, {}).values(), blocked)
+                nxt = self.core.next_to_run(self.active.get(key, {}).values(), Blocked(self, key, reader),
+                                            self._held_now(key, clock))
             if nxt is not None:
                 self.busy.add(key)
                 nursery.start_soon(self._run_item, nxt, self._request_for(nxt, reader))
@@ -920,17 +1097,49 @@ class Inbox:
     async def _run(self) -> None:
         async with trio.open_nursery() as nursery:
             while True:
+                self._timers(trio.current_time())
                 self._tick(nursery)
                 self._resting = (not self.active and not self._keys and not self._all
                                  and self._flushed >= self._gen and self._flushing is None)
-                with trio.move_on_after(IDLE_TICK if self._resting else TICK):
+                wait = IDLE_TICK if self._resting else TICK
+                soonest = self._timers(trio.current_time())
+                if soonest is not None:
+                    wait = min(wait, max(0.0, soonest - trio.current_time()))
+                with trio.move_on_after(wait):
                     await self.wake.wait()
                 self._resting = False
                 self.wake = trio.Event()
 
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
-                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed}
+                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed,
+                "held": len(self.held), "paused": len(self.paused)}
+
+
+@attrs.define
+class Hold:
+    """An item's pause after a "not now" answer (issue 32)."""
+
+    until: float  # trio time of its next try
+    backoff: float
+    tries: int  # consecutive answers of this reason
+    reason: str
+    signature: object  # what it waits on, as the lead's view showed it (Inbox._signature)
+    due: bool = False  # its inbox was looked at once the pause ended
+
+
+class Blocked:
+    """The conversations of one inbox whose sends wait (InboxCore.next_to_run's `blocked`): an ask open
+    in the lead's view (crew.md §4), or another write holding the session's lock (crew.md §3)."""
+
+    def __init__(self, inbox: Inbox, key: tuple[str, str], reader) -> None:
+        self.inbox, self.key, self.reader = inbox, key, reader
+
+    def __contains__(self, conversation) -> bool:
+        conv = self.reader.conversations.get(conversation or "") if self.reader is not None else None
+        if conv is not None and conv.asks:
+            return True
+        return self.inbox._lock_held(*self.key, conversation)
 
 
 class NotKept(Exception):

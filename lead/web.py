@@ -11,27 +11,35 @@ first saw them), so the dashboard can show one Needs you list above the sections
 from __future__ import annotations
 
 import datetime
+import gzip
+import hashlib
 import time
 from pathlib import Path
 
-from quart import Response, jsonify
+from quart import Response, jsonify, request
 
 WEB = Path(__file__).resolve().parent / "web"
+JS = "text/javascript; charset=utf-8"
+MODULES = ['app', 'api', 'state', 'dom', 'dashboard', 'agent', 'chat', 'askcard', 'items', 'icons', 'inbox', 'newconv', 'push', 'strings']
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
-    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
-    "/strings.js": ("strings.js", "text/javascript; charset=utf-8"),
+    **{f"/{m}.js": (f"{m}.js", JS) for m in MODULES},
     "/app.css": ("app.css", "text/css; charset=utf-8"),
-    "/sw.js": ("sw.js", "text/javascript; charset=utf-8"),
+    "/sw.js": ("sw.js", JS),
     "/manifest.webmanifest": ("manifest.webmanifest", "application/manifest+json"),
     "/icon.svg": ("icon.svg", "image/svg+xml"),
 }
+SHELL = (*(f"/{m}.js" for m in MODULES), "/app.css", "/manifest.webmanifest")  # named versioned in index.html
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def needs_list(bridge, hub, first_seen: dict, now: float) -> list[dict]:
-    """Every open ask on every machine, oldest first."""
+def needs_list(bridge, hub, first_seen: dict, now: float, redact_on: bool = True) -> list[dict]:
+    """Every open ask on every machine, oldest first; titles masked like the conversation list's (X1)."""
+    from crew.redact import redact
+
+    def mask(text):
+        return redact(text) if redact_on and isinstance(text, str) else text
     out = []
     readers = [("local", r) for r in bridge.readers.values()]
     for label, member in sorted((hub.members if hub is not None else {}).items()):
@@ -44,8 +52,8 @@ def needs_list(bridge, hub, first_seen: dict, now: float) -> list[dict]:
                 alive.add(key)
                 seen = first_seen.setdefault(key, now)
                 out.append({"machine": machine, "agent": reader.name, "conversation": conv.id,
-                            "conversation_title": conv.title or "Untitled conversation", "ask": ask.id,
-                            "title": ask.title, "kind": ask.kind, "expires_at": ask.expires_at,
+                            "conversation_title": mask(conv.title or "Untitled conversation"), "ask": ask.id,
+                            "title": mask(ask.title), "kind": ask.kind, "expires_at": ask.expires_at,
                             "since": datetime.datetime.fromtimestamp(seen, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                             "_t": seen})
     for key in list(first_seen):
@@ -57,30 +65,89 @@ def needs_list(bridge, hub, first_seen: dict, now: float) -> list[dict]:
     return out
 
 
-def install_web(app, bridge, hub) -> None:
-    cache: dict[str, bytes] = {}
+def approvals_list(hub) -> list[dict]:
+    """Per agent, the API-token senders' requests waiting for the owner's approval (I3): the dashboard
+    counts them in Needs you and on the agent's row, not only inside that agent's inbox."""
+    inbox = getattr(hub, "inbox", None) if hub is not None else None
+    pending = getattr(inbox, "pending", None)
+    if not isinstance(pending, dict):
+        return []
+    out = [{"machine": machine, "agent": agent, "count": len(items)}
+           for (machine, agent), items in pending.items() if items]
+    return sorted(out, key=lambda a: (a["machine"], a["agent"]))
+
+
+class Static:
+    """The page's files, read once: each with its gzip body and a strong ETag. `version` names this set of
+    files: index.html and sw.js refer to the shell as /v/<version>/…, served immutable, so a repeat visit
+    revalidates only the page itself (a 304) and a new release is a new name."""
+
+    def __init__(self, folder: Path = WEB) -> None:
+        raw = {name: (folder / name).read_bytes() for name, _ in FILES.values()}
+        self.version = hashlib.sha256(b"".join(hashlib.sha256(raw[n]).digest() for n in sorted(raw))).hexdigest()[:16]
+        v = f"/v/{self.version}".encode()
+        for path in SHELL:
+            raw["index.html"] = raw["index.html"].replace(f'"{path}"'.encode(), b'"' + v + path.encode() + b'"')
+        raw["sw.js"] = raw["sw.js"].replace(b'const VERSION = "dev";', f'const VERSION = "{self.version}";'.encode())
+        self.files = {}
+        for name, body in raw.items():
+            tag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
+            self.files[name] = (body, gzip.compress(body, 9, mtime=0), tag)
+
+
+def serve_file(static: Static, name: str, ctype: str, *, immutable: bool) -> Response:
+    body, packed, tag = static.files[name]
+    wanted = request.headers.get("If-None-Match", "")
+    gz = "gzip" in request.headers.get("Accept-Encoding", "").lower() and len(packed) < len(body)
+    if tag in [t.strip().removeprefix("W/") for t in wanted.split(",")]:
+        resp = Response(b"", status=304)
+    else:
+        resp = Response(packed if gz else body, content_type=ctype)
+        if gz:
+            resp.headers["Content-Encoding"] = "gzip"
+    resp.headers["ETag"] = tag
+    resp.headers["Vary"] = "Accept-Encoding"
+    resp.headers["Cache-Control"] = "public, max-age=31536000, immutable" if immutable else "no-cache"
+    if resp.status_code != 304:
+        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["X-Frame-Options"] = "DENY"
+        resp.headers["Referrer-Policy"] = "no-referrer"
+        resp.headers["X-Content-Type-Options"] = "nosniff"
+    if name == "sw.js":
+        resp.headers["Service-Worker-Allowed"] = "/"
+    return resp
+
+
+def install_web(app, bridge, hub, redact_on: bool | None = None) -> None:
+    if redact_on is None:
+        import os
+
+        from crew.redact import enabled
+        redact_on = enabled(dict(os.environ))
+    static = Static()
     first_seen: dict = {}
 
-    def static(path: str):
+    def plain(path: str):
+        name, ctype = FILES[path]
+
         async def serve():
-            name, ctype = FILES[path]
-            if name not in cache:
-                cache[name] = (WEB / name).read_bytes()
-            resp = Response(cache[name], content_type=ctype)
-            resp.headers["Content-Security-Policy"] = CSP
-            resp.headers["X-Content-Type-Options"] = "nosniff"
-            resp.headers["X-Frame-Options"] = "DENY"
-            resp.headers["Referrer-Policy"] = "no-referrer"
-            resp.headers["Cache-Control"] = "no-cache"
-            if path == "/sw.js":
-                resp.headers["Service-Worker-Allowed"] = "/"
-            return resp
-        serve.__name__ = f"web_{FILES[path][0].replace('.', '_')}"
+            return serve_file(static, name, ctype, immutable=False)
+        serve.__name__ = f"web_{name.replace('.', '_')}"
         return serve
 
     for path in FILES:
-        app.add_url_rule(path, view_func=static(path), methods=["GET"])
+        app.add_url_rule(path, view_func=plain(path), methods=["GET"])
+
+    by_name = {name: ctype for name, ctype in FILES.values() if name not in ("index.html", "sw.js")}
+
+    @app.get("/v/<version>/<name>")
+    async def web_versioned(version: str, name: str):
+        if name not in by_name:
+            return Response("not found", status=404, content_type="text/plain")
+        # an old version's name still gets today's file, for revalidation only: never cached for good
+        return serve_file(static, name, by_name[name], immutable=version == static.version)
 
     @app.get("/api/needs")
     async def needs():
-        return jsonify({"asks": needs_list(bridge, hub, first_seen, time.time())})
+        return jsonify({"asks": needs_list(bridge, hub, first_seen, time.time(), redact_on),
+                        "approvals": approvals_list(hub)})

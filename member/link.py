@@ -9,8 +9,9 @@
   is on the leading edge: the first change after a quiet spell goes at once, later ones at most one
   frame per `MIN_GAP` per agent, and the last state always goes — a lone ask is never delayed.
 - No frame is larger than crewwire.MAX_FRAME (the lead closes the link above it): a view keeps at
-  most MAX_CONVERSATIONS open conversations; an items read too large keeps its newest items behind
-  the left-out line (S3).
+  most MAX_CONVERSATIONS open conversations — those that matter (waiting, working, then the newest,
+  crew.views.keep_conversations) — and says how many it left out (`left_out`); an items read too
+  large keeps its newest items behind the left-out line (S3).
 - `beat` every 10 s (and a WebSocket ping), so the lead sees silence within 30 s.
 - `request` frames run through this bridge's own writer and journal: a request id the member has
   seen is never sent to the agent again, so a lead that resends after a dropped link gets the
@@ -40,6 +41,7 @@ from bridge.writes import WriteRequest
 from crew import __version__, crewwire, logs
 from crew.crewconfig import CrewConfig
 from crew.security import check_loopback_peer
+from crew.views import keep_conversations
 from crew.wire import unstructure
 
 log = logs.get("crew")
@@ -67,13 +69,18 @@ class LinkStatus:
 
 
 def agent_view(bridge: Bridge, name: str) -> dict:
-    """One agent's view as the lead reads it, with at most MAX_CONVERSATIONS open conversations."""
+    """One agent's view as the lead reads it, with at most MAX_CONVERSATIONS open conversations (those that
+    matter) and how many the view leaves out (`left_out`, with those this bridge does not read)."""
     reader = bridge.readers[name]
     state = reader.raw_state if reader.hello is not None else None
+    left_out = reader.left_out if state is not None else 0
     if isinstance(state, dict) and isinstance(state.get("conversations"), list) \
             and len(state["conversations"]) > crewwire.MAX_CONVERSATIONS:
-        state = {**state, "conversations": state["conversations"][:crewwire.MAX_CONVERSATIONS]}
+        kept, cut = keep_conversations(state["conversations"], crewwire.MAX_CONVERSATIONS)
+        state, left_out = {**state, "conversations": kept}, left_out + cut
     view = {"name": name, "status": unstructure(reader.status_view()), "hello": reader.raw_hello, "state": state}
+    if left_out:
+        view["left_out"] = min(crewwire.LEFT_OUT_MAX, left_out)
     if len(crewwire.encode(view)) > crewwire.MAX_FRAME - FRAME_ROOM:
         status = {**view["status"], "status": "unreachable", "reason": "protocol",
                   "detail": "the durable agent's state is larger than the crew link carries "

@@ -97,7 +97,8 @@ def home_env() -> tuple[Path, dict]:
 
 
 class DemoRun:
-    def __init__(self, argv: list[str], env: dict, *, tty: bool, prefix: list[str] = ()) -> None:
+    def __init__(self, argv: list[str], env: dict, *, tty: bool, prefix: list[str] = (),
+                 size: tuple[int, int] = (60, 160)) -> None:
         self.tty = tty
         self.raw = b""
         self.lock = threading.Lock()
@@ -105,7 +106,7 @@ class DemoRun:
         command = [*prefix, sys.executable, "-m", "crew.cli.main", "demo", *argv]
         if tty:
             master, slave = os.openpty()
-            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 60, 160, 0, 0))
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, columns
             self.master = master
             self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=slave, stdout=slave, stderr=slave,
                                          start_new_session=True,

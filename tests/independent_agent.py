@@ -15,7 +15,8 @@ leaves a true record of what the agent did. ``<dir>/fault`` (one line, read once
 before acting) acts on the next write: ``before`` (die: request read, nothing done), ``after`` (die:
 applied, no answer), ``mid`` (die: applied, half an answer written), ``conflict`` (answer 400
 conflict, nothing done), ``mutate`` (the ask changes just before the answer is judged),
-``answer:<json>`` (applied, answered with that JSON instead).
+``answer:<json>`` (applied, answered with that JSON instead), ``hold:<seconds>`` (applied, answered
+that much later: the write holds its conversation's lock meanwhile).
 
 Run: python -m tests.independent_agent DIR   (the socket is DIR/sock/agent.sock)
 """
@@ -553,6 +554,8 @@ class Server:
                     ask["title"] += " (v2)"
             a.bump()
         out = a.write(route_name, tgt, doc)
+        if fault and fault.startswith("hold:"):  # applied at once, answered this many seconds later
+            await asyncio.sleep(float(fault[len("hold:"):]))
         if fault and fault.startswith("answer:"):  # applied, then answered with this JSON instead
             return 200, json.loads(fault[len("answer:"):])
         if fault == "after":

@@ -47,7 +47,8 @@ def test_summary_reads_the_lead_api_and_escapes_what_it_prints():
     s = Summary.from_api(dashboard, asks, inbox, machines=["local", "workshop", "laptop"], asleep={"laptop"})
     assert [(m.machine, m.role, m.state) for m in s.machines] == [
         ("local", "lead", "online"), ("workshop", "member", "starting"), ("laptop", "member", "asleep")]
-    assert [(a.machine, a.name, a.status) for a in s.agents] == [("local", "desk", "ready"),
+    # one capitalisation for every status word, as the phone shows them (features D2: `Unreachable`, …)
+    assert [(a.machine, a.name, a.status) for a in s.agents] == [("local", "desk", "Ready"),
                                                                   ("laptop", "scribe", "Unreachable")]
     assert "\x1b" not in s.asks[0].title and "\n" not in s.asks[0].title and len(s.asks[0].title) == 60
     assert s.plain_line() == ("[demo] summary: local online, workshop starting, laptop asleep; 2 agents, 1 ready; "
@@ -200,7 +201,8 @@ def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(
     assert demo.lead_host("auto") == "192.168.1.20"
     monkeypatch.setattr(demo, "lan_address", lambda: None)
     for bad, words in (("auto", "no network address besides loopback"), ("127.0.0.1", "not a network address"),
-                       ("0.0.0.0", "not a network address"), ("phone.example", "not an IP address")):
+                       ("0.0.0.0", "not a network address"), ("phone.example", "is not an IP address: "),
+                       ("999.1.1.1", r"^--lan 999\.1\.1\.1 is not an IP address: give this machine's network address")):
         with pytest.raises(UsageError, match=words):
             demo.lead_host(bad)
     port = demo.free_port("127.0.0.1")
@@ -208,6 +210,8 @@ def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(
 
     with socket.socket() as s:  # free now: the lead binds it, and binds it again at every restart
         s.bind(("127.0.0.1", port))
+    with pytest.raises(UsageError, match="^--lan 192.0.2.7 is an IP address, but not an address of this machine"):  # an address, just not ours
+        demo.free_port("192.0.2.7")
 
 
 def test_pairing_lines_say_what_to_do_and_escape_what_the_lead_sent():
@@ -267,3 +271,155 @@ def test_keys_are_off_without_a_terminal_and_waiting_then_only_sleeps():
         keys = Keys(stream)
         assert not keys.on and keys.wait(0.0) == ""
         keys.close()
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "nan", "inf", "100000", "soon"])
+def test_awake_and_asleep_out_of_range_are_usage_errors_that_say_the_range(value, capsys):
+    """Issue 26 check: `collie demo --awake -3` started a demo; a phase outside 1..86400 s is exit 2 naming it."""
+    from crew.cli.main import build_parser
+
+    for flag in ("--awake", "--asleep"):
+        with pytest.raises(SystemExit) as done:
+            build_parser().parse_args(["demo", flag, value])
+        assert done.value.code == 2
+        err = capsys.readouterr().err
+        assert f"argument {flag}: " in err and "is not a number of seconds from 1 to 86400" in err
+    args = build_parser().parse_args(["demo", "--awake", "2.5", "--asleep", "86400"])
+    assert (args.awake, args.asleep) == (2.5, 86400.0)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["demo", "pair", "--lan"], "`demo pair` does not take --lan: it prints a link for the running demo, on the "
+                                "address the demo was started with (to pair over the network, stop the demo and "
+                                "start it with `"),
+    (["demo", "pair", "--lan", "10.0.0.2", "--plain"], "`demo pair` does not take --lan or --plain"),
+    (["demo", "restart", "--no-qr"], "`demo restart` does not take --no-qr: it restarts the running demo's lead"),
+    (["demo", "restart", "--awake", "5"], "`demo restart` does not take --awake"),
+])
+def test_a_flag_that_does_not_apply_to_the_action_is_refused(argv, words, capsys, monkeypatch, tmp_path):
+    """Issue 26 check: `demo pair --lan` and `demo restart --no-qr` ignored the flag; now exit 2 with why,
+    before looking for a running demo (so the answer is the same with or without one)."""
+    from crew.cli import demo
+    from crew.cli.main import main
+
+    monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("collie: ") and words in err and "no demo is running" not in err
+    assert main(["demo", "pair", "--no-qr"]) == 1  # the flag pair takes is accepted: here no demo runs
+    assert "no demo is running" in capsys.readouterr().err
+
+
+def test_no_demo_running_names_collie_as_it_was_run(capsys, monkeypatch, tmp_path):
+    """Issue 26 check: every command the demo prints names collie as it was run (a .venv path when it is not
+    on PATH); "no demo is running: start one with `collie demo`" named bare `collie`."""
+    from crew.cli import demo
+    from crew.cli.main import main
+
+    monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
+    venv_collie = tmp_path / "venv" / "bin" / "collie"
+    venv_collie.parent.mkdir(parents=True)
+    venv_collie.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(sys, "argv", [str(venv_collie), "demo", "pair"])
+    monkeypatch.setenv("PATH", "/nonexistent")
+    for action in ("pair", "restart"):
+        assert main(["demo", action]) == 1
+        assert capsys.readouterr().err == f"collie: no demo is running: start one with `{venv_collie} demo`\n"
+
+
+LOOP_LINK = {"link": "http://127.0.0.1:41237/pair#" + "k" * 32, "fingerprint": None, "loopback": True,
+             "expires_at": 1_800_000_000.0}
+LAN_LINK = {"link": "https://192.168.100.200:65535/pair#" + "k" * 32, "loopback": False, "expires_at": 1_800_000_000.0,
+            "fingerprint": ":".join(f"{b:02X}" for b in range(32))}
+
+
+@pytest.mark.parametrize("got", [LOOP_LINK, LAN_LINK], ids=["loopback", "lan"])
+def test_the_qr_screen_fits_80x24_with_its_link_and_fingerprint_and_says_when_it_cannot(got):
+    """Issue 26 check: on 80×24 the QR code, the whole link on one row, the certificate's fingerprint (--lan)
+    and the keys fit one screen; a window too small for them says its size, what it needs and what to do."""
+    from crew.cli.demo import pair_rows, qr_screen
+
+    rows, note = qr_screen(got, 80, 24, "/home/you/.venv/bin/collie")
+    assert rows is not None and note == "" and len(rows) <= 24 and all(len(r) <= 80 for r in rows)
+    assert f"  {got['link']}" in rows
+    assert sum(r.startswith("█" * 30) for r in rows) >= 1 and rows[-2].startswith("▀" * 30)  # the whole code
+    text = "\n".join(rows)
+    assert "Any key: the live view" in text
+    if got["fingerprint"]:  # beside the code, cut between bytes: every byte, in order
+        side = [r[43:] for r in rows if len(r) > 43 and ":" in r[43:] and " " not in r[43:]]
+        assert ":".join(side) == got["fingerprint"]
+    small, note = qr_screen(got, 80, 15, "/home/you/.venv/bin/collie")
+    assert small is None
+    assert note.startswith(f"The QR code does not fit this window (80×15; it needs {len(rows)} rows at this width)")
+    assert note.endswith("make the window taller and press p, or run `/home/you/.venv/bin/collie demo pair` in "
+                         "another terminal.")
+    narrow, note = qr_screen(got, 30, 80, "collie")
+    assert narrow is None and ("it needs 37 columns" in note or "it needs 41 columns" in note)
+    # the live view's top: the link on a row of its own at 80 columns, folded but whole when narrower
+    top = pair_rows(got, "", 80)
+    assert f"  {got['link']}" in top and all(len(r) <= 80 for r in top) and len(top) <= 5
+    assert got["link"] in "".join(pair_rows(got, "", 20))
+    assert pair_rows(None, "The pairing link expired. p: a new one.", 80) == ["The pairing link expired. p: a new one."]
+
+
+class _Keys:
+    on = True
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_qr_screen_is_not_redrawn_until_a_key_and_the_live_view_keeps_the_link(tmp_path):
+    """Issue 26 check: `p`'s QR code was drawn over by the next redraw 0.3 s later. On an 80×24 terminal the
+    demo's once-a-second draws leave the QR screen as it is; a key (hide_qr) brings the live view with the
+    link at its top, on the alternate screen; a paired phone takes the link off and says so."""
+    import io
+
+    from rich.console import Console
+
+    from crew.cli.demo import RichScreen
+
+    screen = RichScreen(keys=_Keys())
+    out = io.StringIO()
+    screen.console = Console(file=out, force_terminal=True, width=80, height=24, color_system=None)
+    screen.ready("http://127.0.0.1:41237", tmp_path / "api-token")
+    screen.live_view()
+    screen.pairing(LOOP_LINK, qr=True, more="Another link: press p here.")
+    assert screen.qr_shown and "▀" * 30 in out.getvalue()
+    summary = Summary.from_api({"sections": [{"machine": "local", "online": True, "agents": []}]}, [], [],
+                               machines=["local"], asleep=set())
+    at = len(out.getvalue())
+    for _ in range(5):  # five seconds of the demo's loop
+        screen.draw(summary, [])
+    assert len(out.getvalue()) == at
+    screen.hide_qr()
+    live = out.getvalue()[at:]
+    assert "Machines" in live and f"  {LOOP_LINK['link']}" in live and "▀" * 30 not in live
+    assert live.index(LOOP_LINK["link"]) < live.index("Machines")  # at the top
+    at = len(out.getvalue())
+    screen.link_done("A phone paired as Pixel. p: a link for another one.")
+    after = out.getvalue()[at:]
+    assert "A phone paired as Pixel." in after and LOOP_LINK["link"] not in after
+    screen.close()
+    assert "\x1b[?1049h" in out.getvalue() and out.getvalue().rstrip().endswith("\x1b[?1049l")
+
+
+def test_with_no_qr_a_small_window_is_not_told_about_the_qr_code(tmp_path):
+    """`collie demo --no-qr`: the live view keeps the link at its top, and says nothing of a QR code."""
+    import io
+
+    from rich.console import Console
+
+    from crew.cli.demo import RichScreen
+
+    screen = RichScreen(keys=_Keys())
+    out = io.StringIO()
+    screen.console = Console(file=out, force_terminal=True, width=80, height=12, color_system=None)
+    screen.ready("http://127.0.0.1:41237", tmp_path / "api-token")
+    screen.live_view()
+    screen.pairing(LOOP_LINK, qr=False, more="Another link: press p here.")
+    text = out.getvalue()
+    assert not screen.qr_shown and f"  {LOOP_LINK['link']}" in text and "QR code does not fit" not in text
+    screen.pairing(LOOP_LINK, qr=True, more="Another link: press p here.")  # a QR code wanted, but 12 rows
+    assert not screen.qr_shown and "The QR code does not fit this window (80×12; it needs 20 rows" in out.getvalue()
+    screen.close()

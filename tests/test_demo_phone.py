@@ -77,8 +77,10 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
         first = demo.expect(LINK)
         origin, code = first.group(1), first.group(2)
         assert origin.startswith("http://127.0.0.1:")
-        before_link = demo.text[: first.start()]
-        assert "▀" in before_link or "█" in before_link  # the QR code, drawn in the terminal above the link
+        qr_screen = demo.expect(r"Any key: the live view", timeout=15, after=first.end())
+        drawn = demo.text[first.end():qr_screen.end()]
+        assert "▀" in drawn and "█" in drawn  # its QR code, with the link again under it
+        assert demo.expect(LINK, timeout=15, after=qr_screen.end()).group(2) == code
         demo.expect(r"press p here, or run `.+ demo pair` in another terminal")
         lead = lead_of(demo.text)
         port = int(origin.rsplit(":", 1)[1])
@@ -106,6 +108,8 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             demo.press("p")
             second = demo.expect(LINK, timeout=15, after=at)
             assert second.group(1) == origin and second.group(2) != code
+            demo.expect(r"Any key: the live view", timeout=15, after=second.end())  # its QR code, until a key
+            demo.press(" ")
 
             # the documented restart, from another terminal, while the page stays open
             started = control.call(lead.control_socket, "ping")["started"]
@@ -160,7 +164,8 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
         wait_for(lambda: not any(alive(p) for p in started_pids), timeout=max(0.1, 5.0 - (time.monotonic() - t0)),
                  what="every process the demo started ended")
         assert demo.proc.returncode == 0
-        demo.expect(r"^\[demo\] stopped \d+ processes and removed ", timeout=5)
+        # (on the terminal's own screen again: the live view's last row, on the alternate one, is not before it)
+        demo.expect(r"\[demo\] stopped \d+ processes and removed ", timeout=5)
         assert not lead.state_dir.exists()
         text = demo.text
         assert all(s not in text for s in secrets)
@@ -226,6 +231,27 @@ with httpx.Client(base_url=origin, verify=ctx, timeout=10) as c:
     out["agents"] = sum(len(s["agents"]) for s in dash.json()["sections"]) if dash.status_code == 200 else 0
     again = c.post("/pair", json={"code": code, "name": "second"}, headers={"X-Collie-CSRF": "1", "Origin": origin})
     out["reused_code"] = again.status_code
+    out["reused_message"] = again.json().get("message")
+print(json.dumps(out))
+"""
+
+
+PHONE_BROWSER = r"""
+import json, sys
+from playwright.sync_api import sync_playwright
+from tests.browser import launch
+origin, code = sys.argv[1], sys.argv[2]
+out = {}
+with sync_playwright() as p:
+    browser = launch(p)
+    # the person compared the fingerprint and went on past the warning (the test's client did the comparing)
+    page = browser.new_context(viewport={"width": 390, "height": 844}, ignore_https_errors=True).new_page()
+    page.goto(f"{origin}/pair#{code}")
+    out["while_pairing"] = page.url  # the pairing is a request of the page's: /pair until its answer
+    for machine in ("local", "workshop", "laptop"):
+        page.locator(f'section[data-machine="{machine}"]').wait_for(timeout=30_000)
+    out["paired"] = page.url
+    browser.close()
 print(json.dumps(out))
 """
 
@@ -262,7 +288,9 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         assert got["plain_http"] != "answered"  # off loopback no plain HTTP
         assert got["pair_page"] == 200 and got["paired"] == 200 and got["cookie_secure"]
         assert got["dashboard"] == 200 and got["sections"] == ["laptop", "local", "workshop"] and got["agents"] == 5
-        assert got["reused_code"] == 401  # the link works once
+        assert got["reused_code"] == 401  # the link works once, and a second try names the command that works here
+        assert got["reused_message"] == (f"This pairing link was already used. Run `{sys.executable} -m crew.cli.main "
+                                         "demo pair` again.")
 
         lead = Paths(config_dir=Path(), state_dir=Path(demo.expect(r"\$\(cat (\S+)/api-token\)").group(1)))
         cert = (lead.state_dir / "tls" / "cert.pem").read_bytes()
@@ -299,6 +327,18 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 0, again.stderr
         assert f"  {origin}/pair#" in again.stdout and f"(SHA-256): {printed}" in again.stdout
+        # Chromium on the network: paired, the dashboard, and the address bar at the lead's root, the code gone
+        import re
+
+        browser_code = re.search(r"/pair#([A-Za-z0-9_-]{20,})", again.stdout).group(1)
+        script = tmp_path / "phone_browser.py"
+        script.write_text(PHONE_BROWSER)
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(script), origin, browser_code],
+                              cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert seen["paired"] == origin + "/" and browser_code not in seen["while_pairing"]
         started = demo.pids()
         demo.interrupt()
         demo.proc.wait(timeout=10)
@@ -308,3 +348,99 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         demo.close()
         shutil.rmtree(home, ignore_errors=True)
 
+
+
+class Terminal:
+    """What a person sees in the demo's terminal: the pty's bytes fed to a VT100 screen of its size."""
+
+    def __init__(self, demo: DemoRun, rows: int, columns: int) -> None:
+        import pyte
+
+        self.demo, self.fed = demo, 0
+        self.screen = pyte.Screen(columns, rows)
+        self.stream = pyte.ByteStream(self.screen)
+
+    def rows(self) -> list[str]:
+        with self.demo.lock:
+            raw = self.demo.raw
+        self.stream.feed(raw[self.fed:])
+        self.fed = len(raw)
+        return [r.rstrip() for r in self.screen.display]
+
+    def wait(self, what: str, check, timeout: float = 90.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            rows = self.rows()
+            if check(rows):
+                return rows
+            if self.demo.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not on the screen within {timeout:g} s:\n" + "\n".join(rows))
+            time.sleep(0.1)
+
+
+def links_on(rows: list[str]) -> list[tuple[str, str]]:
+    import re
+
+    return [(m.group(1), m.group(2)) for r in rows if (m := re.match(LINK, r))]
+
+
+def whole_qr_on(rows: list[str]) -> bool:
+    """A whole QR code: its top edge (full blocks), its bottom edge (upper halves), and rows between."""
+    tops = [i for i, r in enumerate(rows) if r.startswith("█" * 30)]
+    bottoms = [i for i, r in enumerate(rows) if r.startswith("▀" * 30)]
+    return bool(tops and bottoms and bottoms[-1] - tops[0] >= 15)
+
+
+def test_demo_in_an_80x24_terminal_keeps_the_pairing_link_in_sight():
+    """Issue 26 check: on an 80×24 terminal the live view pushed the QR code and the link into the
+    scrollback at once, `p`'s new QR code was drawn over 0.3 s later, and old redraws were left in the
+    scrollback. Now the QR code and the link stay on the screen, not redrawn, until a key press; the live
+    view keeps the link (one row) at its top while it is valid; `p` shows a new QR code that stays; the
+    phone pairing ends it; every redraw is on the alternate screen, none left in the scrollback."""
+    import httpx
+
+    home, env = home_env()
+    for k in ("COLUMNS", "LINES"):  # the size is the terminal's, as for a person
+        env.pop(k)
+    demo = DemoRun(["--awake", "600"], env, tty=True, size=(24, 80))
+    term = Terminal(demo, 24, 80)
+    try:
+        rows = term.wait("the QR code and its link", lambda r: whole_qr_on(r) and links_on(r))
+        (origin, code), = links_on(rows)
+        assert origin.startswith("http://127.0.0.1:")
+        assert any("Any key: the live view" in r for r in rows)  # (not redrawn meanwhile: test_demo.py)
+
+        demo.press("x")  # any key: the live view, with the link at its top
+        rows = term.wait("the live view", lambda r: any(x.startswith("Machines") for x in r))
+        assert links_on(rows) == [(origin, code)] and not whole_qr_on(rows)
+        assert any(r.startswith("Pair a phone with this link (until ") for r in rows[:4])
+
+        demo.press("p")  # a new link and its QR code, which stays too
+        rows = term.wait("a new QR code", lambda r: whole_qr_on(r) and links_on(r) and links_on(r)[0][1] != code)
+        (_o, second), = links_on(rows)
+
+        with httpx.Client(base_url=origin, timeout=10) as phone:  # the phone opens the link: the QR screen ends
+            got = phone.post("/pair", json={"code": second, "name": "test-phone"},
+                             headers={"X-Collie-CSRF": "1", "Origin": origin})
+            assert got.status_code == 200, got.text
+        rows = term.wait("the live view after pairing", lambda r: any(x.startswith("Machines") for x in r)
+                         and any(x.startswith("A phone paired as test-phone.") for x in r))
+        assert links_on(rows) == [] and not whole_qr_on(rows)  # a used link is no longer offered
+
+        with demo.lock:
+            raw = demo.raw
+        outside, inside = b"", b""  # what was written to the terminal's own screen, and to the alternate one
+        for i, part in enumerate(raw.split(b"\x1b[?1049h")):
+            drawn, _sep, after = part.partition(b"\x1b[?1049l")
+            if i == 0:
+                outside += part
+            else:
+                inside += drawn
+                outside += after
+        assert b"Machines" in inside and b"Machines" not in outside and b"Last receipts" not in outside
+        demo.interrupt()
+        demo.proc.wait(timeout=10)
+        assert demo.proc.returncode == 0
+    finally:
+        demo.close()
+        shutil.rmtree(home, ignore_errors=True)

@@ -162,6 +162,32 @@ def test_a_refusal_shown_to_the_sender_is_final():
     assert got["state"] == "failed"
 
 
+def test_a_send_refused_busy_waits_even_when_it_passed_through():
+    """Issue 27, crew.md §3, B7: `busy` (another write took the lock first; nothing was sent) never ends an
+    item — not even one the phone is answered at once: it waits `approved` and quotes anew later. A resumed
+    request (it may have reached the agent before) keeps its recorded request and stays `running`."""
+    core = InboxCore()
+    passing = item("r", state="running", request={"turn": 7})
+    busy = {"outcome": "refused", "reason": "busy"}
+    got = core.settle(passing, busy, passed_through=True)
+    assert (got["state"], got["request"]) == ("approved", None)
+    assert core.settle(passing, busy)["state"] == "approved"
+    resumed = core.settle(passing, busy, passed_through=True, resumed=True)
+    assert resumed == {"state": "running", "runtime_ref": None}  # the recorded request is kept
+    assert core.settle(passing, {**busy, "replay": True}, passed_through=True)["state"] == "failed"
+
+
+def test_a_held_item_keeps_its_place_and_the_others_run_past_it():
+    """Issue 32, I2: a held item does not run; the next one for another conversation does, and a send to
+    the held one's conversation waits behind it (its sends keep their order); a starter runs."""
+    core = InboxCore()
+    items = [item("held", created=1), item("same", created=2), item("other", created=3, conv="d")]
+    assert core.next_to_run(items, set(), {"held"}).id == "other"
+    assert core.next_to_run(items[:2], set(), {"held"}) is None
+    assert core.next_to_run(items, set()).id == "held"
+    assert core.next_to_run([*items[:2], item("job", created=4, kind="starter", conv=None)], set(), {"held"}).id == "job"
+
+
 def test_a_conflict_after_a_held_refusal_keeps_the_true_refusal():
     """The agent's side recorded the earlier refusal: the item fails with it, not with `conflict`."""
     core = InboxCore()

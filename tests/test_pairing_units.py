@@ -340,3 +340,38 @@ def test_both_halves_of_one_device_are_needed_and_a_planted_cookie_does_not_shad
     devices.db.execute("UPDATE devices SET key_hash=NULL WHERE id=?", (d2.id,))
     devices.by_hash[d2.hash].key_hash = None
     assert devices.device_for([c2], k2) is None and devices.paired_before_keys([c2])
+
+
+def test_a_refused_link_names_the_command_the_lead_was_given(tmp_path):
+    """Issue 26 check: in `collie demo` a used link said "Run `collie pair` again", which there answers
+    "no bridge is running"; the lead's COLLIE_PAIR_COMMAND (its .env, set by the demo) names the command."""
+    from crew.config import load_env
+    from crew.paths import Paths
+    from lead.daemon import pair_command
+
+    paths = Paths(config_dir=tmp_path / "cfg", state_dir=tmp_path / "state")
+    paths.config_dir.mkdir(mode=0o700)
+    assert pair_command(load_env(paths, {})) == "collie pair"
+    paths.dotenv.write_text('COLLIE_PAIR_COMMAND="/home/you/collie/.venv/bin/collie demo pair"\n')
+    paths.dotenv.chmod(0o600)
+    again = pair_command(load_env(paths, {}))
+    assert again == "/home/you/collie/.venv/bin/collie demo pair"
+    for bad in ("collie pair\x1b[2J", "x" * 201, "`rm -rf`", " collie"):  # one clean printable line, or the default
+        assert pair_command({"COLLIE_PAIR_COMMAND": bad}) == "collie pair"
+    d = Devices(tmp_path / "devices.sqlite", again=again)
+    code, _ = d.new_code(T0)
+    late, _ = d.new_code(T0)
+    d.redeem(code, "phone", T0)
+    for c, at, words in ((code, T0 + 1, "This pairing link was already used."),
+                         (late, T0 + CODE_TTL, "This pairing link expired (links last 10 minutes)."),
+                         ("nope", T0, "This pairing link is not valid.")):
+        with pytest.raises(PairingRefused) as refused:
+            d.redeem(c, "again", at)
+        assert str(refused.value) == f"{words} Run `/home/you/collie/.venv/bin/collie demo pair` again."
+    d.close()
+    plain = Devices(tmp_path / "plain.sqlite")
+    code, _ = plain.new_code(T0)
+    plain.redeem(code, "phone", T0)
+    with pytest.raises(PairingRefused, match=r"^This pairing link was already used\. Run `collie pair` again\.$"):
+        plain.redeem(code, "again", T0)
+    plain.close()

@@ -95,13 +95,16 @@ def test_an_agent_keeps_about_keep_bytes_of_items(reader, monkeypatch):
 
 
 def test_at_most_max_conversations_are_read(reader):
-    """9.6: a state listing 1,500 open conversations keeps the first MAX_CONVERSATIONS, logged once."""
+    """9.6, issue 32: a state listing 1,500 open conversations keeps MAX_CONVERSATIONS — the newest (an
+    agent lists them last) — counts the rest (`left_out`, the list's footer), and logs it once."""
     lines, stale = reader.on_state(state([conv(i) for i in range(1500)]), None, 1)
     assert len(reader.conversations) == MAX_CONVERSATIONS and len(stale) <= MAX_CONVERSATIONS
     assert len(reader.raw_state["conversations"]) == MAX_CONVERSATIONS  # what the cache and the lead keep
-    assert sum("only the first" in line for line in lines) == 1
+    assert "c1499" in reader.conversations and "c0" not in reader.conversations
+    assert reader.left_out == 1500 - MAX_CONVERSATIONS
+    assert sum("are read (waiting, working, then the newest)" in line for line in lines) == 1
     lines, _ = reader.on_state(state([conv(i) for i in range(1500)], rev=6), None, 2)
-    assert not any("only the first" in line for line in lines)
+    assert not any("are read" in line for line in lines)
 
 
 def test_the_cache_drops_what_the_reader_dropped(reader, tmp_path):

@@ -8,8 +8,10 @@ them the way a person would, with the real CLI: `collie durable attach`, `collie
 an agent refuses writes from the process that launched it (features T3), and here the bridges that
 write to the agents are the demo's siblings of those agents, never their parents.
 
-Once ready it prints a one-time pairing link for the lead (and its QR code on a terminal): the only
-secret it ever prints, valid 10 minutes and once. `p` in the live view, or `collie demo pair` in
+Once ready it prints a one-time pairing link for the lead: the only secret it ever prints, valid 10
+minutes and once. On a terminal its QR code then stays on the screen, not redrawn, until a key press
+or a phone pairs; the live view (on the alternate screen, so no redraw is left in the scrollback)
+keeps the link at its top while it is valid. `p` in the live view, or `collie demo pair` in
 another terminal, makes another. With `--lan` the lead serves on this machine's network address,
 over TLS with the certificate it makes itself, and the demo prints that certificate's SHA-256
 fingerprint to compare on the phone; without it nothing listens beyond loopback.
@@ -28,6 +30,7 @@ line reads the lead's local credential from its file.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -64,6 +67,8 @@ MAX_PAGES = 20  # pages of chat items one check reads at most
 DEMO_ROOT = "/tmp"  # where the demo's folder is made, and where `collie demo pair` looks for it
 DEMO_PREFIX = "collie-demo-"
 MARK = "demo.json"  # in the demo's folder: the demo's pid, so another terminal can find a live demo
+AWAKE, ASLEEP = 15.0, 10.0  # the laptop's default phases, seconds
+MIN_PHASE, MAX_PHASE = 1.0, 86400.0
 KEYS_HELP = "p: new pairing link · r: restart the lead · Ctrl-C: stop"
 
 
@@ -95,11 +100,48 @@ def register(sub) -> None:
                    help="serve the lead on this machine's network address (or ADDRESS), over TLS with a "
                         "self-signed certificate, so a phone on the same network can open it")
     p.add_argument("--no-qr", action="store_true", help="print the pairing link without its QR code")
-    p.add_argument("--awake", type=float, default=15.0, metavar="SECONDS",
-                   help="how long the laptop member stays awake between naps (default 15)")
-    p.add_argument("--asleep", type=float, default=10.0, metavar="SECONDS",
-                   help="how long each nap lasts; work sent meanwhile waits in the inbox (default 10)")
+    p.add_argument("--awake", type=seconds, default=None, metavar="SECONDS",
+                   help=f"how long the laptop member stays awake between naps ({MIN_PHASE:g} to {MAX_PHASE:g}; "
+                        f"default {AWAKE:g})")
+    p.add_argument("--asleep", type=seconds, default=None, metavar="SECONDS",
+                   help=f"how long each nap lasts; work sent meanwhile waits in the inbox ({MIN_PHASE:g} to "
+                        f"{MAX_PHASE:g}; default {ASLEEP:g})")
     p.set_defaults(run=run)
+
+
+def seconds(text: str) -> float:
+    """A nap or an awake phase: a number of seconds within MIN_PHASE..MAX_PHASE (argparse: exit 2)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not MIN_PHASE <= value <= MAX_PHASE:  # also NaN and infinities
+        raise argparse.ArgumentTypeError(f"{clip(text, 40)!r} is not a number of seconds from {MIN_PHASE:g} "
+                                         f"to {MAX_PHASE:g}")
+    return value
+
+
+# what each action can be given: a flag another action takes is refused, not ignored
+START_ONLY = {"lan": "--lan", "plain": "--plain", "awake": "--awake", "asleep": "--asleep"}
+ACTION_FLAGS = {"pair": ("no_qr",), "restart": ()}
+
+
+def check_flags(args) -> None:
+    """`demo pair --lan`, `demo restart --no-qr`, …: a flag that does not apply to the action is an error."""
+    if args.action is None:
+        return
+    given = [flag for name, flag in {**START_ONLY, "no_qr": "--no-qr"}.items()
+             if getattr(args, name, None) not in (None, False) and name not in ACTION_FLAGS[args.action]]
+    if not given:
+        return
+    cmd = own_command()
+    why = {"pair": "it prints a link for the running demo, on the address the demo was started with",
+           "restart": "it restarts the running demo's lead as it was started"}[args.action]
+    hint = f" (to pair over the network, stop the demo and start it with `{cmd} demo --lan`)" if "--lan" in given else ""
+    raise UsageError(f"`demo {args.action}` does not take {' or '.join(given)}: {why}{hint}")
 
 
 class Machine:
@@ -256,7 +298,8 @@ def lead_host(lan: str | None) -> str:
     try:
         addr = ipaddress.ip_address(lan.strip("[]"))
     except ValueError:
-        raise UsageError(f"--lan {clip(lan, 60)} is not an IP address of this machine") from None
+        raise UsageError(f"--lan {clip(lan, 60)} is not an IP address: give this machine's network address "
+                         "(like 192.168.1.20), or --lan alone to use the one it has") from None
     if addr.is_loopback or addr.is_unspecified:
         raise UsageError(f"--lan {addr} is not a network address: give one a phone can reach (or leave --lan out "
                          "to stay on loopback)")
@@ -271,8 +314,17 @@ def free_port(host: str) -> int:
             s.bind((host, 0))
             return s.getsockname()[1]
     except OSError as exc:
-        raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()} (is it an address of "
-                         "this machine?)") from None
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise UsageError(f"--lan {host} is an IP address, but not an address of this machine: give one it "
+                             "has, or --lan alone to use the one it has") from None
+        raise UsageError(f"cannot listen on {host}: {(exc.strerror or str(exc)).lower()}") from None
+
+
+def write_private(path: Path, text: str) -> None:
+    """A file of the demo's own, readable by this user only (0600), as the lead wants its `.env`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
 
 
 def own_command() -> str:
@@ -308,6 +360,7 @@ class Demo:
         self.naps = 0
         self.items_since = 0  # how far check_ran has read the sleeper's chat
         self.agents: dict[tuple[str, str], tuple[str, subprocess.Popen, float]] = {}  # (kind, process, retry at)
+        self.link: tuple[float | None, set[str]] | None = None  # the shown link: expiry, phones paired before it
 
     # --- start-up -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -329,6 +382,8 @@ class Demo:
             wait_until(f"agent {name}", listening)
             m.collie("durable", "attach", name, "--socket", str(m.socket(name)))
         self.out.progress("attached them with `collie durable attach`")
+        # a used or expired link tells the phone what gives another here (the lead reads its .env at every start)
+        write_private(self.lead.config_dir / ".env", f'COLLIE_PAIR_COMMAND="{own_command()} demo pair"\n')
         for attempt in range(3):  # the free port can be taken between our look and the lead's bind
             try:
                 pong = self.serve(self.lead, "--host", self.host, "--port", str(free_port(self.host)))
@@ -400,11 +455,38 @@ class Demo:
 
     def show_pairing(self) -> None:
         try:
+            before = self.paired_phones()
             got = self.pairing()
         except CollieError as exc:
             self.event("pair", "local", "not now", str(exc))
             return
+        self.link = (got.get("expires_at"), before)
         self.out.pairing(got, qr=not self.args.no_qr and self.out.is_terminal, more=more_hint(self.out.keys))
+
+    def paired_phones(self) -> set[str]:
+        """The ids of the phones paired with the lead now (raises CollieError while it does not answer)."""
+        got = control.call(self.lead.state_dir / "bridge.sock", "devices", timeout=2.0)
+        return {d.get("id") for d in got.get("devices", []) if isinstance(d, dict)}
+
+    def check_link(self) -> None:
+        """The shown link ends when a phone pairs or it expires: off the live view's top, the QR screen closes."""
+        if self.link is None:
+            return
+        expires, before = self.link
+        try:
+            new = [d for d in control.call(self.lead.state_dir / "bridge.sock", "devices", timeout=2.0)["devices"]
+                   if isinstance(d, dict) and d.get("id") not in before]
+        except (CollieError, KeyError, TypeError):
+            new = []  # the lead is restarting: look again next time
+        if new:
+            self.link = None
+            name = clip(new[-1].get("name"), 40)
+            self.event("pair", "local", "paired", f"a phone paired as {name}")
+            self.out.link_done(f"A phone paired as {name}. p: a link for another one.")
+        elif isinstance(expires, (int, float)) and time.time() >= expires:
+            self.link = None
+            self.event("pair", "local", "expired", f"the pairing link expired; `{own_command()} demo pair` makes another")
+            self.out.link_done("The pairing link expired. p: a new one.")
 
     def restart_lead(self) -> None:
         """`r` in the live view: what `collie demo restart` asks for. Its return is seen by `watch`."""
@@ -418,7 +500,10 @@ class Demo:
         if ch in "pP":
             self.show_pairing()
         elif ch in "rR":
+            self.out.hide_qr()
             self.restart_lead()
+        elif self.out.qr_shown:  # any other key leaves the QR screen for the live view
+            self.out.hide_qr()
 
     # --- what the demo does while it runs -------------------------------------------------------
     def event(self, what: str, target: str, outcome: str, text: str = "", request_id: str = "") -> None:
@@ -578,7 +663,9 @@ class Demo:
         self.out.ready(self.address, self.lead.state_dir / "api-token")
         self.show_pairing()
         self.out.live_view()
-        cycle = SleepCycle.starting(time.monotonic(), awake=self.args.awake, asleep=self.args.asleep)
+        awake = AWAKE if self.args.awake is None else self.args.awake
+        asleep = ASLEEP if self.args.asleep is None else self.args.asleep
+        cycle = SleepCycle.starting(time.monotonic(), awake=awake, asleep=asleep)
         while True:
             now = time.monotonic()
             step = cycle.step(now)
@@ -590,6 +677,7 @@ class Demo:
             self.watch_agents(now)
             self.send_note()
             self.check_ran()
+            self.check_link()
             self.out.draw(self.summary(), self.events)
             deadline = now + POLL
             while (left := deadline - time.monotonic()) > 0:
@@ -615,12 +703,12 @@ def _alive(pid: object) -> bool:
     return True
 
 
-def running_demos(root: str = DEMO_ROOT) -> list[Path]:
+def running_demos(root: str | None = None) -> list[Path]:
     """This user's live demos' folders, newest first: private folders named collie-demo-* whose
     demo.json names a live process."""
     found = []
     try:
-        entries = list(Path(root).glob(f"{DEMO_PREFIX}*"))
+        entries = list(Path(root or DEMO_ROOT).glob(f"{DEMO_PREFIX}*"))
     except OSError:
         return []
     for d in entries:
@@ -643,7 +731,7 @@ def lead_paths_of(folder: Path) -> Paths:
 def find_demo() -> Paths:
     demos = running_demos()
     if not demos:
-        raise NotRunningError("no demo is running: start one with `collie demo`")
+        raise NotRunningError(f"no demo is running: start one with `{own_command()} demo`")
     if len(demos) > 1:
         print(f"({len(demos)} demos are running; this is the newest, in {demos[0]})", file=sys.stderr)
     return lead_paths_of(demos[0])
@@ -777,6 +865,14 @@ class PlainScreen:
         for line in pairing_lines(got, more, own_command()):
             print(line if line.startswith("  ") else f"[demo] {line}", file=self.stream, flush=True)
 
+    qr_shown = False  # the QR code is printed once, with the lines; nothing is redrawn over it
+
+    def link_done(self, note: str) -> None:
+        pass  # the event line said it
+
+    def hide_qr(self) -> None:
+        pass
+
     def live_view(self) -> None:
         pass
 
@@ -790,8 +886,102 @@ class PlainScreen:
         self.keys.close()
 
 
+# --- the pairing link in a terminal: what fits in width × height (pure, so a test can try every size) -----
+QR_GAP = 2  # columns between the QR code and the text beside it
+MIN_SIDE = 24  # the narrowest text column worth putting beside the QR code
+
+
+def _rows(text: str, width: int) -> list[str]:
+    """`text` as rows of at most `width` columns (a link or a fingerprint is cut where it must be)."""
+    import textwrap
+
+    if not text:
+        return [""]
+    return textwrap.wrap(text, max(1, width), break_long_words=True, break_on_hyphens=False) or [""]
+
+
+def _link_rows(link: str, width: int) -> list[str]:
+    """The link on rows of its own, indented by two spaces when it fits so: one row from 80 columns up."""
+    if len(link) + 2 <= width:
+        return [f"  {link}"]
+    return [link[i:i + max(1, width)] for i in range(0, len(link), max(1, width))]
+
+
+def _fingerprint_rows(fingerprint: str, width: int) -> list[str]:
+    """A SHA-256 fingerprint (AB:CD:…) cut between two bytes, as many bytes a row as `width` holds."""
+    parts = fingerprint.split(":")
+    per = max(1, (width + 1) // 3)
+    return [":".join(parts[i:i + per]) for i in range(0, len(parts), per)]
+
+
+def until(got: dict) -> str:
+    expires = got.get("expires_at")
+    return time.strftime("%H:%M", time.localtime(expires)) if isinstance(expires, (int, float)) else "10 minutes"
+
+
+def qr_rows(got: dict, width: int, command: str) -> tuple[list[str], int]:
+    """The pairing screen at `width` columns: the QR code, the link under it, and beside it (under it when
+    the window is narrow) when it expires, the certificate to compare and the keys; and the columns the QR
+    code needs. It fits a window when those columns are there and it has as many rows as returned."""
+    from crew.cli.pair_cmd import qr_text
+
+    link = printable(got["link"])
+    qr = [line for line in qr_text(link).splitlines() if line.strip()]
+    qw = max((len(line) for line in qr), default=0)
+    fp = printable(got["fingerprint"]) if got.get("fingerprint") else ""
+
+    def side(w: int) -> list[str]:
+        rows = _rows("Pair a phone: scan this code with its camera, or open the link below.", w)
+        rows += _rows(f"Valid until {until(got)}, works once.", w)
+        if fp:
+            rows += [""] + _rows("On the phone, go on only if the certificate's SHA-256 is:", w)
+            rows += _fingerprint_rows(fp, w)
+        if got.get("loopback"):
+            rows += [""] + _rows(f"This address opens on this machine only; for a phone, start `{command} demo "
+                                 "--lan`.", w)
+        rows += [""] + _rows("Any key: the live view (the link stays at its top). p: a new link. Ctrl-C: stop.", w)
+        return rows
+
+    below = _link_rows(link, width)
+    sw = width - qw - QR_GAP
+    if sw < MIN_SIDE:
+        return qr + below + side(width), qw
+    text = side(sw)
+    return [f"{(qr[i] if i < len(qr) else '').ljust(qw)}{' ' * QR_GAP}{text[i] if i < len(text) else ''}".rstrip()
+            for i in range(max(len(qr), len(text)))] + below, qw
+
+
+def qr_screen(got: dict, width: int, height: int, command: str) -> tuple[list[str] | None, str]:
+    """The pairing screen's rows when it fits `width` × `height`, else None and what to do instead."""
+    rows, qw = qr_rows(got, width, command)
+    if qw <= width and len(rows) <= height:
+        return rows, ""
+    need = f"{qw} columns" if qw > width else f"{len(rows)} rows at this width"
+    return None, (f"The QR code does not fit this window ({width}×{height}; it needs {need}): make the window "
+                  f"taller and press p, or run `{command} demo pair` in another terminal.")
+
+
+def pair_rows(got: dict | None, note: str, width: int, *, qr_note: str = "") -> list[str]:
+    """The top of the live view: while a link is valid, the link (one row from 80 columns) and its
+    certificate's fingerprint; else what became of the last one (`note`)."""
+    if got is None:
+        return _rows(note, width) if note else []
+    rows = _rows(f"Pair a phone with this link (until {until(got)}, once); p: a new one with its QR code", width)
+    rows += _link_rows(printable(got["link"]), width)
+    if got.get("fingerprint"):
+        rows += _rows("The phone must show this certificate SHA-256:", width)
+        rows += _fingerprint_rows(printable(got["fingerprint"]), width)
+    if qr_note:
+        rows += _rows(qr_note, width)
+    return rows
+
+
 class RichScreen:
-    """A TTY: the live one-screen summary (machines, agents, open asks, inbox, last receipts)."""
+    """A TTY: the live one-screen summary (machines, agents, open asks, inbox, last receipts), drawn on
+    the terminal's alternate screen (nothing of a redraw is left in the scrollback), with the pairing
+    link at its top while it is valid. A new link is first shown as its QR code on a screen of its own,
+    not redrawn, until a key press or the phone pairs (when the window is too small for it, the live view
+    says how big it must be, or to run `… demo pair`)."""
 
     def __init__(self, keys: Keys | None = None) -> None:
         from rich.console import Console
@@ -801,6 +991,12 @@ class RichScreen:
         self.head = None
         self.keys = keys or Keys()
         self.is_terminal = True
+        self.link: dict | None = None  # the pairing link while it is valid
+        self.link_note = ""  # what became of the last one
+        self.qr_shown = False  # the QR screen is up: redraws wait for a key, the phone pairing, or the link's end
+        self.last: tuple[Summary, list] | None = None
+        self.qr_size = (0, 0)  # the window's size when the QR screen was drawn
+        self.want_qr = False
 
     def progress(self, text: str) -> None:
         if self.live is None:
@@ -819,27 +1015,57 @@ class RichScreen:
         from rich.text import Text
 
         live = self.live
-        if live is not None:  # printed above the live screen, which is drawn again below it
+        if live is not None:  # the lines go to the terminal's own screen, below what the demo printed
             live.stop()
-        if qr:
-            from crew.cli.pair_cmd import qr_text
-
-            self.console.print(Text(qr_text(printable(got["link"]))), soft_wrap=True, highlight=False)
         for line in pairing_lines(got, more, own_command()):
             style = "bold" if line.startswith("  ") else ""
             self.console.print(Text(line, style=style), soft_wrap=True, highlight=False)
+        self.link, self.link_note = got, ""
+        self.want_qr = qr  # not with --no-qr: then neither the QR screen nor a word about its size
+        self.qr_shown = qr and self.keys.on  # without keys nothing would end the QR screen but the link
         if live is not None:
             self.live_view()
+
+    def link_done(self, note: str) -> None:
+        """The link was used (a phone paired) or expired: off the top of the live view, the QR screen ends."""
+        self.link, self.link_note, self.qr_shown = None, note, False
+        self.redraw()
+
+    def hide_qr(self) -> None:
+        self.qr_shown = False
+        self.redraw()
 
     def live_view(self) -> None:
         from rich.live import Live
 
-        self.live = Live(console=self.console, auto_refresh=False, transient=True)
+        self.live = Live(console=self.console, auto_refresh=False, screen=True)
         self.live.start()
+        self.redraw()
 
     def draw(self, summary: Summary, events) -> None:
-        if self.live is not None:
-            self.live.update(render(self.head, summary, events), refresh=True)
+        self.last = (summary, list(events))
+        if not self.qr_shown or self.console.size != self.qr_size:  # the QR screen stays as drawn, unless resized
+            self.redraw()
+
+    def redraw(self) -> None:
+        if self.live is None:
+            return
+        from rich.console import Group
+        from rich.text import Text
+
+        width, height = self.console.size
+        qr_note = ""
+        if self.link is not None and self.keys.on and self.want_qr:
+            rows, qr_note = qr_screen(self.link, width, height, own_command())
+            if rows is not None and self.qr_shown:
+                self.live.update(Group(*(Text(r, no_wrap=True, overflow="crop") for r in rows)), refresh=True)
+                self.qr_size = (width, height)
+                return
+            self.qr_shown = False
+        top = [Text(r, no_wrap=True, overflow="crop", style="bold" if r.startswith("  ") else "")
+               for r in pair_rows(self.link, self.link_note, width, qr_note=qr_note)]
+        summary, events = self.last if self.last is not None else (Summary(), [])
+        self.live.update(render(self.head, summary, events, top=top), refresh=True)
 
     def close(self) -> None:
         if self.live is not None:
@@ -854,7 +1080,7 @@ def escape(text: str) -> str:
     return rich_escape(text)
 
 
-def render(head, summary: Summary, events):
+def render(head, summary: Summary, events, top=()):
     from rich.console import Group
     from rich.table import Table
 
@@ -890,7 +1116,7 @@ def render(head, summary: Summary, events):
     receipts = table("Last receipts", "at", "what", "target", "outcome", "text")
     for e in events:
         receipts.add_row(e.at, escape(e.label), escape(e.target), escape(e.outcome), escape(e.text))
-    return Group(head, "", machines, "", agents, "", asks, "", inbox, "", receipts)
+    return Group(head, *top, "", machines, "", agents, "", asks, "", inbox, "", receipts)
 
 
 # --- the verb ----------------------------------------------------------------------------------------
@@ -899,11 +1125,12 @@ def _raise_interrupt(_signum, _frame):
 
 
 def run(args, _paths) -> int:
+    check_flags(args)
     if args.action == "pair":
         return pair_with_running(args)
     if args.action == "restart":
         return restart_running(args)
-    lead_host(args.lan)  # a bad --lan is one line before anything starts
+    free_port(lead_host(args.lan))  # a bad --lan is one line before anything starts
     keys = Keys()
     screen = PlainScreen(keys=keys) if args.plain or not sys.stdout.isatty() else RichScreen(keys=keys)
     base = Path(tempfile.mkdtemp(prefix=DEMO_PREFIX, dir=DEMO_ROOT if os.path.isdir(DEMO_ROOT) else None))

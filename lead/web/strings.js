@@ -43,10 +43,45 @@ export const S = {
   approve: "Approve", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
   addMessage: "Add a message", messageToAdd: "Message to add", add: "Add",           // I7
   clearInbox: "Clear the inbox", inboxEmpty: "Nothing waits here.", inboxDone: "Running and finished",  // I9
-  offlineSince: (t) => `machine offline since ${t}`,              // I7
   noAgents: "No durable agents are attached yet: see `collie durable attach`.",
   notOpen: "This conversation is not open.", back: "Back",
-  offline: "Offline: showing what was last loaded.",
+  offline: "This phone is offline: showing what was last loaded.",
+  leadDown: "Can't reach the lead: showing what was last loaded.",
+  lastLoaded: (t) => `Showing what was last loaded at ${t}.`,
+  notSentOffline: "Not sent: this phone is offline.",
+  notConfirmedNoLead: "Sending, not confirmed: the lead could not be reached. Send again to retry it once.",
+  nothingDoneOffline: "Nothing was done: this phone is offline.",
+  uncertainNoLead: "Not certain it was done: the lead could not be reached.",
+  memberOffline: (m, t) => t ? `${m} is offline since ${t}: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`
+    : `${m} is offline: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`,
+  machineOffline: (t) => t ? `offline since ${t}` : "offline",
+  queuedOffline: (t) => `queued, machine offline since ${t}`,    // I7 (crew.md: the sender's words)
+  // D1: an agent that does not answer, in the user's words (by the bridge's reason code)
+  unreachableWhy: (agent, reason) => `${agent} is not answering: ${({
+    "connection-refused": "its program is not running, or not listening where Collie looks",
+    "no-socket": "its program is not running (its socket is not there)",
+    "closed": "its program closed the connection",
+    "timeout": "it stopped replying to Collie",
+    "unauthorized": "it refused Collie's token",
+    "socket-not-private": "its socket is open to other users, so Collie will not use it",
+    "config": "its entry in Collie's settings is incomplete",
+  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
+  // Q4: a permission option in Collie's words, by its role
+  roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
+  showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
+  newItems: "New items",                                          // C1: the chat scrolled up, newer items came
+  goToAsk: "Go to the question",                                  // B10: an ask blocks the send
+  tapAgainClose: "Tap again to close",                            // C8: a destructive tap asks again
+  tapAgainClear: "Tap again to clear the inbox",                  // I9
+  cancelEdit: "Cancel",                                           // I7: leaves the message unsent, the request waits
+  approvals: (n, agent) => `${n} ${n === 1 ? "request" : "requests"} waiting for your approval · ${agent}`,
+  approvalsLabel: (n) => `${n} ${n === 1 ? "request" : "requests"} waiting for approval`,
+  openLabel: (n) => `${n} open`, waitingLabel: (n) => `${n} waiting for you`, asksLabel: (n) => `${n} ${n === 1 ? "ask" : "asks"} waiting`,
+  needsCount: (n) => `${n} waiting for you`,
+  leftOutConvs: (n) => `${n} more ${n === 1 ? "conversation" : "conversations"} not shown`,  // L: the view left them out
+  rename: "Rename", renameTo: "New title", save: "Save",          // C8: rename, when the agent declares it
+  message: "Message", starter: "starter", from: "from",
+  working: "working",
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
   notifyOn: "Notify me when an agent asks",
@@ -54,6 +89,3 @@ export const S = {
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",
 };
-// C7: the twelve icons an agent button may name; any other name draws no icon
-export const ICONS = {play: "▶", pause: "⏸", check: "✓", x: "✕", refresh: "↻", archive: "🗄", flag: "⚑",
-  star: "★", send: "➤", note: "✎", search: "⌕", more: "⋯"};

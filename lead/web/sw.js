@@ -1,6 +1,12 @@
 // Collie's service worker: the app shell opens offline (and says so); the API is never cached.
-const SHELL = "collie-shell-v1";
-const FILES = ["/", "/app.js", "/app.css", "/strings.js", "/manifest.webmanifest", "/icon.svg"];
+// The shell's files are served under /v/<VERSION>/ (lead/web.py writes VERSION in when it serves this file):
+// immutable names, so they are read from this cache first; the page itself is asked for first from the network.
+const VERSION = "dev";
+const SHELL = `collie-shell-${VERSION}`;
+const MODULES = ["app", "api", "state", "dom", "dashboard", "agent", "chat", "askcard", "items", "icons", "inbox",
+  "newconv", "push", "strings"];
+const FILES = ["/", ...MODULES.map((m) => `/v/${VERSION}/${m}.js`), `/v/${VERSION}/app.css`,
+  `/v/${VERSION}/manifest.webmanifest`, "/icon.svg"];
 self.addEventListener("install", (e) => { e.waitUntil(caches.open(SHELL).then((c) => c.addAll(FILES))); self.skipWaiting(); });
 self.addEventListener("activate", (e) => {
   e.waitUntil(caches.keys().then((keys) => Promise.all(keys.filter((k) => k !== SHELL).map((k) => caches.delete(k)))));
@@ -11,6 +17,10 @@ self.addEventListener("fetch", (e) => {
   if (e.request.method !== "GET" || url.origin !== location.origin || url.pathname.startsWith("/api/")) return;
   const path = url.pathname === "/index.html" ? "/" : url.pathname;
   if (!FILES.includes(path)) return;
+  if (path.startsWith("/v/")) {  // immutable: the cache, else the network
+    e.respondWith(caches.match(path).then((hit) => hit || fetch(e.request)));
+    return;
+  }
   // network first, so a new release shows at once; the cached shell when the lead is out of reach
   e.respondWith(fetch(e.request).then((r) => {
     const copy = r.clone();

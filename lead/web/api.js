@@ -1,0 +1,134 @@
+// The lead's JSON API and its live channel (docs/phone-api.md). The only module that calls fetch or opens
+// the live channel: every request's headers come from headers(), the channel's address from channelUrl().
+// It also knows whether the phone is offline or the lead out of reach, and keeps the last answer of each
+// screen's reads so a page opened without the lead shows what was last loaded, marked as such.
+import { S } from "./strings.js";
+
+export class Unpaired extends Error {}
+export class Unreachable extends Error {}  // no answer came: the request may or may not have arrived
+export class Offline extends Unreachable {}  // the phone is offline: the request was never sent
+
+// The device key (issue 25.1): the pairing page keeps it in this origin's IndexedDB ("collie", store
+// "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key. Browsers send
+// the cookie to every port of the host, but another origin cannot read this origin's IndexedDB.
+let deviceKey = null;
+function readKey() {
+  return deviceKey || (deviceKey = new Promise((ok) => {
+    let o;
+    try { o = indexedDB.open("collie", 1); } catch (_) { ok(""); return; }
+    o.onupgradeneeded = () => o.result.createObjectStore("device");
+    o.onerror = () => ok("");
+    o.onsuccess = () => {
+      try {
+        const q = o.result.transaction("device").objectStore("device").get("key");
+        q.onsuccess = () => ok(q.result || ""); q.onerror = () => ok("");
+      } catch (_) { ok(""); }
+    };
+  }));
+}
+
+// Every request's headers, in one place (a write carries the CSRF header the lead requires).
+function headers(method, json, key) {
+  const out = {};
+  if (json) out["Content-Type"] = "application/json";
+  if (method !== "GET") out["X-Collie-CSRF"] = "1";
+  if (key) out["X-Collie-Device-Key"] = key;
+  return out;
+}
+
+// ---- reachability: the phone offline, the lead out of reach, or fine ----------------------------------
+export const net = { leadDown: false, staleAt: null, listeners: [] };
+export function connectivity() {
+  if (navigator.onLine === false) return S.offline;
+  if (net.leadDown) return S.leadDown;
+  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  return "";
+}
+function setLead(down) {
+  const was = connectivity();
+  net.leadDown = down;
+  if (!down) net.staleAt = null;
+  if (connectivity() !== was) for (const fn of net.listeners) fn();
+}
+export function phoneChanged() { for (const fn of net.listeners) fn(); if (navigator.onLine) probe(); }
+
+// ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
+const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items)?)?|inbox|starters))(\?closed=1)?$/;
+const KEEP_MAX = 256 * 1024;
+function remember(path, text) {
+  if (!KEEP.test(path) || text.length > KEEP_MAX) return;
+  try { localStorage.setItem("last:" + path, JSON.stringify({ at: Date.now(), text })); } catch (_) { /* full: keep none */ }
+}
+function recall(path) {
+  try { const got = JSON.parse(localStorage.getItem("last:" + path)); return got && { at: got.at, data: JSON.parse(got.text) }; }
+  catch (_) { return null; }
+}
+
+export async function api(path, { method = "GET", body } = {}) {
+  let r, text;
+  if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
+  try {
+    const key = await readKey();
+    r = await fetch(path, { method, credentials: "same-origin", cache: "no-store",
+      headers: headers(method, body !== undefined, key),
+      body: body !== undefined ? JSON.stringify(body) : undefined });
+    text = await r.text();
+  } catch (e) {
+    setLead(navigator.onLine !== false);
+    const last = method === "GET" ? recall(path) : null;
+    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; for (const fn of net.listeners) fn(); return last.data; }
+    throw new Unreachable(String(e));
+  }
+  if (r.status === 401) { deviceKey = null; throw new Unpaired(); }
+  if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
+  setLead(false);
+  let data = null;
+  try { data = JSON.parse(text); } catch (_) { data = null; }
+  if (!r.ok && !data) throw new Error(`HTTP ${r.status}`);
+  if (r.ok && method === "GET") remember(path, text);
+  return data;
+}
+export const write = (path, body) => api(path, { method: "POST", body });
+// Is the lead there? (asked when the live channel drops, so the page says so within seconds)
+async function probe() { try { await api("/api/needs"); } catch (_) { /* api() noted it */ } }
+
+// ---- the live channel ------------------------------------------------------------------------------
+// EventSource sends no headers: a ticket fetched with the device key opens the channel (issue 25.1).
+function channelUrl(view, ticket) {
+  const q = new URLSearchParams();
+  if (view) {
+    q.set("machine", view.machine); q.set("agent", view.agent);
+    if (view.conversation) q.set("conversation", view.conversation);
+  }
+  if (ticket) q.set("ticket", ticket);
+  const text = q.toString();
+  return "/api/events" + (text ? "?" + text : "");
+}
+let es = null;
+// Open the channel (once) and hand each named event's JSON to its handler in `on`.
+export function connect(view, on) {
+  if (es) return;
+  const pending = es = { close() { this.closed = true; }, pending: true };
+  write("/api/events/ticket", {}).then((t) => {
+    if (es === pending && !pending.closed) open(view, on, t && t.ticket);
+  }, (e) => {
+    if (es !== pending) return;
+    es = null;
+    if (e instanceof Unpaired) on.unauthorized(); else setTimeout(() => connect(view, on), 2000);
+  });
+}
+function open(view, on, ticket) {
+  const src = es = new EventSource(channelUrl(view(), ticket));
+  for (const [name, fn] of Object.entries(on)) {
+    if (name === "unauthorized") continue;
+    src.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+  }
+  src.addEventListener("open", () => setLead(false));
+  src.addEventListener("unauthorized", () => { src.close(); es = null; on.unauthorized(); });
+  src.onerror = () => {
+    probe();
+    if (src.readyState === EventSource.CLOSED) { es = null; setTimeout(() => connect(view, on), 2000); }
+  };
+}
+// Tell the lead what this page views (its agent is then polled every 2 s, and the chat gets its items live).
+export const tellView = (channel, view) => write(`/api/events/${encodeURIComponent(channel)}/view`, view || {});

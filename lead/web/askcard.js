@@ -1,0 +1,98 @@
+// The ask card (Q, O, R): one card per open ask, its answer sent once, its outcome in Collie's words.
+import { S } from "./strings.js";
+import { h, enc, rid } from "./dom.js";
+import { write, Offline } from "./api.js";
+import { app, rerender } from "./state.js";
+
+export function countdown(ask) {
+  if (!ask.expires_at) return null;
+  const left = Math.round((new Date(ask.expires_at).getTime() - Date.now()) / 1000);
+  if (left <= 0) return S.expired;
+  return left >= 60 ? S.expiresMin(Math.ceil(left / 60)) : S.expiresSec(left);
+}
+export async function answer(ask, payload, { confirmed = false, retry = false } = {}) {
+  const r = app.route;
+  const st = app.cards.get(ask.id) || {};
+  const requestId = retry && st.requestId ? st.requestId : rid();
+  const body = retry && st.body ? st.body : { request_id: requestId, machine: r.machine, agent: r.agent,
+    digest: ask.digest, answer: payload, confirmed };
+  app.cards.set(ask.id, { ...st, ask, requestId, body, pending: true, outcome: null, text: null });
+  rerender();
+  let rec;
+  try { rec = await write(`/api/ask/${enc(ask.id)}`, body); }
+  catch (e) { rec = e instanceof Offline ? { outcome: "offline", text: S.nothingDoneOffline } : { outcome: "unknown", text: S.notCertain }; }
+  const next = { ...app.cards.get(ask.id), pending: false, outcome: rec.outcome, text: rec.text,
+    retry: rec.outcome === "unknown", armed: false };
+  if (rec.outcome === "changed" && rec.current_ask && app.pane) {
+    const i = (app.pane.asks || []).findIndex((a) => a.id === ask.id);
+    if (i >= 0) app.pane.asks[i] = rec.current_ask;
+  }
+  app.cards.set(ask.id, next);
+  rerender();
+}
+export function askCard(ask) {
+  const st = app.cards.get(ask.id) || {};
+  const agent = app.route.agent;
+  const locked = st.outcome && !["unknown", "changed", "refused", "invalid", "offline"].includes(st.outcome);
+  const kids = [h("div", { class: "head", text: S.needsAnswer(agent) }), h("div", { class: "title", text: ask.title })];
+  const cd = countdown(ask);
+  if (cd) kids.push(h("div", { class: "note", "data-expiry": ask.expires_at, text: cd }));
+  if (ask.body) kids.push(h("div", { text: ask.body }));
+  if (ask.shortened || ask.text_shortened) kids.push(h("div", { class: "note", text: S.textShortened }));
+  const dis = st.pending || locked;
+  if (!ask.answerable) kids.push(h("div", { class: "note", text: S.cannotAnswer }));
+  else if (ask.kind === "permission" || (ask.kind === "choice" && !ask.multiple)) {
+    // Q4: a permission option speaks Collie's words by its role, the agent's own label a faint second line
+    // (an agent could label its allow option "Not now"); a choice option is the agent's label alone.
+    const words = (o, text) => ask.kind === "permission" && S.roles[o.role]
+      ? [h("span", { class: "role", text: text || S.roles[o.role] }), o.label ? h("span", { class: "agent-label", text: o.label }) : null]
+      : [h("span", { class: "role", text: text || o.label || "" })];
+    const opts = (ask.options || []).filter((o) => o.role !== "always_allow" || ask.always_allow).map((o) => {
+      if (o.role === "always_allow") {
+        const armed = st.armed;
+        return h("button", { disabled: dis, class: `opt${armed ? " primary" : ""}`, onclick: () => {
+          if (!armed) { app.cards.set(ask.id, { ...st, ask, armed: true }); rerender(); }
+          else answer(ask, { option_ids: [o.id] }, { confirmed: true });
+        } }, words(o, armed ? `${S.tapAgain} ${ask.tool || ""}`.trim() : null));
+      }
+      return h("button", { disabled: dis, class: `opt${o.role === "allow" ? " primary" : ""}`,
+        onclick: () => answer(ask, { option_ids: [o.id] }) }, words(o));
+    });
+    kids.push(h("div", { class: "opts" }, opts));
+  } else if (ask.kind === "choice") {
+    const boxes = (ask.options || []).map((o) => h("label", { class: "toggle" },
+      h("input", { type: "checkbox", value: o.id, disabled: dis }), o.label));
+    kids.push(h("div", { class: "note", text: S.pickAny }), ...boxes,
+      h("button", { class: "primary", disabled: dis, onclick: (e) => {
+        const ids = [...e.target.closest(".card").querySelectorAll("input:checked")].map((x) => x.value);
+        answer(ask, { option_ids: ids });
+      }, text: S.send }));
+  } else if (ask.kind === "text") {
+    const max = ask.max_length || 500;
+    const counter = h("div", { class: "note", text: S.counter(0, max) });
+    const input = h("input", { type: "text", maxlength: max, placeholder: ask.placeholder || "", disabled: dis,
+      "aria-label": ask.title, oninput: (e) => { counter.textContent = S.counter(e.target.value.length, max); } });
+    kids.push(input, counter, h("button", { class: "primary", disabled: dis, onclick: () => answer(ask, { text: input.value }), text: S.send }));
+  } else if (ask.kind === "form") {
+    const inputs = [];
+    for (const f of ask.fields || []) {
+      const id = `f-${ask.id}-${f.id}`;
+      let input;
+      if (f.type === "toggle") input = h("input", { type: "checkbox", id, checked: !!f.default, disabled: dis });
+      else if (f.type === "select") input = h("select", { id, disabled: dis }, h("option", { value: "", text: "" }),
+        (f.options || []).map((o) => h("option", { value: o.id, text: o.label })));
+      else input = h("input", { type: "text", id, maxlength: f.max_length || 500, disabled: dis });
+      inputs.push([f, input]);
+      kids.push(h("label", { for: id, class: f.type === "toggle" ? "toggle" : "" }, f.type === "toggle" ? input : null, f.label,
+        f.required ? h("span", { class: "note", text: ` ${S.required}` }) : null), f.type === "toggle" ? null : input);
+    }
+    kids.push(h("button", { class: "primary", disabled: dis, onclick: () => {
+      const fields = {};
+      for (const [f, input] of inputs) fields[f.id] = f.type === "toggle" ? input.checked : input.value;
+      answer(ask, { fields });
+    }, text: S.send }));
+  } else kids.push(h("div", { class: "note", text: S.cannotAnswer }));
+  if (st.text) kids.push(h("div", { class: "outcome", role: "status", text: st.text }));
+  if (st.retry) kids.push(h("button", { onclick: () => answer(ask, null, { retry: true }), text: S.retry }));
+  return h("div", { class: `card${locked ? " locked" : ""}`, "data-ask": ask.id, role: "group", "aria-label": ask.title }, kids);
+}

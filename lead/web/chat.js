@@ -1,0 +1,268 @@
+// The chat (C1–C9): a conversation's items with its ask cards, my own lines, the action bar and editor.
+// It opens at the newest item, follows new ones while the user is at the bottom (else offers `New items`),
+// and a Needs you tap (#/c/…/<ask id>) lands on that ask's card.
+import { S } from "./strings.js";
+import { h, show, where, enc, rid } from "./dom.js";
+import { api, write, Unreachable, Offline } from "./api.js";
+import { app, setItems, agentNotice } from "./state.js";
+import { itemNode } from "./items.js";
+import { askCard } from "./askcard.js";
+import { icon } from "./icons.js";
+
+// #29: the chat draws at most its newest WINDOW items (a long conversation would otherwise keep thousands
+// of nodes); `Show earlier messages` widens the window by a page, keeping what is on screen in place.
+const WINDOW = 200;
+const scroll = { conv: null, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW };
+export async function load(r) {
+  const key = `${r.machine}/${r.agent}/${r.conversation}`;
+  if (scroll.conv !== key) {  // a new conversation: its own status line, opened at its newest
+    Object.assign(scroll, { conv: key, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW });
+    editorNote = ""; confirmClose = false; renaming = false; blockedBy = null;
+  }
+  if (r.ask && scroll.landed !== r.ask) scroll.landed = null;
+  app.loading = true;
+  try { await read(r); } finally { app.loading = false; }
+}
+const PAGES = 20;  // pages of items read at most when a chat opens (the lead keeps 2,000 per conversation)
+async function read(r) {
+  const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
+  const [pane, items] = await Promise.all([api(base), api(`${base}/items?limit=500`)]);
+  // The live channel sends this view's pane and items too, then every change after them. Once it has,
+  // what these requests read may be older than what it sent: keep the channel's (else a change that came
+  // between would be lost until the next one).
+  if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
+  if (!app.fromChannel.items) setItems((items && items.items) || [], true);
+  // The items come oldest first, a page at a time (so does the channel's first set): read on to the
+  // newest, which is where a chat opens (#29).
+  let page = items, n = 1;
+  while (page && page.more && n < PAGES && app.route === r) {
+    page = await api(`${base}/items?limit=500&since=${enc(page.next_since)}`);
+    n += 1;
+    if (page && !page.reset) setItems(page.items || [], false);
+    if (app.route === r) render();
+  }
+}
+function mineNode(m) {
+  // C3: the clock while sending and once sent (the editor says `Sent`), until the agent's copy takes its place
+  const state = m.state === "not_confirmed" ? S.notConfirmed : m.state === "not_sent" ? S.notSent
+    : m.state === "queued" ? S.queued : S.clock;
+  return h("div", { class: `item mine${m.state === "not_sent" ? " refused" : ""}`, "data-request": m.request_id },
+    m.text, h("span", { class: "state", text: state }));
+}
+// C3: Send and Steer put my line up at once (a small clock). `Sending, not confirmed` keeps the text in the
+// editor with its request id: sending the same text again retries under that id, so the agent gets it once.
+let unconfirmed = null;  // {kind, text, requestId, conv}
+let blockedBy = null;    // B10: the ask that refused the last send (a button jumps to its card)
+async function sendText(kind) {
+  const r = app.route, p = app.pane;
+  const box = document.getElementById("editor");
+  const text = box.value;
+  if (!text.trim() || !p) return;
+  const again = unconfirmed && unconfirmed.kind === kind && unconfirmed.text === text && unconfirmed.conv === r.conversation;
+  const requestId = again ? unconfirmed.requestId : rid();
+  unconfirmed = null; blockedBy = null;
+  for (const [id, m] of app.mine) if (m.state === "not_sent" && m.conv === r.conversation) app.mine.delete(id);
+  const base = { request_id: requestId, machine: r.machine, agent: r.agent, conversation: r.conversation, text, turn: p.turn };
+  app.mine.set(requestId, { request_id: requestId, text, state: "clock", conv: r.conversation, at: Date.now() });
+  box.value = "";
+  setEditorNote("");
+  toBottom = true;
+  render();
+  let rec;
+  try {
+    rec = kind === "send" ? await write("/api/send", base)
+      : await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/steer`, base);
+  } catch (e) { rec = { outcome: e instanceof Offline ? "offline" : "unknown", lead: e instanceof Unreachable }; }
+  const m = app.mine.get(requestId);
+  const editor = () => document.getElementById("editor");
+  if (rec.outcome === "refused" || rec.outcome === "offline") {
+    if (m) { m.state = "not_sent"; m.at = null; }   // C3: the line stays, `Not sent`
+    if (editor()) editor().value = text;             // …and the text goes back into the editor
+    if (rec.reason === "turn_moved") app.movedOn = true;
+    if (rec.reason === "ask_open" && app.pane && app.pane.ask) blockedBy = app.pane.ask.id;
+    setEditorNote(rec.outcome === "offline" ? S.notSentOffline : `${S.notSent}: ${rec.text || rec.message || rec.reason}`);
+  } else if (rec.outcome === "unknown") {
+    if (m) m.state = "not_confirmed";
+    unconfirmed = { kind, text, requestId, conv: r.conversation };
+    if (editor() && !editor().value) editor().value = text;
+    setEditorNote(rec.lead ? S.notConfirmedNoLead : S.notConfirmed);
+  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent)); }
+  render();
+}
+let editorNote = "", noteTimer = null;
+// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale
+function setEditorNote(t) {
+  editorNote = t || "";
+  const n = document.getElementById("editor-note");
+  if (n) n.textContent = editorNote;
+  clearTimeout(noteTimer);
+  if ([S.sent, S.queued].includes(editorNote)) noteTimer = setTimeout(() => { if (editorNote === t) setEditorNote(""); }, 8000);
+}
+async function sessionWrite(op, extra = {}) {
+  const r = app.route, p = app.pane;
+  if (!p) return null;
+  const path = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/${op}`;
+  let rec;
+  try { rec = await write(path, { request_id: rid(), turn: p.turn, ...extra }); }
+  catch (e) { setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); render(); return null; }
+  if (rec.outcome === "refused" && rec.reason === "turn_moved") { app.movedOn = true; setEditorNote(S.movedOn); }
+  else setEditorNote(rec.message || rec.text || rec.outcome);
+  render();
+  return rec;
+}
+let confirmClose = false, renaming = false, toBottom = false;
+function showEarlier() {
+  const from = document.documentElement.scrollHeight - window.scrollY;
+  scroll.window += WINDOW;
+  keepFromBottom = from;
+  render();
+}
+let keepFromBottom = null;
+const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 48;
+function goTo(askId) {
+  const el = document.querySelector(`.card[data-ask="${CSS.escape(askId)}"]`);
+  if (el) el.scrollIntoView({ block: "center" });
+}
+function actionBar(r, p) {
+  const c = p.controls || {};
+  const dim = app.movedOn;
+  const running = p.state === "working" || p.state === "waiting";
+  // C7: every button the conversation has keeps its place; one that cannot act now is dimmed and off
+  const known = (p.actions && p.actions.length ? p.actions : app.lastActions.get(scroll.conv) || []).slice(0, 4);
+  if (p.actions && p.actions.length) app.lastActions.set(scroll.conv, p.actions);
+  const off = (can) => !can || dim;
+  const actions = known.map((a) => {
+    const label = String(a.label || "").slice(0, 16);
+    const no = off(c.actions) || a.disabled || a.busy;
+    return h("button", { class: `act${a.busy ? " busy" : ""}${no && !a.busy ? " dim" : ""}`, disabled: no,
+      "aria-label": a.label, title: a.label, onclick: () => sessionWrite(`actions/${enc(a.id)}`) }, icon(a.icon), h("span", { text: label }));
+  });
+  const steerable = (p.caps || []).includes("steer"), stoppable = (p.caps || []).includes("abort");
+  const editor = h("textarea", { id: "editor", rows: 1, "aria-label": S.message, placeholder: S.message,
+    oninput: (e) => grow(e.target) });
+  const jump = blockedBy ? h("button", { class: "jump", onclick: () => goTo(blockedBy), text: S.goToAsk }) : null;
+  return [h("div", { class: "bar" }, h("div", { class: "inner" },
+    h("div", { class: "actions" },
+      h("button", { class: `act${off(c.steer && running) ? " dim" : ""}`, disabled: off(c.steer && running), hidden: !steerable && !c.steer,
+        onclick: () => sendText("steer") }, h("span", { text: S.steer })),
+      h("button", { class: `act${off(c.stop && running) ? " dim" : ""}`, disabled: off(c.stop && running), hidden: !stoppable && !c.stop,
+        onclick: () => sessionWrite("stop") }, h("span", { text: S.stop })),
+      actions),
+    h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
+    h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
+}
+function grow(box) { box.style.height = "auto"; box.style.height = `${Math.min(box.scrollHeight + 2, 160)}px`; }
+function menu(r, p) {
+  const c = p.controls || {};
+  const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
+  const kids = [];
+  if (c.rename && !renaming) kids.push(h("button", { onclick: () => { renaming = true; render(); }, text: S.rename }));
+  if (c.rename && renaming) {
+    const box = h("input", { type: "text", "aria-label": S.renameTo, maxlength: 200, value: p.title || "" });
+    kids.push(box, h("button", { class: "primary", text: S.save, onclick: async () => {
+      if (!box.value.trim()) return;
+      renaming = false;
+      await sessionWrite("rename", { title: box.value.trim() });
+    } }), h("button", { text: S.cancelEdit, onclick: () => { renaming = false; render(); } }));
+  }
+  if (c.close) kids.push(h("button", { class: confirmClose ? "danger" : "", text: confirmClose ? S.tapAgainClose : S.closeConversation,
+    onclick: async () => {
+      if (!confirmClose) { confirmClose = true; render(); setTimeout(() => { if (confirmClose) { confirmClose = false; render(); } }, 5000); return; }
+      confirmClose = false;
+      let rec;
+      try { rec = await write(`${base}/close`, { request_id: rid() }); }
+      catch (e) { return setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); }
+      if (rec.outcome === "done") location.hash = `#/a/${enc(r.machine)}/${enc(r.agent)}`; else setEditorNote(rec.text || rec.outcome);
+    } }));
+  return h("div", { class: "menu" }, kids);
+}
+export function render() {
+  const r = app.route, p = app.pane;
+  if (!r || r.name !== "chat") return;
+  if (!p && app.loading) return;  // the pane of this view is on its way
+  const notice = agentNotice(r.machine, r.agent);
+  if (!p) {
+    where(r.agent);
+    return show(notice ? h("p", { class: "warning", role: "status", text: notice }) : null,
+      h("p", { class: "muted", text: S.notOpen }));
+  }
+  const keep = document.getElementById("editor");
+  let draft = keep ? keep.value : "";
+  const focused = document.activeElement && document.activeElement.id === "editor";
+  const follow = keepFromBottom === null && (toBottom || !scroll.opened || atBottom());
+  toBottom = false;
+  where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
+  if (r.ask && scroll.landed !== r.ask && (p.asks_more || []).some((a) => a.id === r.ask)) app.allAsks = true;
+  const asks = (p.asks || []).concat(app.allAsks ? p.asks_more || [] : []);  // Q8: first 5, the rest on a tap
+  const byItem = new Map();
+  for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
+  const placed = new Set();
+  const all = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
+  const items = all.length > scroll.window ? all.slice(-scroll.window) : all;
+  const earlier = all.length - items.length;
+  const echoed = new Set(all.filter((i) => i.kind === "user" && i.request_id).map((i) => i.request_id));
+  const list = [];
+  if (earlier > 0) list.push(h("button", { class: "row earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
+  const cardFor = (a) => { placed.add(a.id); return askCard(a); };
+  for (const it of items) {
+    const node = itemNode(it);
+    if (node) list.push(node);
+    const here = (byItem.get(it.id) || []).concat(it.kind === "tool" ? byItem.get(`tool:${it.tool_call_id}`) || [] : []);
+    for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
+  }
+  for (const a of asks) if (!placed.has(a.id)) list.push(cardFor(a));
+  // A card stays while it has something to say (an uncertain answer with Retry, an outcome) and, Q3,
+  // after its ask expired: the buttons stay, and a late tap is answered `Timed out before an answer.`
+  const open = new Set(asks.map((a) => a.id));
+  for (const [id, st] of app.cards) {
+    if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
+  }
+  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
+  if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", onclick: () => { app.allAsks = true; render(); },
+    text: S.showMore(p.more_asks) }));
+  if (blockedBy && !open.has(blockedBy)) blockedBy = null;
+  // C3: my own lines until the agent's copy arrives (the lead's recent sends, then this page's own)
+  const recent = new Map((p.recent_sends || []).map((m) => [m.request_id, m]));
+  for (const [id, m] of app.mine) if (m.conv === r.conversation && (!recent.has(id) || m.state === "not_sent")) recent.set(id, m);
+  if (unconfirmed && echoed.has(unconfirmed.requestId)) {  // B3: the agent wrote it into the session: it arrived
+    if (draft === unconfirmed.text) draft = "";
+    const m = app.mine.get(unconfirmed.requestId);
+    if (m) m.state = "sent";
+    unconfirmed = null;
+    editorNote = S.sent;
+  }
+  const byText = all.filter((i) => i.kind === "user" && !i.request_id);
+  for (const [id, m] of recent) {
+    if (echoed.has(id)) continue;
+    const same = m.at ? byText.findIndex((i) => i.text === m.text && Math.abs(new Date(i.at).getTime() - m.at) <= 30000) : -1;
+    if (same >= 0) { byText.splice(same, 1); continue; }  // C4: matched by identical text within 30 s
+    if (m.at && Date.now() - m.at > 10 * 60 * 1000) continue;      // C4: never echoed, gone after 10 minutes
+    list.push(mineNode(m));
+  }
+  const last = items[items.length - 1];
+  if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "aria-label": S.working, text: "•••" }));
+  const [bar, editor] = actionBar(r, p);
+  editor.value = draft;
+  const newest = all.length ? all[all.length - 1].seq : 0;
+  const grew = scroll.opened && (list.length > scroll.seen || newest > scroll.newest);
+  scroll.seen = list.length; scroll.newest = newest;
+  if (follow) scroll.more = false; else if (grew) scroll.more = true;
+  const more = scroll.more ? h("button", { class: "new-items", onclick: () => { scroll.more = false; toBottom = true; render(); }, text: S.newItems }) : null;
+  show(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })),
+    p.line2 ? h("p", { class: "header2", text: p.line2 }) : null,
+    notice ? h("p", { class: "warning", role: "status", text: notice }) : null, menu(r, p),
+    h("div", { class: "items" }, list), more, bar);
+  document.getElementById("view").classList.add("chat");
+  grow(editor);
+  document.documentElement.style.setProperty("--bar", `${bar.offsetHeight}px`);
+  if (focused) editor.focus({ preventScroll: true });
+  if (keepFromBottom !== null) {  // the earlier page went in above: what was on screen stays where it was
+    window.scrollTo(0, document.documentElement.scrollHeight - keepFromBottom);
+    keepFromBottom = null;
+  } else if (r.ask && scroll.landed !== r.ask && document.querySelector(`.card[data-ask="${CSS.escape(r.ask)}"]`)) {
+    scroll.landed = r.ask; scroll.opened = true; goTo(r.ask);    // a Needs you tap lands on its card
+  } else if (follow) {
+    window.scrollTo(0, document.documentElement.scrollHeight);
+    if (items.length || !scroll.opened) scroll.opened = items.length > 0 || scroll.opened;
+  }
+}

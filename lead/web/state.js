@@ -1,0 +1,190 @@
+// The page's state and its routing: what the live channel and the API told us, which screen shows, and
+// which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
+import { api, connect as openChannel, tellView, Unpaired } from "./api.js";
+import { h, $view, show, where, clock } from "./dom.js";
+import { S } from "./strings.js";
+
+export const app = {
+  dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
+  channel: null, view: null, pane: null, items: new Map(), route: null,
+  fromChannel: { pane: false, items: false },
+  cards: new Map(),   // ask id -> {ask, requestId, pending, outcome, text, armed, retry, body}
+  expired: new Map(), // ask id -> ask: asks that expired while shown (Q3: the buttons stay)
+  mine: new Map(),    // request id -> {text, state, at} : my own lines (C3)
+  convs: null, closed: [], closedNext: null, closedFooter: null, closedRead: false,
+  movedOn: false,
+  lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
+  approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
+  push: { offer: false, note: "" },  // the dashboard's offer to turn notifications on (push.js fills it)
+};
+// route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
+// carries only the dashboard's)
+const screens = {}, loaders = {};
+export function register(name, loader) { loaders[name] = loader; }
+async function screenOf(name) {
+  if (!screens[name]) screens[name] = await loaders[name]();
+  return screens[name];
+}
+
+// ---- routing ---------------------------------------------------------------------------------------
+export function parseRoute() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const [kind, machine, agent, conversation, ask] = parts;
+  if (kind === "a" && agent) return { name: "agent", machine, agent };
+  if (kind === "c" && conversation) return { name: "chat", machine, agent, conversation, ask: ask || null };
+  if (kind === "closed" && conversation) return { name: "closedview", machine, agent, conversation };
+  if (kind === "new" && agent) return { name: "new", machine, agent };
+  if (kind === "inbox" && agent) return { name: "inbox", machine, agent };
+  return { name: "dash" };
+}
+export const isRoute = (n) => app.route && app.route.name === n;
+export async function navigate() {
+  const r = app.route = parseRoute();
+  const view = r.name === "chat" ? { machine: r.machine, agent: r.agent, conversation: r.conversation }
+    : (r.agent ? { machine: r.machine, agent: r.agent, conversation: null } : null);
+  const changed = JSON.stringify(view) !== JSON.stringify(app.view);
+  app.view = view;
+  if (changed) {
+    app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map();
+    app.fromChannel = { pane: false, items: false }; app.allAsks = false;
+    pushView();
+  }
+  // an installed web app has no browser back button: the header's Back goes up one screen
+  const back = document.getElementById("back");
+  back.hidden = r.name === "dash";
+  back.textContent = S.back;
+  back.href = r.name === "agent" || !r.agent ? "#/" : `#/a/${encodeURIComponent(r.machine)}/${encodeURIComponent(r.agent)}`;
+  const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
+  main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
+  try {
+    const screen = await screenOf(r.name);
+    if (gen !== app.navigations) return;
+    if (screen.load) {
+      const reading = screen.load(r);
+      // what the live channel sent while this screen's module was on its way is drawn now, not after the reads
+      if (!screen.drawsItself && (app.fromChannel.pane || r.name === "dash")) rerender();
+      await reading;
+    }
+    if (screen.drawsItself) return;
+    rerender();
+  } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
+}
+// Redraw the current screen from the state (screens that read on every draw are left alone).
+export function rerender() {
+  const r = app.route || { name: "dash" };
+  const screen = screens[r.name];
+  if (screen && !screen.drawsItself) screen.render(r);
+}
+export function showUnpaired() { where(""); show(h("p", { class: "warning", text: S.notPaired })); }
+
+// ---- the Needs you list ------------------------------------------------------------------------------
+export async function loadDashboard() { app.dash = await api("/api/dashboard"); await refreshNeeds(); }
+let needsTimer = null;
+export const needsListeners = [];
+export function refreshNeeds() {
+  clearTimeout(needsTimer);
+  needsTimer = setTimeout(async () => {
+    const asked = Date.now();
+    try { const got = await api("/api/needs"); app.needs = got.asks || []; app.approvals = got.approvals || []; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
+    catch (_) { /* keep */ }
+  }, 50);
+}
+
+// ---- the live channel's events, applied to the state ----------------------------------------------------
+function keepExpired(before, after) {
+  const still = new Set(((after && after.asks) || []).map((a) => a.id));
+  for (const a of (before && before.asks) || []) {
+    if (!still.has(a.id) && a.expires_at && new Date(a.expires_at).getTime() <= Date.now() + 1000) app.expired.set(a.id, a);
+  }
+}
+function sameView(d) {
+  return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
+    d.conversation === app.view.conversation;
+}
+// A `full` set replaces what is held up to its newest item; items beyond it came from later pages (a
+// long conversation is read a page at a time) and stay.
+export function setItems(items, full) {
+  const key = (it) => `${it.kind === "gap" ? "g" : ""}${it.seq}`;
+  if (full) {
+    const top = Math.max(-1, ...(items || []).map((it) => it.seq));
+    const later = [...app.items.values()].filter((it) => it.seq > top && (items || []).length >= 200);
+    app.items = new Map(later.map((it) => [key(it), it]));
+  }
+  for (const it of items || []) app.items.set(key(it), it);
+}
+const events = {
+  hello(d) { app.channel = d.channel; pushView(); },
+  snapshot(d) {
+    app.dash = d.dashboard;
+    if (d.pane !== undefined && sameView(d.view)) {
+      keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
+      app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
+    }
+    refreshNeeds(); rerender();
+  },
+  row(d) {
+    if (!app.dash) return;
+    for (const s of app.dash.sections) {
+      if (s.machine !== d.machine) continue;
+      const i = s.agents.findIndex((a) => a.name === d.agent);
+      if (d.row === null && i >= 0) s.agents.splice(i, 1);
+      else if (i >= 0) s.agents[i] = d.row; else if (d.row) s.agents.push(d.row);
+      s.waiting = s.agents.some((a) => a.waiting);
+    }
+    refreshNeeds();
+    if (isRoute("agent") && app.route.machine === d.machine && app.route.agent === d.agent) refreshList(d.row);
+    if (isRoute("dash") || isRoute("agent") || isRoute("chat")) rerender();
+  },
+  sections(d) {
+    if (!app.dash) return;
+    const byM = new Map(app.dash.sections.map((s) => [s.machine, s]));
+    app.dash.sections = d.sections.map((head) => ({ ...(byM.get(head.machine) || { agents: [] }), ...head }));
+    if (d.sections.some((s) => !byM.has(s.machine))) loadDashboard();
+    rerender();
+  },
+  pane(d) {
+    if (!sameView(d)) return;
+    if (app.pane && d.pane && d.pane.turn !== app.pane.turn) app.movedOn = false;
+    keepExpired(app.pane, d.pane);
+    app.pane = d.pane; app.fromChannel.pane = true; rerender();
+  },
+  items(d) {
+    if (!sameView(d)) return;
+    setItems(d.items, d.full); if (d.full) app.fromChannel.items = true;
+    rerender();
+  },
+  inbox() { refreshNeeds(); if (isRoute("inbox") && screens.inbox) screens.inbox.render(app.route); },
+  unauthorized() { showUnpaired(); },
+};
+export function connect() { openChannel(() => app.view, events); }
+// A failed telling is tried again while the same channel is open: else the chat would stay silent.
+let viewRetry = null;
+export async function pushView() {
+  clearTimeout(viewRetry);
+  const channel = app.channel, view = JSON.stringify(app.view);
+  if (!channel) return;
+  try { await tellView(channel, app.view); }
+  catch (e) {
+    if (e instanceof Unpaired) return;
+    viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
+  }
+}
+
+// L4: the open list follows the agent (its row changed: an ask came or went, a conversation opened or
+// closed); the closed list is read again only when the count of open conversations changed.
+let listTimer = null;
+function refreshList(row) {
+  clearTimeout(listTimer);
+  listTimer = setTimeout(() => { if (isRoute("agent") && screens.agent && screens.agent.refresh) screens.agent.refresh(app.route, row); }, 100);
+}
+
+// What stands between the user and this agent, in the user's words: its machine offline, or the agent
+// not answering (D1, C7). Null when nothing does.
+export function agentNotice(machine, agent) {
+  const s = app.dash && app.dash.sections.find((x) => x.machine === machine);
+  if (!s) return null;
+  if (s.online === false) return S.memberOffline(s.label || machine, clock(s.offline_since));
+  const row = (s.agents || []).find((a) => a.name === agent);
+  if (row && row.status === "unreachable") return S.unreachableWhy(agent, row.reason);
+  return null;
+}
