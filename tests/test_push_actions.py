@@ -219,6 +219,14 @@ class Phone:
         sock.parent.mkdir(mode=0o700)
         self.agent = subprocess.Popen([sys.executable, "-c", AGENT, str(sock), str(self.go), str(self.flag)], cwd=REPO,
                                       stdout=subprocess.PIPE, text=True)
+        self.api = self.ctx = None
+        try:
+            self._start(paths, bridge, browser, service, sock)
+        except BaseException:
+            self.close()  # the agent is ours to end, whatever failed on the way
+            raise
+
+    def _start(self, paths, bridge, browser, service, sock) -> None:
         self.lines: list[str] = []
         assert "listening" in self.agent.stdout.readline()
         threading.Thread(target=lambda: self.lines.extend(iter(self.agent.stdout.readline, "")), daemon=True).start()
@@ -258,8 +266,10 @@ class Phone:
         return [line for line in self.lines if line.startswith("answer")]
 
     def close(self) -> None:
-        self.api.close()
-        self.ctx.close()
+        if self.api is not None:
+            self.api.close()
+        if self.ctx is not None:
+            self.ctx.close()
         self.agent.kill()
         self.agent.wait()
         self.agent.stdout.close()
