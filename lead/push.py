@@ -24,6 +24,12 @@ P1–P4, X1; crew.md §5; docs/push.md).
   in one commit, so such a flood costs one fsync a view and does not hold up other machines' pushes.
 - **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
   by `crew.redact` unless `COLLIE_REDACT=off` — masked whole, then cut, so no part of a secret shows.
+- **Answer from the notification** (issue 31; B5, O, Q5, Q6, T6): a `permission` ask with exactly one
+  `allow` and one `deny` option, that Collie did not shorten or clean (Q6), carries inside the encrypted
+  payload what the service worker needs to answer it with one tap: its digest (the answer is bound to the
+  question shown, B5) and the two option ids. Always allow is never offered there (Q5: two taps and a card;
+  T6: never for a remote agent). A payload that would pass what every push service must carry
+  (`PAYLOAD_MAX`) goes without them: the notification then only opens the card.
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ ANSWER_MAX = 4096  # bytes of a push service's answer read at most (issue 25.5)
 CONNECT_SECONDS = 10.0
 DELIVERY_SECONDS = 10.0  # each read and write of one push; the whole attempt is bounded by ATTEMPT_SECONDS
 ATTEMPT_SECONDS = 15.0
+# RFC 8030 §7.2: a push service takes at least 4,096 bytes of encrypted body; aes128gcm (RFC 8188, 8291)
+# spends 86 on its header and 17 on the record's padding delimiter and tag
+PAYLOAD_MAX = 4096 - 86 - 17
 
 
 # --- the limiter (pure) ----------------------------------------------------------------------------
@@ -134,9 +143,45 @@ def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: 
     title = f"Permission needed in {masked(pane, TITLE_MAX)}"
     parts = [p for p in (masked(ask.get("push_title"), TITLE_MAX), masked(ask.get("push_line"), LINE_MAX)) if p]
     body = " — ".join(parts) if parts else None
-    return {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
-            "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
-            "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
+    payload = {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
+               "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
+               "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
+    offer = answer_offer(ask)
+    if offer is not None:
+        answerable = {**payload, "ask": {**payload["ask"], **offer}}
+        if len(encode(answerable)) <= PAYLOAD_MAX:
+            return answerable
+    return payload
+
+
+def answer_offer(ask: dict) -> dict | None:
+    """What lets the notification answer this ask with one tap — `{"digest", "allow", "deny"}` (option ids) —
+    or None: only a `permission` ask with exactly one allow and one deny option, not shortened (Q6); never
+    an always-allow option (Q5, T6)."""
+    if ask.get("kind") != "permission" or ask.get("shortened") or not ask.get("answerable", True):
+        return None
+    digest = ask.get("digest")
+    if not isinstance(digest, str) or not digest:
+        return None
+    by_role: dict[str, list[str]] = {}
+    for option in ask.get("options") or []:
+        by_role.setdefault(option.get("role"), []).append(option.get("id"))
+    allow, deny = by_role.get("allow", []), by_role.get("deny", [])
+    if len(allow) != 1 or len(deny) != 1 or not all(isinstance(o, str) and o for o in allow + deny):
+        return None  # two allows (or denies) are two different answers: one button could not say which
+    return {"digest": digest, "allow": allow[0], "deny": deny[0]}
+
+
+def encode(payload: dict) -> bytes:
+    """A push payload as sent (before encryption)."""
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+def ask_fields(ask) -> dict:
+    """An ask as the bridge read it (`crew.asks.AskView`) → what `ask_payload` takes."""
+    return {"id": ask.id, "push_title": ask.push_title, "push_line": ask.push_line, "kind": ask.kind,
+            "digest": ask.digest, "shortened": ask.shortened, "answerable": ask.answerable,
+            "options": [{"id": o.id, "role": o.role} for o in ask.options]}
 
 
 def many_payload(machine: str, agent: str, host: str) -> dict:
@@ -499,8 +544,7 @@ class Pusher:
                 if decision == "push":
                     payload = ask_payload(machine=machine, agent=reader.name, conversation=conv.id,
                                           pane=conv.title or "Untitled conversation",
-                                          ask={"id": ask.id, "push_title": ask.push_title,
-                                               "push_line": ask.push_line}, redact_on=self.redact_on)
+                                          ask=ask_fields(ask), redact_on=self.redact_on)
                     self._send_all(payload, urgency="high", topic=None)
                 elif decision == "many":
                     host = self.host if machine == "local" else machine
@@ -508,7 +552,7 @@ class Pusher:
                                    topic="many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24])
 
     def _send_all(self, payload: dict, *, urgency: str, topic: str | None) -> None:
-        body = json.dumps(payload, separators=(",", ":")).encode()
+        body = encode(payload)
         for sub in list(self.store.subs.values()):
             self.nursery.start_soon(self.deliver, sub, body, urgency, topic)
 
