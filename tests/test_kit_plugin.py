@@ -176,6 +176,21 @@ def test_a_slow_receipt_holds_the_conversation_busy_on_the_lead(collie_lead, fak
 
 
 @pytest.mark.slow
+def test_a_send_to_a_conversation_left_out_of_the_view_is_delivered(collie_lead, fake_member):
+    """D1 (issue 28, crew.md §3, issue 32): a member with more open conversations than a view carries shows
+    the lead 200 and says how many it left out; a send to one the lead does not see, quoting no turn,
+    reaches the agent — the member quotes its own current turn — as with a real member."""
+    m = fake_member("laptop", agents=1, conversations=231)
+    listed = collie_lead.api.get("/api/agents/laptop/agent-1/conversations").json()
+    assert (len(listed["open"]), listed["left_out"]) == (200, 31) and "c1" not in [c["id"] for c in listed["open"]]
+    got = collie_lead.api.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": "laptop",
+                                                 "agent": "agent-1", "conversation": "c1", "text": "hidden"}).json()
+    assert (got["outcome"], got.get("reason")) == ("sent", None), got
+    assert m.wait_request(op="send").outcome == "sent"
+    assert m.member.agent("agent-1").conversation("c1").turn == 2
+
+
+@pytest.mark.slow
 def test_many_members_start_together_and_each_is_its_own_machine(collie_lead, fake_member):
     """`fake_member.many(K)`: LABEL-1 … LABEL-K online together, each a dashboard section of its own."""
     lab = fake_member.many(5, label="lab", agents=1, conversations=2)

@@ -35,6 +35,32 @@ def test_a_send_with_the_current_turn_is_sent_recorded_and_answered():
     assert state["conversations"][0]["turn"] == 2 and state["conversations"][0]["state"] == "idle"
 
 
+def test_a_view_is_cut_as_a_real_members_and_an_inbox_send_quotes_the_agents_own_turn():
+    """D1 (issue 28, crew.md §3 and §6, issue 32): past 200 open conversations the view keeps those that
+    matter — waiting, working, then the newest — and says how many it left out; an inbox send
+    (`current_turn: true`) quotes the agent's own turn of its conversation, in the view or left out, as
+    the owning bridge does, so it is delivered, not refused `turn_moved`."""
+    agent = FakeAgent("agent-1", 231, "i1", WALL)
+    agent.raise_ask("c3", WALL, title="Deploy?")
+    agent.begin_stream("c5", WALL)
+    view = agent.view()
+    kept = [c["id"] for c in view["state"]["conversations"]]
+    assert len(kept) == 200 and view["left_out"] == 31
+    assert kept[:2] == ["c3", "c5"] and "c1" not in kept and "c33" not in kept and "c34" in kept
+    assert len(agent.state()["conversations"]) == 231  # the agent still has them all
+    rec = agent.write({"request_id": "r1", "op": "send", "agent": "agent-1", "conversation": "c1", "text": "hi",
+                       "turn": None, "current_turn": True}, WALL)
+    assert (rec.outcome, rec.turn) == ("sent", 2)
+    stale = agent.write({"request_id": "r2", "op": "send", "agent": "agent-1", "conversation": "c1",
+                         "text": "again", "turn": 1, "current_turn": True}, WALL)  # the lead's view lagged
+    assert (stale.outcome, stale.turn) == ("sent", 3)
+    again = agent.write({"request_id": "r2", "op": "send", "agent": "agent-1", "conversation": "c1",
+                         "text": "again", "turn": 1, "current_turn": True}, WALL)
+    assert again.replay and again.turn == 3 and agent.conversation("c1").turn == 3  # applied once
+    assert send(agent, "r3", "quoted", 1).reason == "turn_moved"  # without it, the quote is judged
+    assert FakeAgent("agent-1", 200, "i1", WALL).view().get("left_out") is None
+
+
 def test_refusals_change_nothing():
     agent = FakeAgent("agent-1", 1, "i1", WALL)
     before = json.dumps(agent.state())
