@@ -51,8 +51,8 @@ def test_k_members_join_through_invite_and_ctrl_c_ends_quietly_with_a_summary(co
     finally:
         code, out, err = interrupt(proc)
     assert code == 0 and err == ""
-    assert out.splitlines()[-4:] == ["lab-1: 0 requests", "lab-2: 1 requests (send sent 1)", "lab-3: 0 requests",
-                                     "3 members, 1 requests in all"]
+    assert out.splitlines()[-4:] == ["lab-1: 0 requests", "lab-2: 1 request (send sent 1)", "lab-3: 0 requests",
+                                     "3 members, 1 request in all"]
 
 
 @pytest.mark.slow
@@ -82,6 +82,7 @@ def test_one_member_with_its_token_in_a_variable_never_prints_it_and_a_script_dr
     (["--token-env", "UNSET_VAR_FOR_TEST", "--label", "a"], "the variable UNSET_VAR_FOR_TEST is not set"),
     (["--invite", "--label", "Bad Label"], "breaks the name rule"),
     (["--invite", "--label", "a", "--agents", "101"], "--agents is from 0 to 100"),
+    (["--invite", "--label", "a", "--conversations", "1001"], "--conversations is from 0 to 1000"),
     (["--invite", "--label", "a", "--script", "/nonexistent.json"], "cannot read the script"),
 ])
 def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
@@ -97,6 +98,32 @@ def test_a_lead_off_loopback_needs_wss(tmp_path):
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2 and "wss://" in got.stderr
     assert not (tmp_path / "crew.sqlite").exists()  # nobody was invited
+
+
+@pytest.mark.parametrize("lead", ["ftp://127.0.0.1:8470", "127.0.0.1:8470"])
+def test_a_lead_address_of_another_scheme_is_refused_naming_every_accepted_one(tmp_path, lead):
+    """D5: https:// and http:// (to this machine) work too, so the refusal names them beside wss:// and ws://."""
+    got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", lead, "--invite", "--label", "a"],
+                         cwd=REPO, capture_output=True, text=True, timeout=20,
+                         env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
+    assert got.returncode == 2
+    assert "the lead address must start with https:// or wss:// (http:// or ws:// only to this machine)" in got.stderr
+
+
+@pytest.mark.slow
+def test_more_conversations_than_a_view_carries_rehearse_a_cut_list(collie_lead):
+    """D5 (crew.md §6): `--conversations` goes past the 200 a view carries, as far as the pytest plugin
+    (1000); the lead lists 200 and a footer for the rest, as for a real member with that many."""
+    proc = start(collie_lead, "--invite", "--label", "big", "--agents", "1", "--conversations", "231")
+    try:
+        assert read_lines(proc, 1)[0].startswith("joined big: 1 agents, 231 open conversations (")
+        listed = collie_lead.wait_for(
+            lambda: collie_lead.online("big") and collie_lead.api.get("/api/agents/big/agent-1/conversations").json())
+        assert (len(listed["open"]), listed["left_out"]) == (200, 31)
+    finally:
+        code, out, err = interrupt(proc)
+    assert code == 0 and err == ""
+    assert out.splitlines()[-2:] == ["big: 0 requests", "1 member, 0 requests in all"]
 
 
 @pytest.mark.slow

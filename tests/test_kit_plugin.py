@@ -64,6 +64,17 @@ def api_send(lead, machine: str, text: str, conversation: str = "c1", agent: str
                                             "conversation": conversation, "text": text, "turn": pane["turn"]}).json()
 
 
+def test_without_collie_a_test_asking_for_the_fixtures_gets_a_hint(tmp_path):
+    """D5: the fixtures are opt-in; a run that asked for one without `--collie` says how to turn them on."""
+    (tmp_path / "test_lab.py").write_text("def test_lab(collie_lead):\n    pass\n")
+    got = inner_pytest(tmp_path)
+    assert "fixture 'collie_lead' not found" in got.stdout
+    assert "hint: Collie's fixtures (collie_lead, fake_member, fake_agent) are opt-in: run pytest --collie" \
+        in got.stdout
+    (tmp_path / "test_lab.py").write_text("def test_lab(tmp_path):\n    assert False\n")
+    assert "hint:" not in inner_pytest(tmp_path).stdout  # only when they were asked for
+
+
 @pytest.mark.slow
 def test_chosen_receipts_reach_the_api_as_the_member_gave_them(collie_lead, fake_member):
     """A scripted refusal (with its reason's sentence), an `unknown`, and a receipt that does not fit

@@ -12,6 +12,7 @@ import pytest
 
 from crew.receipts import REASONS
 from crew.wire import ask_digest
+from fixtures.member.link import FakeMember, shape_problem
 from fixtures.member.script import ScriptError, load_script, parse_script
 from fixtures.member.state import FakeAgent
 from tests.crewlab import REPO
@@ -59,6 +60,17 @@ def test_a_view_is_cut_as_a_real_members_and_an_inbox_send_quotes_the_agents_own
     assert again.replay and again.turn == 3 and agent.conversation("c1").turn == 3  # applied once
     assert send(agent, "r3", "quoted", 1).reason == "turn_moved"  # without it, the quote is judged
     assert FakeAgent("agent-1", 200, "i1", WALL).view().get("left_out") is None
+
+
+def test_the_cli_and_the_plugin_accept_the_same_member_shapes():
+    """D5: a member of 0–100 agents with 0–1000 conversations each, the same through `FakeMember` (what the
+    pytest plugin builds) as through the CLI's check; anything else is refused before anything starts."""
+    assert shape_problem(100, 1000) is None and shape_problem(0, 0) is None
+    assert shape_problem(2, 1001) == "--conversations is from 0 to 1000"
+    assert shape_problem(101, 3) == "--agents is from 0 to 100"
+    FakeMember("ws://127.0.0.1:1/crew/v1", "lab", "t" * 43, agents=1, conversations=1000)
+    with pytest.raises(ValueError, match="conversations is from 0 to 1000"):
+        FakeMember("ws://127.0.0.1:1/crew/v1", "lab", "t" * 43, agents=1, conversations=1001)
 
 
 def test_refusals_change_nothing():
