@@ -84,8 +84,13 @@ def test_one_member_with_its_token_in_a_variable_never_prints_it_and_a_script_dr
     (["--invite", "--label", "a", "--agents", "101"], "--agents is from 0 to 100"),
     (["--invite", "--label", "a", "--conversations", "1001"], "--conversations is from 0 to 1000"),
     (["--invite", "--label", "a", "--script", "/nonexistent.json"], "cannot read the script"),
+    (["--invite", "--label", "a", "--script", "SNED"], "requests[0].op 'sned' is not a write the lead sends"),
 ])
 def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
+    if "SNED" in args:  # D3: a request rule for an op the lead never sends is a typo, refused like a bad `do`
+        script = collie_lead.home / "sned.json"
+        script.write_text(json.dumps({"requests": [{"op": "sned", "receipt": {"outcome": "unknown"}}]}))
+        args = [str(script) if a == "SNED" else a for a in args]
     proc = start(collie_lead, *args)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 2 and error in err
