@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -129,6 +130,76 @@ def test_more_conversations_than_a_view_carries_rehearse_a_cut_list(collie_lead)
         code, out, err = interrupt(proc)
     assert code == 0 and err == ""
     assert out.splitlines()[-2:] == ["big: 0 requests", "1 member, 0 requests in all"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trouble_line(proc: subprocess.Popen, timeout: float = 30) -> str:
+    """The next line on stderr ("" when none came within `timeout`: the process said nothing)."""
+    import select
+
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    return proc.stderr.readline().strip() if ready else ""
+
+
+@pytest.mark.slow
+def test_a_member_that_cannot_reach_the_lead_says_so_and_never_joined():
+    """D2: nothing listening at the address: one line saying so (not one per retry), and Ctrl-C's summary
+    says the member never joined and why."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", f"ws://127.0.0.1:{port}",
+                             "--token-env", "LAB_TOKEN", "--label", "lab-1"], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TOKEN": "t" * 43},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = trouble_line(proc)
+    finally:
+        code, out, err = interrupt(proc)
+    where = f"cannot reach the lead at ws://127.0.0.1:{port}/crew/v1: connection refused"
+    assert said == f"lab-1: {where}; retrying"
+    assert code == 0 and err.strip() == ""  # no second line for the same failure
+    lines = out.splitlines()
+    assert re.fullmatch(rf"lab-1: never joined \(\d+ tr(y|ies): {re.escape(where)}\)", lines[-2]), lines
+    assert lines[-1] == "1 member, 0 requests in all; 1 never joined"
+
+
+@pytest.mark.slow
+def test_a_member_the_lead_refuses_is_told_to_check_its_token(collie_lead):
+    """D2: a wrong token: the lead logs `unauthorized` and the member says the lead refused it."""
+    proc = start(collie_lead, "--token-env", "LAB_TOKEN", "--label", "lab-1", env={"LAB_TOKEN": "w" * 43})
+    try:
+        said = trouble_line(proc)
+        collie_lead.wait_for(lambda: "refused a member link: unauthorized" in collie_lead.log())
+    finally:
+        code, out, err = interrupt(proc)
+    assert said == ("lab-1: the lead refused this member (unauthorized): check the token (a wrong or removed "
+                    "member token; `collie crew invite --label lab-1` on the lead makes a new one); retrying")
+    assert code == 0 and err.strip() == "" and "w" * 43 not in out + said
+    assert out.splitlines()[-2].startswith("lab-1: never joined (")
+
+
+@pytest.mark.slow
+def test_https_at_a_plain_http_lead_says_the_scheme_may_be_wrong(collie_lead):
+    """D2: https:// to a lead that serves plain HTTP: the TLS handshake gets no answer; the member says so
+    and names the address to use."""
+    plain = collie_lead.ws_url.removesuffix("/crew/v1").replace("ws://", "https://")
+    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", plain, "--invite", "--label",
+                             "lab-1"], cwd=REPO, env={**collie_lead.env, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = trouble_line(proc)
+    finally:
+        code, out, err = interrupt(proc)
+    assert said == (f"lab-1: cannot reach the lead at {plain.replace('https://', 'wss://')}/crew/v1: no TLS answer "
+                    "(does the lead serve plain HTTP? then its address is http:// or ws://, on this machine only); "
+                    "retrying")
+    assert code == 0
 
 
 @pytest.mark.slow

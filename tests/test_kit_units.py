@@ -7,8 +7,10 @@ where it is."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
+import trio
 
 from crew.receipts import REASONS
 from crew.wire import ask_digest
@@ -234,3 +236,34 @@ async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(
     assert [t for t, k in kinds if k == "beat"] == [10, 60, 70]  # none at 20 … 50: silent
     assert [t for t, k in kinds if k == "agent"][0] == 55  # the ask raised while silent goes when it ends
     assert [(t, f["id"]) for t, f in ws.sent if f["type"] == "receipt"] == [(65, "r2")]
+
+
+async def test_a_member_that_cannot_join_says_why_once_per_distinct_failure_while_it_retries(
+        autojump_clock, capsys, monkeypatch):
+    """D2: each retry that fails the same way prints nothing more; a different failure prints its own
+    line. The summary says it never joined, after how many tries, and why."""
+    from fixtures.member import cli, link
+
+    refusals = iter([ConnectionRefusedError(111, "Connection refused")] * 6 + [socket.gaierror(-2, "unknown")] * 3)
+
+    async def dial(host, port):  # as trio's: each address's error inside; a name that does not resolve as is
+        inner = next(refusals, None)
+        if inner is None:
+            await trio.sleep_forever()  # then nothing answers at all
+        if isinstance(inner, socket.gaierror):
+            raise inner
+        raise OSError(f"all attempts to connect to {host}:{port} failed") from ExceptionGroup("x", [inner])
+    monkeypatch.setattr(link.trio, "open_tcp_stream", dial)
+    m = FakeMember("ws://127.0.0.1:9/crew/v1", "lab-1", "t" * 43, agents=1, conversations=1)
+    with trio.move_on_after(120):
+        await cli.lab([m])
+    assert capsys.readouterr().err.splitlines() == [
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: connection refused; retrying",
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no such host; retrying",
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no answer in 10 s; retrying"]
+    # dials at 0, 0.5, 1.5, 3.5, 7.5, 15.5 (refused), 25.5, 35.5, 45.5 (no such host), 55.5, 75.5, 95.5, 115.5
+    assert m.attempts == 13 and m.joined_at is None
+    cli.print_summary([m])
+    assert capsys.readouterr().out.splitlines() == [
+        "lab-1: never joined (13 tries: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no answer in 10 s)",
+        "1 member, 0 requests in all; 1 never joined"]
