@@ -202,6 +202,33 @@ def test_a_send_to_a_conversation_left_out_of_the_view_is_delivered(collie_lead,
 
 
 @pytest.mark.slow
+def test_an_open_ask_refuses_a_send_passing_through_and_holds_one_that_waits(collie_lead, fake_member):
+    """D4 (docs/crew.md "The inbox", features B4, I1): with an ask open, the owner's send to an empty inbox
+    passes straight through and is refused `ask_open` at once by the owning member (nothing is applied); an API token's
+    send waits `queued, waiting: an ask is open` and goes once the ask closes."""
+    import httpx
+
+    m = fake_member("laptop")
+    m.raise_ask("agent-1", "c1", title="Deploy?")
+    api = collie_lead.api
+    assert collie_lead.wait_for(lambda: api.get("/api/agents/laptop/agent-1/conversations/c1").json().get("ask"))
+    now = api.post("/api/agents/laptop/agent-1/inbox", json={"request_id": str(uuid.uuid4()), "conversation": "c1",
+                                                              "text": "owner"}).json()
+    assert (now["outcome"], now["reason"]) == ("refused", "ask_open")
+    assert api.get(f"/api/inbox/{now['item']}").json()["state_text"] == "failed: ask_open"
+    made = collie_lead.collie("tokens", "create", "relay", "--approval", "standing")
+    token = Path(re.search(r"the token is in (\S+)", made.stdout).group(1)).read_text().strip()
+    with httpx.Client(base_url=collie_lead.url, headers={"authorization": f"Bearer {token}"}, timeout=30) as relay:
+        held = relay.post("/api/agents/laptop/agent-1/inbox", json={"request_id": str(uuid.uuid4()),
+                                                                  "conversation": "c1", "text": "relay"}).json()
+        assert (held["outcome"], held["text"]) == ("queued", "queued, waiting: an ask is open")
+        m.close_ask("agent-1", "c1")
+        assert m.wait_request(op="send", text="relay").outcome == "sent"
+        assert collie_lead.wait_for(lambda: relay.get(f"/api/inbox/{held['item']}").json()["state"] == "done")
+    assert [(s.text, s.outcome) for s in m.requests] == [("owner", "refused"), ("relay", "sent")]
+
+
+@pytest.mark.slow
 def test_many_members_start_together_and_each_is_its_own_machine(collie_lead, fake_member):
     """`fake_member.many(K)`: LABEL-1 … LABEL-K online together, each a dashboard section of its own."""
     lab = fake_member.many(5, label="lab", agents=1, conversations=2)
