@@ -39,7 +39,8 @@ def check_lead_address(url: str) -> Problem | None:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("ws", "wss"):
-        return Problem("bad-url", "the lead address must start with wss:// (or ws:// to this machine)")
+        return Problem("bad-url", "the lead address must start with https:// or wss:// "
+                                  "(http:// or ws:// only to this machine)")
     as_http = ("https" if scheme == "wss" else "http") + url[len(parts.scheme):]
     problem = check_url(as_http)
     if problem:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,8 +52,8 @@ def test_k_members_join_through_invite_and_ctrl_c_ends_quietly_with_a_summary(co
     finally:
         code, out, err = interrupt(proc)
     assert code == 0 and err == ""
-    assert out.splitlines()[-4:] == ["lab-1: 0 requests", "lab-2: 1 requests (send sent 1)", "lab-3: 0 requests",
-                                     "3 members, 1 requests in all"]
+    assert out.splitlines()[-4:] == ["lab-1: 0 requests", "lab-2: 1 request (send sent 1)", "lab-3: 0 requests",
+                                     "3 members, 1 request in all"]
 
 
 @pytest.mark.slow
@@ -82,9 +83,15 @@ def test_one_member_with_its_token_in_a_variable_never_prints_it_and_a_script_dr
     (["--token-env", "UNSET_VAR_FOR_TEST", "--label", "a"], "the variable UNSET_VAR_FOR_TEST is not set"),
     (["--invite", "--label", "Bad Label"], "breaks the name rule"),
     (["--invite", "--label", "a", "--agents", "101"], "--agents is from 0 to 100"),
+    (["--invite", "--label", "a", "--conversations", "1001"], "--conversations is from 0 to 1000"),
     (["--invite", "--label", "a", "--script", "/nonexistent.json"], "cannot read the script"),
+    (["--invite", "--label", "a", "--script", "SNED"], "requests[0].op 'sned' is not a write the lead sends"),
 ])
 def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
+    if "SNED" in args:  # D3: a request rule for an op the lead never sends is a typo, refused like a bad `do`
+        script = collie_lead.home / "sned.json"
+        script.write_text(json.dumps({"requests": [{"op": "sned", "receipt": {"outcome": "unknown"}}]}))
+        args = [str(script) if a == "SNED" else a for a in args]
     proc = start(collie_lead, *args)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 2 and error in err
@@ -97,6 +104,102 @@ def test_a_lead_off_loopback_needs_wss(tmp_path):
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2 and "wss://" in got.stderr
     assert not (tmp_path / "crew.sqlite").exists()  # nobody was invited
+
+
+@pytest.mark.parametrize("lead", ["ftp://127.0.0.1:8470", "127.0.0.1:8470"])
+def test_a_lead_address_of_another_scheme_is_refused_naming_every_accepted_one(tmp_path, lead):
+    """D5: https:// and http:// (to this machine) work too, so the refusal names them beside wss:// and ws://."""
+    got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", lead, "--invite", "--label", "a"],
+                         cwd=REPO, capture_output=True, text=True, timeout=20,
+                         env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
+    assert got.returncode == 2
+    assert "the lead address must start with https:// or wss:// (http:// or ws:// only to this machine)" in got.stderr
+
+
+@pytest.mark.slow
+def test_more_conversations_than_a_view_carries_rehearse_a_cut_list(collie_lead):
+    """D5 (crew.md §6): `--conversations` goes past the 200 a view carries, as far as the pytest plugin
+    (1000); the lead lists 200 and a footer for the rest, as for a real member with that many."""
+    proc = start(collie_lead, "--invite", "--label", "big", "--agents", "1", "--conversations", "231")
+    try:
+        assert read_lines(proc, 1)[0].startswith("joined big: 1 agents, 231 open conversations (")
+        listed = collie_lead.wait_for(
+            lambda: collie_lead.online("big") and collie_lead.api.get("/api/agents/big/agent-1/conversations").json())
+        assert (len(listed["open"]), listed["left_out"]) == (200, 31)
+    finally:
+        code, out, err = interrupt(proc)
+    assert code == 0 and err == ""
+    assert out.splitlines()[-2:] == ["big: 0 requests", "1 member, 0 requests in all"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def trouble_line(proc: subprocess.Popen, timeout: float = 30) -> str:
+    """The next line on stderr ("" when none came within `timeout`: the process said nothing)."""
+    import select
+
+    ready, _, _ = select.select([proc.stderr], [], [], timeout)
+    return proc.stderr.readline().strip() if ready else ""
+
+
+@pytest.mark.slow
+def test_a_member_that_cannot_reach_the_lead_says_so_and_never_joined():
+    """D2: nothing listening at the address: one line saying so (not one per retry), and Ctrl-C's summary
+    says the member never joined and why."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", f"ws://127.0.0.1:{port}",
+                             "--token-env", "LAB_TOKEN", "--label", "lab-1"], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TOKEN": "t" * 43},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = trouble_line(proc)
+    finally:
+        code, out, err = interrupt(proc)
+    where = f"cannot reach the lead at ws://127.0.0.1:{port}/crew/v1: connection refused"
+    assert said == f"lab-1: {where}; retrying"
+    assert code == 0 and err.strip() == ""  # no second line for the same failure
+    lines = out.splitlines()
+    assert re.fullmatch(rf"lab-1: never joined \(\d+ tr(y|ies): {re.escape(where)}\)", lines[-2]), lines
+    assert lines[-1] == "1 member, 0 requests in all; 1 never joined"
+
+
+@pytest.mark.slow
+def test_a_member_the_lead_refuses_is_told_to_check_its_token(collie_lead):
+    """D2: a wrong token: the lead logs `unauthorized` and the member says the lead refused it."""
+    proc = start(collie_lead, "--token-env", "LAB_TOKEN", "--label", "lab-1", env={"LAB_TOKEN": "w" * 43})
+    try:
+        said = trouble_line(proc)
+        collie_lead.wait_for(lambda: "refused a member link: unauthorized" in collie_lead.log())
+    finally:
+        code, out, err = interrupt(proc)
+    assert said == ("lab-1: the lead refused this member (unauthorized): check the token (a wrong or removed "
+                    "member token; `collie crew invite --label lab-1` on the lead makes a new one); retrying")
+    assert code == 0 and err.strip() == "" and "w" * 43 not in out + said
+    assert out.splitlines()[-2].startswith("lab-1: never joined (")
+
+
+@pytest.mark.slow
+def test_https_at_a_plain_http_lead_says_the_scheme_may_be_wrong(collie_lead):
+    """D2: https:// to a lead that serves plain HTTP: the TLS handshake gets no answer; the member says so
+    and names the address to use."""
+    plain = collie_lead.ws_url.removesuffix("/crew/v1").replace("ws://", "https://")
+    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", plain, "--invite", "--label",
+                             "lab-1"], cwd=REPO, env={**collie_lead.env, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = trouble_line(proc)
+    finally:
+        code, out, err = interrupt(proc)
+    assert said == (f"lab-1: cannot reach the lead at {plain.replace('https://', 'wss://')}/crew/v1: no TLS answer "
+                    "(does the lead serve plain HTTP? then its address is http:// or ws://, on this machine only); "
+                    "retrying")
+    assert code == 0
 
 
 @pytest.mark.slow

@@ -64,6 +64,17 @@ def api_send(lead, machine: str, text: str, conversation: str = "c1", agent: str
                                             "conversation": conversation, "text": text, "turn": pane["turn"]}).json()
 
 
+def test_without_collie_a_test_asking_for_the_fixtures_gets_a_hint(tmp_path):
+    """D5: the fixtures are opt-in; a run that asked for one without `--collie` says how to turn them on."""
+    (tmp_path / "test_lab.py").write_text("def test_lab(collie_lead):\n    pass\n")
+    got = inner_pytest(tmp_path)
+    assert "fixture 'collie_lead' not found" in got.stdout
+    assert "hint: Collie's fixtures (collie_lead, fake_member, fake_agent) are opt-in: run pytest --collie" \
+        in got.stdout
+    (tmp_path / "test_lab.py").write_text("def test_lab(tmp_path):\n    assert False\n")
+    assert "hint:" not in inner_pytest(tmp_path).stdout  # only when they were asked for
+
+
 @pytest.mark.slow
 def test_chosen_receipts_reach_the_api_as_the_member_gave_them(collie_lead, fake_member):
     """A scripted refusal (with its reason's sentence), an `unknown`, and a receipt that does not fit
@@ -173,6 +184,48 @@ def test_a_slow_receipt_holds_the_conversation_busy_on_the_lead(collie_lead, fak
     assert got["slow"]["outcome"] == "done"
     assert [(s.text, s.outcome) for s in m.requests] == [(None, "done")]  # the refused one never arrived
     assert m.member.agent("agent-1").conversation("c1").title == "slow"
+
+
+@pytest.mark.slow
+def test_a_send_to_a_conversation_left_out_of_the_view_is_delivered(collie_lead, fake_member):
+    """D1 (issue 28, crew.md §3, issue 32): a member with more open conversations than a view carries shows
+    the lead 200 and says how many it left out; a send to one the lead does not see, quoting no turn,
+    reaches the agent — the member quotes its own current turn — as with a real member."""
+    m = fake_member("laptop", agents=1, conversations=231)
+    listed = collie_lead.api.get("/api/agents/laptop/agent-1/conversations").json()
+    assert (len(listed["open"]), listed["left_out"]) == (200, 31) and "c1" not in [c["id"] for c in listed["open"]]
+    got = collie_lead.api.post("/api/send", json={"request_id": str(uuid.uuid4()), "machine": "laptop",
+                                                 "agent": "agent-1", "conversation": "c1", "text": "hidden"}).json()
+    assert (got["outcome"], got.get("reason")) == ("sent", None), got
+    assert m.wait_request(op="send").outcome == "sent"
+    assert m.member.agent("agent-1").conversation("c1").turn == 2
+
+
+@pytest.mark.slow
+def test_an_open_ask_refuses_a_send_passing_through_and_holds_one_that_waits(collie_lead, fake_member):
+    """D4 (docs/crew.md "The inbox", features B4, I1): with an ask open, the owner's send to an empty inbox
+    passes straight through and is refused `ask_open` at once by the owning member (nothing is applied); an API token's
+    send waits `queued, waiting: an ask is open` and goes once the ask closes."""
+    import httpx
+
+    m = fake_member("laptop")
+    m.raise_ask("agent-1", "c1", title="Deploy?")
+    api = collie_lead.api
+    assert collie_lead.wait_for(lambda: api.get("/api/agents/laptop/agent-1/conversations/c1").json().get("ask"))
+    now = api.post("/api/agents/laptop/agent-1/inbox", json={"request_id": str(uuid.uuid4()), "conversation": "c1",
+                                                              "text": "owner"}).json()
+    assert (now["outcome"], now["reason"]) == ("refused", "ask_open")
+    assert api.get(f"/api/inbox/{now['item']}").json()["state_text"] == "failed: ask_open"
+    made = collie_lead.collie("tokens", "create", "relay", "--approval", "standing")
+    token = Path(re.search(r"the token is in (\S+)", made.stdout).group(1)).read_text().strip()
+    with httpx.Client(base_url=collie_lead.url, headers={"authorization": f"Bearer {token}"}, timeout=30) as relay:
+        held = relay.post("/api/agents/laptop/agent-1/inbox", json={"request_id": str(uuid.uuid4()),
+                                                                  "conversation": "c1", "text": "relay"}).json()
+        assert (held["outcome"], held["text"]) == ("queued", "queued, waiting: an ask is open")
+        m.close_ask("agent-1", "c1")
+        assert m.wait_request(op="send", text="relay").outcome == "sent"
+        assert collie_lead.wait_for(lambda: relay.get(f"/api/inbox/{held['item']}").json()["state"] == "done")
+    assert [(s.text, s.outcome) for s in m.requests] == [("owner", "refused"), ("relay", "sent")]
 
 
 @pytest.mark.slow

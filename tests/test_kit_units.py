@@ -7,11 +7,14 @@ where it is."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
+import trio
 
 from crew.receipts import REASONS
 from crew.wire import ask_digest
+from fixtures.member.link import FakeMember, shape_problem
 from fixtures.member.script import ScriptError, load_script, parse_script
 from fixtures.member.state import FakeAgent
 from tests.crewlab import REPO
@@ -33,6 +36,43 @@ def test_a_send_with_the_current_turn_is_sent_recorded_and_answered():
         ("user", "hello", "r1"), ("reply", "You said: hello", None)]
     state = agent.state()
     assert state["conversations"][0]["turn"] == 2 and state["conversations"][0]["state"] == "idle"
+
+
+def test_a_view_is_cut_as_a_real_members_and_an_inbox_send_quotes_the_agents_own_turn():
+    """D1 (issue 28, crew.md §3 and §6, issue 32): past 200 open conversations the view keeps those that
+    matter — waiting, working, then the newest — and says how many it left out; an inbox send
+    (`current_turn: true`) quotes the agent's own turn of its conversation, in the view or left out, as
+    the owning bridge does, so it is delivered, not refused `turn_moved`."""
+    agent = FakeAgent("agent-1", 231, "i1", WALL)
+    agent.raise_ask("c3", WALL, title="Deploy?")
+    agent.begin_stream("c5", WALL)
+    view = agent.view()
+    kept = [c["id"] for c in view["state"]["conversations"]]
+    assert len(kept) == 200 and view["left_out"] == 31
+    assert kept[:2] == ["c3", "c5"] and "c1" not in kept and "c33" not in kept and "c34" in kept
+    assert len(agent.state()["conversations"]) == 231  # the agent still has them all
+    rec = agent.write({"request_id": "r1", "op": "send", "agent": "agent-1", "conversation": "c1", "text": "hi",
+                       "turn": None, "current_turn": True}, WALL)
+    assert (rec.outcome, rec.turn) == ("sent", 2)
+    stale = agent.write({"request_id": "r2", "op": "send", "agent": "agent-1", "conversation": "c1",
+                         "text": "again", "turn": 1, "current_turn": True}, WALL)  # the lead's view lagged
+    assert (stale.outcome, stale.turn) == ("sent", 3)
+    again = agent.write({"request_id": "r2", "op": "send", "agent": "agent-1", "conversation": "c1",
+                         "text": "again", "turn": 1, "current_turn": True}, WALL)
+    assert again.replay and again.turn == 3 and agent.conversation("c1").turn == 3  # applied once
+    assert send(agent, "r3", "quoted", 1).reason == "turn_moved"  # without it, the quote is judged
+    assert FakeAgent("agent-1", 200, "i1", WALL).view().get("left_out") is None
+
+
+def test_the_cli_and_the_plugin_accept_the_same_member_shapes():
+    """D5: a member of 0–100 agents with 0–1000 conversations each, the same through `FakeMember` (what the
+    pytest plugin builds) as through the CLI's check; anything else is refused before anything starts."""
+    assert shape_problem(100, 1000) is None and shape_problem(0, 0) is None
+    assert shape_problem(2, 1001) == "--conversations is from 0 to 1000"
+    assert shape_problem(101, 3) == "--agents is from 0 to 100"
+    FakeMember("ws://127.0.0.1:1/crew/v1", "lab", "t" * 43, agents=1, conversations=1000)
+    with pytest.raises(ValueError, match="conversations is from 0 to 1000"):
+        FakeMember("ws://127.0.0.1:1/crew/v1", "lab", "t" * 43, agents=1, conversations=1001)
 
 
 def test_refusals_change_nothing():
@@ -103,9 +143,11 @@ def test_a_streamed_turn_runs_until_its_last_chunk_and_stop_ends_it():
     ({"requests": [{"receipt": {"outcome": "refused"}}]}, "requests[0].receipt: a refused receipt needs a reason"),
     ({"requests": [{"receipt": {"outcome": "maybe"}}]}, "requests[0].receipt.outcome must be one of"),
     ({"requests": [{"op": 3}]}, "requests[0].op must be a string"),
+    ({"requests": [{"op": "sned"}]}, "requests[0].op 'sned' is not a write the lead sends: one of send, steer,"),
     ({"requests": [{"delay": -1}]}, "requests[0].delay must be a number ≥ 0"),
     ({"requests": [{"stream": {"chunks": []}}]}, "requests[0].stream.chunks must be a non-empty list"),
     ({"timeline": [{"do": "explode"}]}, "timeline[0].do must be one of ask, close_ask"),
+    ({"timeline": [{"do": "explode"}]}, "(got 'explode')"),
     ({"timeline": [{"do": "say", "title": "x"}]}, "timeline[0]: say takes no field 'title'"),
     ({"timeline": [{"do": "malformed", "kind": "evil"}]}, "timeline[0].kind must be one of json"),
     ({"timeline": [{"do": "silent", "for": "long"}]}, "timeline[0].for must be a number"),
@@ -194,3 +236,34 @@ async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(
     assert [t for t, k in kinds if k == "beat"] == [10, 60, 70]  # none at 20 … 50: silent
     assert [t for t, k in kinds if k == "agent"][0] == 55  # the ask raised while silent goes when it ends
     assert [(t, f["id"]) for t, f in ws.sent if f["type"] == "receipt"] == [(65, "r2")]
+
+
+async def test_a_member_that_cannot_join_says_why_once_per_distinct_failure_while_it_retries(
+        autojump_clock, capsys, monkeypatch):
+    """D2: each retry that fails the same way prints nothing more; a different failure prints its own
+    line. The summary says it never joined, after how many tries, and why."""
+    from fixtures.member import cli, link
+
+    refusals = iter([ConnectionRefusedError(111, "Connection refused")] * 6 + [socket.gaierror(-2, "unknown")] * 3)
+
+    async def dial(host, port):  # as trio's: each address's error inside; a name that does not resolve as is
+        inner = next(refusals, None)
+        if inner is None:
+            await trio.sleep_forever()  # then nothing answers at all
+        if isinstance(inner, socket.gaierror):
+            raise inner
+        raise OSError(f"all attempts to connect to {host}:{port} failed") from ExceptionGroup("x", [inner])
+    monkeypatch.setattr(link.trio, "open_tcp_stream", dial)
+    m = FakeMember("ws://127.0.0.1:9/crew/v1", "lab-1", "t" * 43, agents=1, conversations=1)
+    with trio.move_on_after(120):
+        await cli.lab([m])
+    assert capsys.readouterr().err.splitlines() == [
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: connection refused; retrying",
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no such host; retrying",
+        "lab-1: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no answer in 10 s; retrying"]
+    # dials at 0, 0.5, 1.5, 3.5, 7.5, 15.5 (refused), 25.5, 35.5, 45.5 (no such host), 55.5, 75.5, 95.5, 115.5
+    assert m.attempts == 13 and m.joined_at is None
+    cli.print_summary([m])
+    assert capsys.readouterr().out.splitlines() == [
+        "lab-1: never joined (13 tries: cannot reach the lead at ws://127.0.0.1:9/crew/v1: no answer in 10 s)",
+        "1 member, 0 requests in all; 1 never joined"]
