@@ -192,7 +192,7 @@ async def test_a_full_disk_under_the_cache_is_logged_once_and_the_bridge_keeps_r
         cache = b.caches["a0"]
         full = Full(cache)
         full.fill()
-        sent = [await inbox.submit("local", send(f"m{k}", turn=0), sender=None) for k in range(3)]
+        sent = [await inbox.submit("local", send(f"m{k}"), sender=None) for k in range(3)]
         with trio.move_on_after(60):
             while [(await inbox.get(r.request_id)).state for r in sent] != ["done"] * 3:
                 await trio.sleep(0.1)
