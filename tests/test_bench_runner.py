@@ -9,8 +9,11 @@ Nothing here asserts a time: the figures are for people to read (bench/README.md
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -51,11 +54,16 @@ def test_a_bad_option_is_refused_before_any_benchmark_runs(capsys, argv, said):
 @pytest.mark.slow
 def test_quick_run_writes_every_figure(tmp_path):
     out = tmp_path / "results.json"
-    before = set(Path("/tmp").iterdir())
-    proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=900)
-    # no benchmark leaves a state folder behind: each held a lead's api-token (live_channel's did)
-    left = [d for d in set(Path("/tmp").iterdir()) - before if d.is_dir() and any(d.rglob("api-token"))]
+    # the benchmarks' temporary folders go to a folder of this run's own (short: sockets live there), so
+    # what another program on the machine leaves in /tmp meanwhile is not counted
+    own = Path(tempfile.mkdtemp(prefix="bq", dir="/tmp"))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "bench", "--quick", "--json", str(out)], cwd=REPO,
+                              capture_output=True, text=True, timeout=900, env={**os.environ, "TMPDIR": str(own)})
+        # no benchmark leaves a state folder behind: each held a lead's api-token (live_channel's did)
+        left = [d for d in own.iterdir() if d.is_dir() and any(d.rglob("api-token"))]
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
     assert left == []
     doc = json.loads(out.read_text())
     assert doc["errors"] == [], json.dumps(doc["benchmarks"], indent=1)[-4000:]

@@ -225,7 +225,8 @@ with httpx.Client(base_url=origin, verify=ctx, timeout=10) as c:
                  headers={"X-Collie-CSRF": "1", "Origin": origin})
     out["paired"] = got.status_code
     out["cookie_secure"] = "secure" in got.headers.get("set-cookie", "").lower()
-    dash = c.get("/api/dashboard")
+    key = got.json().get("key") if got.status_code == 200 else None  # the device key, with the cookie (phone-api.md)
+    dash = c.get("/api/dashboard", headers={"X-Collie-Device-Key": key or ""})
     out["dashboard"] = dash.status_code
     out["sections"] = sorted(s["machine"] for s in dash.json()["sections"]) if dash.status_code == 200 else []
     out["agents"] = sum(len(s["agents"]) for s in dash.json()["sections"]) if dash.status_code == 200 else 0
