@@ -146,6 +146,12 @@ def device_of(devices: Devices, now: float) -> tuple[Device | None, str | None]:
     return None, None
 
 
+# The 401 for a request that carries a device cookie but not that device's key (a page without its key, a
+# revoked phone, a cookie from elsewhere): what the phone's user should do (docs/errors.md).
+PHONE_NOT_SIGNED_IN = ("this phone is not signed in to this lead (its device key is missing or does not match "
+                       "its cookie, or it was revoked): pair it again with `collie pair`")
+
+
 def csrf_ok() -> bool:
     return request.method not in WRITES or request.headers.get(CSRF_HEADER) == "1"
 

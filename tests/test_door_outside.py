@@ -81,3 +81,49 @@ def test_a_cookie_opens_nothing_without_its_own_devices_key(lead):
     assert phone_get(lead, "/api/dashboard", f"collie_device={c1}", k2).status_code == 401
     assert phone_get(lead, "/api/dashboard", f"collie_device={c1}", "junk").status_code == 401
     assert phone_get(lead, "/api/dashboard", f"collie_device={c1}; collie_device={c2}", k2).status_code == 200
+
+
+GUARDS = {"x-content-type-options": "nosniff", "x-frame-options": "DENY", "referrer-policy": "no-referrer"}
+
+
+def test_a_pair_body_over_the_limit_and_an_unknown_page_answer_json_with_the_guard_headers(lead):
+    """A 300 KB body to /pair is the API's JSON 413, and an unknown page is a JSON 404 — both with the pages'
+    guard headers, never the framework's bare HTML."""
+    big = httpx.post(lead["base"] + "/pair", content=b'{"code": "' + b"x" * 300_000 + b'"}',
+                     headers={**CSRF, "content-type": "application/json"})
+    missing = httpx.get(lead["base"] + "/no/such/page")
+    assert big.status_code == 413 and big.json()["error"] == "too_large", big.text[:200]
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found", missing.text[:200]
+    for r in (big, missing):
+        assert r.headers["content-type"].startswith("application/json")
+        assert {k: r.headers.get(k) for k in GUARDS} == GUARDS, r.headers
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("body", [{}, {"on": "yes"}, {"on": 1}, {"on": None}, {"off": True}])
+def test_viewing_takes_a_strict_boolean(lead, body):
+    """phone-api.md: wrong types are a 400 — `on` must be true or false."""
+    r = httpx.post(lead["base"] + "/api/agents/local/deployer/viewing", json=body,
+                   headers={"authorization": f"Bearer {lead['token']}"})
+    assert r.status_code == 400 and "on must be true or false" in r.json()["message"], r.text
+    ok = httpx.post(lead["base"] + "/api/agents/local/deployer/viewing", json={"on": False},
+                    headers={"authorization": f"Bearer {lead['token']}"})
+    assert ok.status_code == 200, ok.text
+
+
+@pytest.mark.parametrize("path", ["/api/send", "/pair", "/api/agents/local/deployer/viewing"])
+def test_a_key_given_twice_is_refused_naming_it(lead, path):
+    """A JSON object with a key twice is a 400 naming the key (which one wins would be one parser's choice)."""
+    r = httpx.post(lead["base"] + path, content=b'{"on": true, "code": "x", "on": false}',
+                   headers={"authorization": f"Bearer {lead['token']}", "content-type": "application/json", **CSRF})
+    assert r.status_code == 400 and "the key 'on' twice" in r.json()["message"], r.text
+
+
+def test_a_phone_cookie_without_its_key_is_told_to_pair_again(lead):
+    """The 401 for a device cookie with a missing or wrong key tells a phone's user what to do."""
+    cookie, _key = pair(lead, "lost key")
+    for key in (None, "wrong"):
+        r = phone_get(lead, "/api/dashboard", f"collie_device={cookie}", key)
+        assert r.status_code == 401 and "pair it again with `collie pair`" in r.json()["message"], r.text
+    bare = httpx.get(lead["base"] + "/api/dashboard")
+    assert bare.status_code == 401 and "Authorization: Bearer" in bare.json()["message"]
