@@ -16,8 +16,8 @@ The live channel (EventSource cannot send headers) is opened with a **ticket**: 
 fetched with both halves (`POST /api/events/ticket`), valid 60 seconds, good only with that device's
 cookie. The key (or the ticket) names the device; every cookie value of the credential's names is then
 compared with that one device's cookie hash, so cookies planted by a neighbour under deeper `Path`s
-(which the browser sends first) cannot shadow the phone's own, however many there are (issue 25 D1). A device paired before device keys
-(its row has no key) is refused until it pairs again.
+(which the browser sends first) cannot shadow the phone's own, however many there are (issue 25 D1).
+A device paired before device keys (its row has no key) is refused until it pairs again.
 
 The lead keeps SHA-256 hashes of codes, cookies and keys, never one of them; tickets live in memory.
 
