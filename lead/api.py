@@ -116,7 +116,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     from lead.http import trust_connection
-    from lead.pairing import csrf_ok, device_of, guard
+    from lead.pairing import PHONE_NOT_SIGNED_IN, csrf_ok, device_of, guard, presented_cookies, secure_headers
 
     if hub is not None:
         from quart import websocket
@@ -166,6 +166,8 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
         elif given and hub is not None:
             g.sender = hub.store.token_for(given)  # an external sender's API token (features I10)
         if g.sender is None:
+            if why is None and not given and devices is not None and presented_cookies():
+                why = PHONE_NOT_SIGNED_IN  # a phone's cookie without its own device key: the phone must pair again
             return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
         trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
         if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
@@ -190,8 +192,16 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
 
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException):
-        if not has_request_context() or not is_api(request.path):
-            return exc  # a websocket (the members' link) or a page: Quart's own answer
+        if not has_request_context():
+            return exc  # a websocket (the members' link): Quart's own answer
+        if not is_api(request.path):  # a page or /pair: JSON too, with the pages' guard headers (issue 25)
+            resp, status = error(exc.code or 500, http_codes.get(exc.code, "http_error"),
+                                 f"no page {request.path[:200]!r}" if exc.code == 404 else
+                                 f"the body is over {MAX_BODY} bytes" if exc.code == 413 else
+                                 (exc.description or exc.name))
+            secure_headers(resp)
+            resp.headers["Content-Security-Policy"] = "default-src 'none'; frame-ancestors 'none'"
+            return resp, status
         if exc.code == 404:
             return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
         if exc.code == 405:
@@ -322,14 +332,16 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     async def viewing(machine: str, agent: str):
         if reader_of(machine, agent) is None:
             return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        data = await body()
+        on = (await body()).get("on")
+        if not isinstance(on, bool):  # {}, "yes", 1, null: a wrong type is a 400, never a silent "off" (issue 25)
+            raise BadRequest('on must be true or false: {"on": true}')
         if feed is not None:  # a lease: it lapses unless repeated (W5), see lead.events.LEASE
-            await feed.lease_view(machine, agent, data.get("on") is True)
+            await feed.lease_view(machine, agent, on)
             return jsonify({"ok": True, "lease_seconds": 60})
         if machine == LOCAL:
-            bridge.set_viewing(agent, data.get("on") is True)
+            bridge.set_viewing(agent, on)
         else:
-            await hub.set_viewing(machine, agent, data.get("on") is True)
+            await hub.set_viewing(machine, agent, on)
         return jsonify({"ok": True})
 
     # --- writes -------------------------------------------------------------------------------

@@ -14,9 +14,10 @@ bytes, shown once inside a link, valid 10 minutes, good for one pairing. Opening
 A request is a paired phone's only with both halves of the same device, compared in constant time.
 The live channel (EventSource cannot send headers) is opened with a **ticket**: 24 random bytes,
 fetched with both halves (`POST /api/events/ticket`), valid 60 seconds, good only with that device's
-cookie. Every cookie of the credential's names is tried (at most `MAX_COOKIES`), so a cookie planted
-by a neighbour under another `Path` cannot shadow the phone's own. A device paired before device keys
-(its row has no key) is refused until it pairs again.
+cookie. The key (or the ticket) names the device; every cookie value of the credential's names is then
+compared with that one device's cookie hash, so cookies planted by a neighbour under deeper `Path`s
+(which the browser sends first) cannot shadow the phone's own, however many there are (issue 25 D1).
+A device paired before device keys (its row has no key) is refused until it pairs again.
 
 The lead keeps SHA-256 hashes of codes, cookies and keys, never one of them; tickets live in memory.
 
@@ -52,7 +53,6 @@ COOKIE = "collie_device"  # over plain HTTP (loopback)
 SECURE_COOKIE = "__Host-collie_device"  # over TLS: Secure, Path=/, no Domain — a plain-HTTP neighbour cannot set it
 COOKIE_NAMES = (SECURE_COOKIE, COOKIE)
 KEY_HEADER = "X-Collie-Device-Key"
-MAX_COOKIES = 8  # cookie values of those names tried per request; more are a flood, not a phone
 TICKET_TTL = 60.0
 TICKET_BYTES = 24
 MAX_TICKETS = 256
@@ -117,6 +117,7 @@ class Devices:
             dev = Device(*row)
             dev.written_seen = dev.last_seen
             self.by_hash[dev.hash] = dev
+        self.by_key: dict[str, Device] = {d.key_hash: d for d in self.by_hash.values() if d.key_hash is not None}
         self.on_revoke: list[Callable[[str], None]] = []
 
     def close(self) -> None:
@@ -174,6 +175,7 @@ class Devices:
                             (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash))
         self.codes[found] = (expires, now)
         self.by_hash[dev.hash] = dev
+        self.by_key[dev.key_hash] = dev
         return dev, credential, key
 
     def _unique(self, name: str) -> str:
@@ -186,32 +188,35 @@ class Devices:
         return f"{name[:NAME_MAX - 4]} {n}"
 
     # --- devices -------------------------------------------------------------------------------
-    def _by_cookie(self, cookies) -> list[Device]:
-        found = []
-        for credential in list(cookies)[:MAX_COOKIES]:
-            if not isinstance(credential, str) or not credential or len(credential) > 200:
-                continue
-            h = digest(credential)
-            dev = self.by_hash.get(h)
-            if dev is not None and hmac.compare_digest(dev.hash, h):
-                found.append(dev)
-        return found
+    def _holds_cookie(self, dev: Device, cookies) -> bool:
+        """True when one of `cookies` is `dev`'s own. Every value is compared — in constant time, against this
+        one device's hash only — so planted cookies ahead of the phone's cannot push it out of reach, and their
+        number is bounded only by the header size the server accepts (each costs one SHA-256)."""
+        held = False
+        for credential in cookies:
+            if isinstance(credential, str) and credential and len(credential) <= 200:
+                held |= hmac.compare_digest(dev.hash, digest(credential))
+        return held
 
     def device_for(self, cookies, key: str | None) -> Device | None:
-        """The paired device whose cookie is among `cookies` and whose key is `key`, else None. Both
+        """The paired device whose key is `key` and whose cookie is among `cookies`, else None. The key names
+        the device (its hash is looked up); the cookies are then checked against that device's alone. Both
         halves are needed: the cookie alone reaches every port of the host. The secrets are never kept."""
         if not isinstance(key, str) or not key or len(key) > 200:
             return None
-        k = digest(key)
-        match = None
-        for dev in self._by_cookie(cookies):
-            if dev.key_hash is not None and hmac.compare_digest(dev.key_hash, k):
-                match = dev
-        return match
+        dev = self.by_key.get(digest(key))
+        if dev is None or dev.key_hash is None or dev.hash not in self.by_hash:
+            return None
+        return dev if self._holds_cookie(dev, cookies) else None
 
     def paired_before_keys(self, cookies) -> bool:
         """True when a cookie is a device's that was paired before device keys (it must pair again)."""
-        return any(dev.key_hash is None for dev in self._by_cookie(cookies))
+        for credential in cookies:
+            if isinstance(credential, str) and credential and len(credential) <= 200:
+                dev = self.by_hash.get(digest(credential))
+                if dev is not None and dev.key_hash is None:
+                    return True
+        return False
 
     # --- live-channel tickets ------------------------------------------------------------------
     def new_ticket(self, dev: Device, now: float) -> str:
@@ -232,11 +237,8 @@ class Devices:
         held = self.tickets.get(digest(ticket))
         if held is None or held[1] <= now:
             return None
-        match = None
-        for dev in self._by_cookie(cookies):
-            if hmac.compare_digest(dev.id, held[0]):
-                match = dev
-        return match
+        dev = self.by_id(held[0])
+        return dev if dev is not None and self._holds_cookie(dev, cookies) else None
 
     def by_id(self, device_id: str) -> Device | None:
         return next((d for d in self.by_hash.values() if d.id == device_id), None)
@@ -259,6 +261,8 @@ class Devices:
             if name_or_id in (dev.name, dev.id):
                 self.db.execute("DELETE FROM devices WHERE id=?", (dev.id,))
                 del self.by_hash[dev.hash]
+                if dev.key_hash is not None:
+                    self.by_key.pop(dev.key_hash, None)
                 self.tickets = {h: t for h, t in self.tickets.items() if t[0] != dev.id}
                 for fn in self.on_revoke:
                     fn(dev.id)

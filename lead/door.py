@@ -6,7 +6,7 @@
   (enqueue, list its own items, read, cancel or add a message to one). Any other route answers a
   valid API token `403 forbidden`; no valid credential at all is `401 unauthorized`, before routing
   is revealed (an unknown route is `404` only to a caller who got in).
-- **Strict bodies** (issues 9.10, 25.9). A body is strict UTF-8 JSON: an object, nested at most `MAX_DEPTH`
+- **Strict bodies** (issues 9.10, 25.9). A body is strict UTF-8 JSON: an object, no key twice in one object, nested at most `MAX_DEPTH`
   levels, no `NaN`/`Infinity`, no number outside what SQLite and the wire keep (an integer beyond ±(2^63-1),
   a float that overflows to infinity, a literal over `NUMBER_MAX_CHARS` characters), no lone surrogate in any
   string (it could not be stored or sent on). Anything else is refused `400 bad_request` with the reason,
@@ -56,6 +56,18 @@ def _depth(text: str) -> int:
     return deepest
 
 
+def _unique_keys(pairs: list) -> dict:
+    """An object's members, refused when a key repeats: which one wins would be one parser's choice (issue 25)."""
+    data = dict(pairs)
+    if len(data) != len(pairs):
+        seen = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise BodyRefused(f"the body holds the key {key[:60]!r} twice")
+            seen.add(key)
+    return data
+
+
 def _no_constant(name: str):
     raise BodyRefused(f"the body holds {name}, which is not JSON")
 
@@ -89,7 +101,8 @@ def parse_body(raw: bytes) -> dict | None:
     if _depth(text) > MAX_DEPTH:
         raise BodyRefused(f"the body is nested deeper than {MAX_DEPTH} levels")
     try:
-        data = json.loads(text, parse_constant=_no_constant, parse_int=_int, parse_float=_float)
+        data = json.loads(text, parse_constant=_no_constant, parse_int=_int, parse_float=_float,
+                          object_pairs_hook=_unique_keys)
     except BodyRefused:
         raise
     except json.JSONDecodeError as exc:

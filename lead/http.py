@@ -4,7 +4,9 @@
 until `shutdown` is set, then give open connections a short graceful deadline. Connections are
 budgeted (`lead.connections`, issue 9.7): at most a share of the descriptor limit in total and per
 client address, refused (or, when the total is full, let in by closing the biggest holder's longest-idle
-connection), and idle ones closed early under pressure.
+connection), and idle ones closed early under pressure. A connection closed before its first request was
+in is answered first where it can be (`BudgetedTCPServer.part_with`): 503 when another took its place,
+408 when its request did not arrive in time (issue 25 D2); a TLS handshake has 10 s.
 
 A peer that disappears or stops reading does not hold its connection (and a phone's live channel, with the
 viewing count that keeps an agent on 2 s polling) for long: every accepted TCP connection gets TCP
@@ -29,7 +31,7 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 
 from crew import crewwire
 from lead import hypercorn_fix
-from lead.connections import UNLIMITED_DESCRIPTORS, ConnectionBudget, Limits
+from lead.connections import ARRIVAL_SECONDS, UNLIMITED_DESCRIPTORS, ConnectionBudget, Limits
 
 GRACEFUL_SECONDS = 3.0
 BACKLOG = 1024  # hypercorn's 100 reset connections under a burst of 100 clients (bench/sends.py)
@@ -38,15 +40,26 @@ BACKLOG = 1024  # hypercorn's 100 reset connections under a burst of 100 clients
 # Under pressure idle connections close sooner (lead.connections.PRESSURE_IDLE_SECONDS).
 KEEP_ALIVE_SECONDS = 75.0
 SWEEP_SECONDS = 1.0
-REFUSAL_LINGER_SECONDS = 0.1
+REFUSAL_LINGER_SECONDS = 1.0  # a client that sent its request first must read the 503 before the close
 MAX_LINGERING = 32  # refused connections waiting for their client to read the 503; beyond, close at once
 # The 503 says which limit the newcomer met, so that it is true for the client it is sent to (issue 25.4).
+# A "total" refusal happens only when every connection is a signed-in client's (lead.connections), so it says so.
+# A connection closed before its first request was in gets an answer too: made room for another, or too slow.
 _REFUSAL_BODIES = {
-    "client": b'{"error": "busy", "message": "too many connections from your address; close some and retry"}\n',
-    "total": b'{"error": "busy", "message": "the lead has all its connections in use; retry in a moment"}\n',
+    "client": (b"503 Service Unavailable",
+               b'{"error": "busy", "message": "too many connections from your address; close some and retry"}\n'),
+    "total": (b"503 Service Unavailable",
+              b'{"error": "busy", "message": "the lead has all its connections in use by paired phones and members; '
+              b'retry in a moment"}\n'),
+    "made_room": (b"503 Service Unavailable",
+                  b'{"error": "busy", "message": "the lead closed this connection, which had sent no request yet, '
+                  b'to make room for another; retry"}\n'),
+    "timeout": (b"408 Request Timeout",
+                b'{"error": "timeout", "message": "the request did not arrive within 10 seconds"}\n'),
 }
-REFUSALS = {limit: (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(body), body)) for limit, body in _REFUSAL_BODIES.items()}
+REFUSALS = {limit: (b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (status, len(body), body))
+            for limit, (status, body) in _REFUSAL_BODIES.items()}
 REFUSAL = REFUSALS["client"]
 
 # A phone whose radio drops mid-connection sends no FIN or RST: without these the kernel keeps the connection
@@ -111,6 +124,8 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         self.budget_scope = trio.CancelScope()  # before admitting: from then on another may evict this one
         admitted, evicted = budget.admit(self, client, trio.current_time())
         if evicted is not None:
+            if budget.evicted_waiting:
+                evicted.part_with("made_room")
             evicted.budget_scope.cancel()  # trio's listener closes its stream
         if not admitted:
             if not hasattr(self.stream, "transport_stream") and budget.lingering < MAX_LINGERING:
@@ -123,6 +138,23 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         finally:
             _connection.reset(token)
             budget.release(self)
+
+    parting: bytes | None = None  # what to send before closing: this connection had sent no whole request
+
+    def part_with(self, reason: str) -> None:
+        """Answer `REFUSALS[reason]` before closing, where the connection can still carry it: plain HTTP, or TLS
+        past its handshake (hypercorn's protocol is made then). A TLS handshake cut short just closes."""
+        if hasattr(self, "protocol"):
+            self.parting = REFUSALS[reason]
+
+    async def _close(self) -> None:
+        parting, self.parting = self.parting, None
+        if parting is not None:
+            budget = _budget.get()
+            if budget is not None and budget.lingering < MAX_LINGERING:
+                with trio.CancelScope(shield=True):  # it is closing because it was cancelled: the answer still goes
+                    await self._refuse(budget, parting)
+        await super()._close()
 
     def streams_changed(self, n: int) -> None:
         """HTTP/2 (lead.hypercorn_fix): `n` streams are open on this connection."""
@@ -137,10 +169,11 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         try:
             with trio.move_on_after(REFUSAL_LINGER_SECONDS):
                 await self.stream.send_all(refusal)
-                await self.stream.send_eof()
+                if not hasattr(self.stream, "transport_stream"):
+                    await self.stream.send_eof()
                 while await self.stream.receive_some(4096):
                     pass
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
             pass
         finally:
             budget.lingering -= 1
@@ -164,6 +197,8 @@ async def _sweep(budget: ConnectionBudget) -> None:
             budget.on_pressure = pressed.set
         await trio.sleep(SWEEP_SECONDS)
         for conn in budget.to_close(trio.current_time()):
+            if conn in budget.waiting_since:
+                conn.part_with("timeout")  # its first request did not arrive within ARRIVAL_SECONDS
             budget.mark(conn, idle=False, now=trio.current_time())  # picked once
             conn.budget_scope.cancel()
 
@@ -219,6 +254,7 @@ async def serve_http(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.backlog = BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_SECONDS
+    config.ssl_handshake_timeout = ARRIVAL_SECONDS  # hypercorn's 60 s; the budget's sweep bounds it too
     config.websocket_max_message_size = crewwire.MAX_FRAME  # a bigger frame closes the link (1009), issue 9.6
     config.accesslog = None
     config.errorlog = None

@@ -21,7 +21,10 @@ Guards, in the order a request meets them:
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import ipaddress
+import re
 import socket
 import time
 from urllib.parse import urlsplit
@@ -143,6 +146,12 @@ def device_of(devices: Devices, now: float) -> tuple[Device | None, str | None]:
     return None, None
 
 
+# The 401 for a request that carries a device cookie but not that device's key (a page without its key, a
+# revoked phone, a cookie from elsewhere): what the phone's user should do (docs/errors.md).
+PHONE_NOT_SIGNED_IN = ("this phone is not signed in to this lead (its device key is missing or does not match "
+                       "its cookie, or it was revoked): pair it again with `collie pair`")
+
+
 def csrf_ok() -> bool:
     return request.method not in WRITES or request.headers.get(CSRF_HEADER) == "1"
 
@@ -185,6 +194,20 @@ function keepKey(key) {
 """
 
 
+def _inline_hashes(page: str, tag: str) -> str:
+    """CSP sources allowing exactly the page's inline `<tag>` blocks, by their SHA-256 (no 'unsafe-inline')."""
+    blocks = re.findall(rf"<{tag}>(.*?)</{tag}>", page, re.DOTALL)
+    return " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(b.encode()).digest()).decode()}'" for b in blocks)
+
+
+# The pairing page must run its one inline script (it trades the code from the URL's fragment and keeps the
+# device key in this origin's IndexedDB before the app exists): allowed by hash, nothing else (issue 25 D4).
+PAIR_CSP = (f"default-src 'none'; script-src {_inline_hashes(PAIR_PAGE, 'script')}; "
+            f"style-src {_inline_hashes(PAIR_PAGE, 'style')}; connect-src 'self'; base-uri 'none'; "
+            "form-action 'none'; frame-ancestors 'none'")
+ANSWER_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"  # JSON: nothing runs
+
+
 def secure_headers(resp) -> None:
     """The headers the app's own pages carry (lead.web): no framing, no sniffing, no referrer."""
     resp.headers["X-Content-Type-Options"] = "nosniff"
@@ -209,6 +232,7 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
     async def pair_headers(resp):
         if request.path == "/pair":  # the page and every answer of POST /pair, refusals too
             secure_headers(resp)
+            resp.headers.setdefault("Content-Security-Policy", ANSWER_CSP)
         return resp
 
     @app.get("/pair")
@@ -216,9 +240,7 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
         resp = await make_response(PAIR_PAGE)
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         resp.headers["Cache-Control"] = "no-store"
-        resp.headers["Content-Security-Policy"] = ("default-src 'none'; script-src 'unsafe-inline'; "
-                                                   "style-src 'unsafe-inline'; connect-src 'self'; base-uri 'none'; "
-                                                   "form-action 'none'; frame-ancestors 'none'")
+        resp.headers["Content-Security-Policy"] = PAIR_CSP
         return resp
 
     @app.post("/pair")

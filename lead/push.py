@@ -39,12 +39,14 @@ import hashlib
 import ipaddress
 import json
 import os
+import re
 import socket
 import ssl
 import time
+import unicodedata
 from collections import deque
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import attrs
 import httpcore
@@ -206,15 +208,47 @@ def _ipv4_any_spelling(host: str) -> ipaddress.IPv4Address | None:
         return None
 
 
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # IPv4-compatible (deprecated), inside the reserved ::/8
+_RESERVED_V6 = ipaddress.IPv6Network("::/8")
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))  # RFC 6052, RFC 8215
+_SIX_TO_FOUR = ipaddress.IPv6Network("2002::/16")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries and reaches — mapped, IPv4-compatible, NAT64, 6to4, Teredo — or None."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip in _V4_COMPATIBLE or ip in _NAT64[0]:
+        return ipaddress.IPv4Address(ip.packed[12:])
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    return None
+
+
 def address_problem(address: str, *, loopback_ok: bool = False) -> str | None:
     """None when a push may connect to this IP address, else why not: only public (globally routable)
-    addresses, and loopback when the owner set `COLLIE_PUSH_LOOPBACK=1` (issue 25.6)."""
+    addresses, and loopback when the owner set `COLLIE_PUSH_LOOPBACK=1` (issue 25.6). An IPv6 address that
+    carries an IPv4 one (mapped, IPv4-compatible, NAT64, 6to4, Teredo) is judged by it, and the reserved ::/8
+    and the local-use NAT64 prefix are refused outright (issue 25 D3)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return "endpoint is not a public address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
+        elif ip != ipaddress.IPv6Address("::1"):
+            if ip in _V4_COMPATIBLE or ip in _NAT64[1] or ip.teredo is not None:
+                return "endpoint is in a private address range (reserved IPv6)"
+            inner = _embedded_ipv4(ip)  # NAT64 (64:ff9b::/96) or 6to4 (2002::/16): reaches that IPv4 address
+            if inner is not None:
+                if address_problem(str(inner)) is not None:
+                    return "endpoint is in a private address range (an IPv6 address carrying a private IPv4 one)"
+                return None
+            if ip in _RESERVED_V6:
+                return "endpoint is in a private address range (reserved IPv6)"
     if ip.is_loopback:
         return None if loopback_ok else ("endpoint is a loopback address (set COLLIE_PUSH_LOOPBACK=1 in .env to "
                                          "allow one, for tests and local relays)")
@@ -223,21 +257,50 @@ def address_problem(address: str, *, loopback_ok: bool = False) -> str | None:
     return None
 
 
-def check_endpoint(url: object, *, loopback_ok: bool = False) -> str | None:
-    """None when a push endpoint may be used, else why not. A DNS name is checked again where it resolves,
-    at each delivery (`GuardedBackend`)."""
+_FULL_STOPS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})  # what URL parsers read as a dot
+_NAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
+
+
+def canonical_host(host: str) -> str | None:
+    """The host a client connects to for `host` as written in a URL: percent-escapes decoded, Unicode mapped
+    (NFKC, then IDNA) to lower-case ASCII — so `１２７.0.0.1` and `%31%32%37.0.0.1` are 127.0.0.1 (issue 25 D3).
+    None when it is no host name or address at all."""
+    try:
+        host = unquote(host, errors="strict") if "%" in host else host
+    except UnicodeDecodeError:
+        return None
+    host = unicodedata.normalize("NFKC", host.translate(_FULL_STOPS)).lower().rstrip(".")
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii").lower()
+        except UnicodeError:
+            return None
+    if ":" in host:
+        try:
+            return str(ipaddress.IPv6Address(host.split("%", 1)[0])) + ("%" + host.split("%", 1)[1] if "%" in host else "")
+        except ValueError:
+            return None
+    return host if _NAME.fullmatch(host) else None
+
+
+def canonical_endpoint(url: object, *, loopback_ok: bool = False) -> tuple[str | None, str | None]:
+    """(the endpoint with its host as a client reads it, None) when a push endpoint may be used, else (None, why
+    not). A DNS name is checked again where it resolves, at each delivery (`GuardedBackend`)."""
     if not isinstance(url, str) or len(url) > 2048:
-        return "endpoint must be an https:// URL"
+        return None, "endpoint must be an https:// URL"
     try:
         parts = urlsplit(url)
-        host = (parts.hostname or "").lower().rstrip(".")
-        _ = parts.port
+        raw_host = parts.hostname or ""
+        port = parts.port
     except ValueError:
-        return "endpoint is not a valid URL"
-    if not host:
-        return "endpoint has no host"
+        return None, "endpoint is not a valid URL"
+    if not raw_host:
+        return None, "endpoint has no host"
     if parts.username is not None or parts.password is not None:
-        return "endpoint must not carry a user name or password"
+        return None, "endpoint must not carry a user name or password"
+    host = canonical_host(raw_host)
+    if host is None:
+        return None, "endpoint's host is not a host name or an address"
     literal = _ipv4_any_spelling(host)
     if literal is None:
         try:
@@ -247,20 +310,34 @@ def check_endpoint(url: object, *, loopback_ok: bool = False) -> str | None:
     if literal is not None:
         problem = address_problem(str(literal), loopback_ok=loopback_ok)
         if problem:
-            return problem
+            return None, problem
         loopback = literal.is_loopback or (isinstance(literal, ipaddress.IPv6Address)
                                            and literal.ipv4_mapped is not None and literal.ipv4_mapped.is_loopback)
+        host = str(literal)  # the address it connects to, in its plain spelling
     elif host == "localhost" or host.endswith(".localhost"):
         if not loopback_ok:
-            return address_problem("127.0.0.1")
+            return None, address_problem("127.0.0.1")
         loopback = True
     elif host.endswith((".local", ".internal", ".lan", ".home.arpa")) or "." not in host:
-        return "endpoint must name a public push service"
+        return None, "endpoint must name a public push service"
     else:
         loopback = False
-    if parts.scheme == "https" or (parts.scheme == "http" and loopback):
+    if not (parts.scheme == "https" or (parts.scheme == "http" and loopback)):
+        return None, "endpoint must be an https:// URL (http:// only on loopback)"
+    netloc = (f"[{host}]" if ":" in host else host) + (f":{port}" if port is not None else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), None
+
+
+def _shown_host(url: str) -> str | None:
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
         return None
-    return "endpoint must be an https:// URL (http:// only on loopback)"
+
+
+def check_endpoint(url: object, *, loopback_ok: bool = False) -> str | None:
+    """None when a push endpoint may be used, else why not (`canonical_endpoint`)."""
+    return canonical_endpoint(url, loopback_ok=loopback_ok)[1]
 
 
 class PushRefused(Exception):
@@ -332,7 +409,7 @@ def parse_subscription(data: object, device: str | None, *, loopback_ok: bool = 
     """A browser's PushSubscription JSON → Subscription; ValueError says what is wrong."""
     if not isinstance(data, dict):
         raise ValueError("the body must be a PushSubscription: {\"endpoint\", \"keys\": {\"p256dh\", \"auth\"}}")
-    problem = check_endpoint(data.get("endpoint"), loopback_ok=loopback_ok)
+    endpoint, problem = canonical_endpoint(data.get("endpoint"), loopback_ok=loopback_ok)
     if problem:
         raise ValueError(problem)
     keys = data.get("keys")
@@ -344,7 +421,7 @@ def parse_subscription(data: object, device: str | None, *, loopback_ok: bool = 
         raise ValueError("keys.p256dh and keys.auth must be base64url strings") from None
     if len(point) != 65 or point[0] != 4 or len(auth) != 16:
         raise ValueError("keys.p256dh must be an uncompressed P-256 point and keys.auth 16 bytes")
-    return Subscription(data["endpoint"], keys["p256dh"], keys["auth"], device)
+    return Subscription(endpoint, keys["p256dh"], keys["auth"], device)
 
 
 # --- storage ---------------------------------------------------------------------------------------
@@ -560,26 +637,27 @@ class Pusher:
         """One push to one subscription, with retries; returns the push service's last status."""
         delay = 1.0
         for attempt in range(4):
+            # stored before the rules, or since: checked again, and sent to its host as a client reads it (issue 25 D3)
+            endpoint, problem = canonical_endpoint(sub.endpoint, loopback_ok=self.loopback_ok)
+            if problem:
+                log.info("[bridge] push to %r not sent: %s", _shown_host(sub.endpoint), problem)
+                self.stats["failed"] += 1
+                return None
             now = time.time()
             headers = {"TTL": str(TTL), "Urgency": urgency, "Content-Encoding": "aes128gcm",
                        "Content-Type": "application/octet-stream",
-                       **vapid_headers(self.vapid, sub.endpoint, self.subject, now)}
+                       **vapid_headers(self.vapid, endpoint, self.subject, now)}
             if topic:
                 headers["Topic"] = topic
-            problem = check_endpoint(sub.endpoint, loopback_ok=self.loopback_ok)  # stored before the rules, or since
-            if problem:
-                log.info("[bridge] push to %r not sent: %s", urlsplit(sub.endpoint).hostname, problem)
-                self.stats["failed"] += 1
-                return None
             try:
                 with trio.fail_after(ATTEMPT_SECONDS):
-                    status, answer = await post_push(self.client, sub.endpoint, encrypt(sub, body), headers)
+                    status, answer = await post_push(self.client, endpoint, encrypt(sub, body), headers)
             except PushRefused as exc:
                 log.info("[bridge] push not sent: %s", exc)
                 self.stats["failed"] += 1
                 return None
             except Exception as exc:  # noqa: BLE001 - a push service's failure is that push's failure
-                log.info("[bridge] push to %r failed: %s", urlsplit(sub.endpoint).hostname, type(exc).__name__)
+                log.info("[bridge] push to %r failed: %s", urlsplit(endpoint).hostname, type(exc).__name__)
                 status = None
             else:
                 if status < 300:
@@ -630,6 +708,8 @@ def install_push(app, pusher: Pusher) -> None:
         endpoint = data.get("endpoint") if isinstance(data, dict) else None
         if not isinstance(endpoint, str):
             return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
+        canonical = canonical_endpoint(endpoint, loopback_ok=True)[0]  # as stored at subscribe time (issue 25 D3)
+        endpoint = endpoint if endpoint in pusher.store.subs else (canonical or endpoint)
         sub = pusher.store.subs.get(endpoint)
         if sub is None or (sub.device != getattr(g, "device", None) and getattr(g, "device", None) is not None):
             return error(404, "not_found", "no such subscription")

@@ -14,6 +14,7 @@ real `collie serve` with a low descriptor limit and checks that `collie status` 
 from __future__ import annotations
 
 import os
+import re
 import resource
 import selectors
 import socket
@@ -45,13 +46,20 @@ def test_limits_leave_room_for_the_rest_of_the_lead():
         assert limits.total <= max(8, nofile - 128) and limits.per_client <= limits.total
 
 
+def _served(budget: ConnectionBudget, conn, client, now: float) -> None:
+    """Admit `conn` and let one request of it come and go at `now`: idle, no longer waiting for its first request."""
+    assert budget.admit(conn, client, now)[0]
+    budget.mark(conn, idle=False, now=now)
+    budget.mark(conn, idle=True, now=now)
+
+
 def test_budget_refuses_over_either_limit_and_frees_on_release():
     budget = ConnectionBudget(Limits(total=4, per_client=2, pressure=2))
     assert budget.admit("a1", "A", 0) == (True, None) and budget.admit("a2", "A", 0) == (True, None)
-    assert budget.admit("a3", "A", 0) == (False, None) and budget.refusal == "client"  # over A's share
     for conn in ("a1", "a2"):
         budget.trust(conn)  # a paired phone's requests
         budget.mark(conn, idle=False, now=1)  # both of A's are busy
+    assert budget.admit("a3", "A", 1) == (False, None) and budget.refusal == "client"  # over A's share
     assert budget.admit("b1", "B", 0) == (True, None) and budget.admit("b2", "B", 0) == (True, None)
     for conn in ("b1", "b2"):
         budget.trust(conn)
@@ -68,10 +76,13 @@ def test_a_newcomer_takes_the_place_of_the_biggest_holders_longest_idle_connecti
     holding the most loses its longest-idle connection — until the newcomer holds about as many."""
     budget = ConnectionBudget(Limits(total=5, per_client=4, pressure=5))
     for i, since in enumerate((3.0, 1.0, 2.0)):
-        budget.admit(f"a{i}", "A", since)
-    budget.admit("b0", "B", 0.0)
-    budget.admit("b1", "B", 0.0)
+        _served(budget, f"a{i}", "A", since)
+    _served(budget, "b0", "B", 0.0)
+    _served(budget, "b1", "B", 0.0)
+    for conn in ("a0", "a1", "a2", "b0", "b1"):
+        budget.trust(conn)  # else an untrusted one would make room for c1 below
     assert budget.admit("c0", "C", 5.0) == (True, "a1")  # A holds 3, the most; a1 idle since t=1
+    budget.trust("c0")
     assert budget.admit("c1", "C", 5.0) == (False, None)  # A and B hold 2, C 1: no one holds more than C + 1
     budget.release("a1")  # the evicted connection's own release later changes nothing
     assert budget.statistics()["open"] == 5 and budget.statistics()["evicted"] == 1
@@ -80,9 +91,9 @@ def test_a_newcomer_takes_the_place_of_the_biggest_holders_longest_idle_connecti
 def test_only_long_idle_connections_close_and_only_under_pressure():
     budget = ConnectionBudget(Limits(total=10, per_client=10, pressure=3))
     for i in range(3):
-        budget.admit(i, "A", 0.0)
+        _served(budget, i, "A", 0.0)
     assert budget.to_close(100.0) == []  # 3 open: no pressure
-    budget.admit(3, "B", 0.0)
+    _served(budget, 3, "B", 0.0)
     budget.mark(1, idle=False, now=1.0)  # a request in progress
     budget.mark(2, idle=True, now=2.0)  # its request ended at t=2
     assert budget.to_close(PRESSURE_IDLE_SECONDS) == [0, 3]
@@ -95,6 +106,20 @@ async def _hold(port: int, source: str) -> trio.SocketStream:
     await sock.bind((source, 0))
     await sock.connect(("127.0.0.1", port))
     return trio.SocketStream(sock)
+
+
+async def _hold_idle(port: int, source: str) -> trio.SocketStream:
+    """A kept-alive connection whose first request (`GET /healthz`) came and went: idle, not waiting for one
+    (a connection with no request in ARRIVAL_SECONDS is closed, issue 25 D2)."""
+    stream = await _hold(port, source)
+    await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    data = b""
+    with trio.fail_after(1.0):
+        while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < int(
+                re.search(rb"content-length: (\d+)", data.partition(b"\r\n\r\n")[0], re.I).group(1)):
+            data += await stream.receive_some(4096)
+    assert data.startswith(b"HTTP/1.1 200"), data
+    return stream
 
 
 async def _answer(stream: trio.SocketStream) -> bytes:
@@ -139,18 +164,18 @@ async def test_one_address_cannot_take_the_server(autojump_clock):
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial_serve(limits, app), shutdown)
         port = int(binds[0].rsplit(":", 1)[1])
-        held = [await _hold(port, "127.0.0.2") for _ in range(4)]
+        held = [await _hold_idle(port, "127.0.0.2") for _ in range(4)]
         extra = await _hold(port, "127.0.0.2")
         refusal = await _answer(extra)
         assert refusal.startswith(b"HTTP/1.1 503") and b'"error": "busy"' in refusal
         assert await _healthz(port) == 200
-        held += [await _hold(port, "127.0.0.3") for _ in range(4)]
-        held += [await _hold(port, "127.0.0.4") for _ in range(3)]
+        held += [await _hold_idle(port, "127.0.0.3") for _ in range(4)]
+        held += [await _hold_idle(port, "127.0.0.4") for _ in range(3)]
         await _settle(app, 11)
         assert not any([await _is_closed(s) for s in held])
         assert await _healthz(port) == 200  # the 12th: the total is full, nobody evicted
         await _settle(app, 11)
-        held.append(await _hold(port, "127.0.0.4"))  # 12 held: the total is full
+        held.append(await _hold_idle(port, "127.0.0.4"))  # 12 held: the total is full
         await _settle(app, 12)
         assert await _healthz(port) == 200  # from 127.0.0.1, in place of an idle connection of 127.0.0.2
         closed = [await _is_closed(s) for s in held]
@@ -169,16 +194,16 @@ async def test_idle_connections_close_early_only_under_pressure(autojump_clock):
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial_serve(limits), shutdown)
         port = int(binds[0].rsplit(":", 1)[1])
-        calm = [await _hold(port, "127.0.0.2") for _ in range(5)]
+        calm = [await _hold_idle(port, "127.0.0.2") for _ in range(5)]
         await trio.sleep(KEEP_ALIVE_SECONDS / 2)
         assert not any([await _is_closed(s) for s in calm])  # 5 open: no pressure, no early close
-        one_more = await _hold(port, "127.0.0.3")  # 6: pressure; the 5 long-idle ones go at the next sweep
+        one_more = await _hold_idle(port, "127.0.0.3")  # 6: pressure; the 5 long-idle ones go at the next sweep
         await trio.sleep(SWEEP_SECONDS + 0.1)
         assert all([await _is_closed(s) for s in calm]) and not await _is_closed(one_more)
         await trio.sleep(KEEP_ALIVE_SECONDS / 4)
         assert not await _is_closed(one_more)  # alone again: no pressure
         start = trio.current_time()
-        crowd = [await _hold(port, "127.0.0.4") for _ in range(6)]  # pressure even once `one_more` went
+        crowd = [await _hold_idle(port, "127.0.0.4") for _ in range(6)]  # pressure even once `one_more` went
         while not await _is_closed(crowd[0]):
             await trio.sleep(0.1)
         assert PRESSURE_IDLE_SECONDS <= trio.current_time() - start <= PRESSURE_IDLE_SECONDS + SWEEP_SECONDS + 0.2

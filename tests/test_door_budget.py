@@ -7,6 +7,10 @@ end `ARRIVAL_SECONDS` after they started, a 503 names the limit its client met, 
 
 from __future__ import annotations
 
+import ssl
+from functools import partial
+
+import pytest
 import trio
 from quart import request
 
@@ -120,6 +124,7 @@ def test_http2_streams_count_as_connections():
     assert budget.used() == 3
     assert budget.admit("a2", "A", 0) == (False, None) and budget.refusal == "client"
     assert budget.admit("b1", "B", 0) == (True, None)
+    budget.trust("b1")  # else b2 would take the place of b1, untrusted and waiting for its first request
     assert budget.admit("b2", "B", 0) == (False, None) and budget.refusal == "total"
     budget.set_streams("h2", 1)
     assert budget.used() == 2 and budget.admit("b2", "B", 0) == (True, None)
@@ -156,4 +161,113 @@ async def test_http2_streams_are_counted_on_a_real_connection(autojump_clock):
         with trio.fail_after(2):
             while budget.used() != 0:
                 await trio.sleep(0.05)
+        shutdown.set()
+
+
+async def _slow_headers(port: int, source: str, lines: list) -> None:
+    """A client that sends one header line every 2 s and never ends its headers (slowloris): what it is answered
+    before the lead closes it goes to `lines`."""
+    stream = await _hold(port, source)
+    try:
+        await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        data = b""
+        while True:
+            with trio.move_on_after(2.0):
+                chunk = await stream.receive_some(4096)
+                data += chunk
+                if not chunk:
+                    break
+            await stream.send_all(b"X-Slow: 1\r\n")
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+    finally:
+        lines.append((trio.current_time(), data))
+        await stream.aclose()
+
+
+@pytest.mark.parametrize("tls", [False, True])
+async def test_slow_headers_and_silent_handshakes_cannot_keep_a_phone_out(autojump_clock, tmp_path, tls):
+    """Issue 25 D2: untrusted connections still in their headers (plain: a header line every 2 s) or their TLS
+    handshake (no ClientHello) fill the whole budget — some from the phone's own address. Every new connection
+    of the phone is answered (it takes the place of the longest-waiting untrusted one), the connection whose
+    place it took is told so (plain HTTP: 503), and no connection waits more than ARRIVAL_SECONDS (+ one sweep)
+    for its request: the rest are answered `408` then."""
+    from lead.tls import make_certificate
+
+    app = _app()
+    limits = Limits(total=8, per_client=8, pressure=100)
+    certs = {}
+    if tls:
+        cert, key = make_certificate(["127.0.0.1"])
+        (tmp_path / "cert.pem").write_bytes(cert)
+        (tmp_path / "key.pem").write_bytes(key)
+        certs = {"certfile": str(tmp_path / "cert.pem"), "keyfile": str(tmp_path / "key.pem")}
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    shutdown = trio.Event()
+    answers: list = []
+    silent: list = []
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve_http, app, ["127.0.0.1:0"], shutdown, limits=limits, **certs))
+        port = int(binds[0].rsplit(":", 1)[1])
+        start = trio.current_time()
+        for i in range(8):  # the phone's own address among them, 0.1 s apart: the first waits the longest
+            source = f"127.0.0.{1 + i // 2}"
+            if tls:
+                silent.append(await _hold(port, source))  # never sends its ClientHello
+            else:
+                nursery.start_soon(_slow_headers, port, source, answers)
+            await trio.sleep(0.1)
+        await _settle(app, 8)
+        budget = app.config["COLLIE_CONNECTIONS"]
+        phone = []
+        for n in range(3):  # three new connections of the phone, 1 s apart, each answered and kept alive
+            stream = await _hold(port, "127.0.0.1")
+            if tls:
+                stream = trio.SSLStream(stream, ctx, server_hostname="127.0.0.1")
+            await stream.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            with trio.fail_after(2):
+                while not answer.endswith(b"}\n"):
+                    chunk = await stream.receive_some(4096)
+                    assert chunk, (n, answer)  # closed with no answer
+                    answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200"), (n, answer)
+            phone.append(stream)
+            await trio.sleep(1.0)
+        assert budget.statistics()["evicted"] == 3
+        await trio.sleep(start + ARRIVAL_SECONDS + SWEEP_SECONDS + 0.9 - trio.current_time())
+        await _settle(app, 3)  # the phone's three, idle: every waiting one is gone
+        if tls:
+            assert all([await _is_closed(s) for s in silent])
+            for s in silent:
+                await s.aclose()
+        else:
+            await trio.sleep(2.1)  # the slow clients notice at their next line
+            assert len(answers) == 8
+            made_room = [a for _, a in answers if b"to make room" in a]
+            late = [(t, a) for t, a in answers if a.startswith(b"HTTP/1.1 408")]
+            assert len(made_room) == 3 and all(a.startswith(b"HTTP/1.1 503") for a in made_room), answers
+            assert len(late) == 5, answers
+        for s in phone:
+            await s.aclose()
+        shutdown.set()
+
+
+async def test_many_connections_at_once_from_one_address_are_each_answered(autojump_clock):
+    """Issue 25 D2: more connections at once from one address than its share, each sending a request at once:
+    every one is answered — 200, or 503 naming why — none is closed with no answer."""
+    app = _app()
+    shutdown = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(_serve(app, Limits(total=100, per_client=4, pressure=100)), shutdown)
+        port = int(binds[0].rsplit(":", 1)[1])
+        streams = [await _hold(port, "127.0.0.2") for _ in range(12)]
+        for s in streams:
+            await s.send_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answers = [await _answer(s) for s in streams]
+        assert all(a.startswith((b"HTTP/1.1 200", b"HTTP/1.1 503")) for a in answers), answers
+        assert any(a.startswith(b"HTTP/1.1 200") for a in answers)
+        for s in streams:
+            await s.aclose()
         shutdown.set()

@@ -3,6 +3,10 @@ a page that trades a secret must not be framed (clickjacking), sniffed or leak i
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
+
 import httpx
 import pytest
 
@@ -22,3 +26,11 @@ def test_the_pairing_page_and_its_answer_cannot_be_framed_or_sniffed(lead):  # n
         assert r.headers["referrer-policy"] == "no-referrer"
     csp = page.headers["content-security-policy"]
     assert "frame-ancestors 'none'" in csp and "base-uri 'none'" in csp and "form-action 'none'" in csp
+    # issue 25 D4: POST /pair's answers carry a policy too, and the page's inline script runs by its hash only
+    for r in (answer, httpx.post(base + "/pair", content=b"[", headers={"X-Collie-CSRF": "1"})):
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"], r.headers
+    assert "unsafe-inline" not in csp
+    for tag, directive in (("script", "script-src"), ("style", "style-src")):
+        block = re.search(rf"<{tag}>(.*?)</{tag}>", page.text, re.DOTALL).group(1)
+        digest = base64.b64encode(hashlib.sha256(block.encode()).digest()).decode()
+        assert f"{directive} 'sha256-{digest}'" in csp, (tag, csp)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -91,7 +92,10 @@ def test_a_token_in_a_push_title_or_line_is_masked_before_it_is_cut(lab):
 
 SPELLINGS = ["https://10.1/x", "https://0xa.0.0.1/x", "https://169.254.43518/x", "https://2852039166/x",
              "https://[::ffff:169.254.169.254]/x", "https://[fd00::1]/x", "https://100.64.1.1/x", "https://0/x",
-             "https://127.1/x", "https://localhost:9/x"]
+             "https://127.1/x", "https://localhost:9/x",
+             # issue 25 D3: IPv4-compatible (reserved ::/8), NAT64 and 6to4 of private addresses; Unicode and percent
+             "https://[::10.0.0.1]/", "https://[::127.0.0.1]/", "https://[64:ff9b::a00:1]/", "https://[2002:a00:1::]/",
+             "https://\uff11\uff10.0.0.1/", "https://\uff11\uff12\uff17.0.0.1:8472/", "https://%31%32%37.0.0.1:8472/"]
 
 
 def test_subscribing_refuses_private_and_loopback_addresses_in_every_spelling(lab):
@@ -104,6 +108,31 @@ def test_subscribing_refuses_private_and_loopback_addresses_in_every_spelling(la
             assert r.status_code == 400, (url, r.text)
             assert r.json()["error"] == "bad_request" and ("private" in r.json()["message"]
                                                            or "loopback" in r.json()["message"]), (url, r.json())
+
+
+def test_a_host_spelled_in_unicode_or_percent_escapes_is_pushed_to_where_a_client_would_go(lab):
+    """D3: the endpoint's host is normalised once, at subscribe time, as a client reads it: `１２７.0.0.1` and
+    `%31%32%37.0.0.1` are 127.0.0.1 — allowed here only because COLLIE_PUSH_LOOPBACK=1 — and the push reaches
+    the service there (before, delivery failed with an internal TypeError)."""
+    service, run, agent, lead, paths = lab
+    port = service.url("/").rsplit(":", 1)[1].split("/")[0]
+    phones = {"fw": Subscriber(f"http://\uff11\uff12\uff17.0.0.1:{port}/ok/fw"),
+              "pct": Subscriber(f"http://%31%32%37.0.0.1:{port}/ok/pct")}
+    with lead() as c:
+        for phone in phones.values():
+            r = c.post("/api/push/subscribe", json=phone.json())
+            assert r.json() == {"ok": True}, r.text
+        gone = Subscriber(f"http://\uff11\uff12\uff17.0.0.1:{port}/ok/gone")
+        assert c.post("/api/push/subscribe", json=gone.json()).json() == {"ok": True}
+        removed = c.request("DELETE", "/api/push/subscribe", json={"endpoint": gone.endpoint})  # as the phone spells it
+        assert removed.json() == {"ok": True}, removed.text
+        sock = str(run / "asker" / "a.sock")
+        agent(sock, "Rotate the key?", "a line")
+        assert run_collie(paths, "durable", "attach", "asker", "--socket", sock, "--restart").returncode == 0
+        for name, phone in phones.items():
+            got = service.wait(lambda r, name=name: r["path"] == f"/ok/{name}")
+            assert "Rotate the key?" in json.dumps(phone.decrypt(got["body"]))
+    assert "TypeError" not in paths.log.read_text(errors="replace")
 
 
 async def test_a_name_that_resolves_to_a_private_address_is_not_pushed_to(tmp_path):

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from lead.devices import MAX_COOKIES, TICKET_TTL, CODE_TTL, Devices, PairingRefused, clean_name
+from lead.devices import TICKET_TTL, CODE_TTL, Devices, PairingRefused, clean_name
 from lead.pairing import Door, split_host
 from lead.events import EventLog, diff_rows
 from lead.tls import covered, fingerprint_pem, make_certificate
@@ -332,9 +332,12 @@ def test_both_halves_of_one_device_are_needed_and_a_planted_cookie_does_not_shad
     assert devices.device_for([c1], None) is None and devices.device_for([c1], "") is None
     assert devices.device_for([c1], k2) is None and devices.device_for([c2], k1) is None
     assert devices.device_for(["planted", "x" * 300, c1], k1) is d1
-    assert devices.device_for(["planted"] * MAX_COOKIES + [c1], k1) is None  # a flood is not read to its end
+    # planted values ahead of the phone's, any number of them (issue 25 D1): the key names the device
+    assert devices.device_for(["planted"] * 500 + [c1], k1) is d1
+    assert devices.device_for(["planted"] * 500 + [c2], k1) is None
     ticket = devices.new_ticket(d1, T0)
     assert devices.device_for_ticket([c1], ticket, T0 + TICKET_TTL - 1) is d1
+    assert devices.device_for_ticket(["planted"] * 500 + [c1], ticket, T0) is d1
     assert devices.device_for_ticket([c2], ticket, T0) is None and devices.device_for_ticket([c1], "nope", T0) is None
     assert devices.device_for_ticket([c1], ticket, T0 + TICKET_TTL) is None
     devices.db.execute("UPDATE devices SET key_hash=NULL WHERE id=?", (d2.id,))

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lead.push import (AGENT_PER_HOUR, MANY, PushLimiter, ask_payload, check_endpoint, parse_subscription)
+from lead.push import (AGENT_PER_HOUR, MANY, PushLimiter, ask_payload, canonical_endpoint, check_endpoint,
+                       parse_subscription)
 from tests.conftest import collie_env, run_collie
 from tests.live import cleanup, short_dir
 from tests.pushlab import FakePushService, Subscriber
@@ -146,6 +147,15 @@ def test_push_text_and_redaction():
     ("https://[::ffff:10.0.0.1]/x", False), ("https://[::ffff:7f00:1]/x", False), ("https://100.64.0.1/x", False),
     ("https://0.0.0.0/x", False), ("https://[::]/x", False), ("https://[fe80::1]/x", False),
     ("https://8.8.8.8/x", True), ("https://0x08.8.8.8/x", True), ("https://u:p@push.example.com/x", False),
+    # issue 25 D3: IPv6 carrying a private IPv4 address, reserved IPv6, Unicode and percent spellings of a host
+    ("https://[::10.0.0.1]/", False), ("https://[::127.0.0.1]/", False), ("https://[::8.8.8.8]/", False),
+    ("https://[64:ff9b::a00:1]/", False), ("https://[64:ff9b:1::808:808]/", False), ("https://[2002:a00:1::]/", False),
+    ("https://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/", False),
+    ("https://\uff11\uff10.0.0.1/", False), ("https://%31%30.0.0.1/", False), ("https://10\u30020.0.1/", False),
+    ("https://\uff11\uff12\uff17.0.0.1:8472/", False), ("https://%31%32%37.0.0.1:8472/", False),
+    ("https://l\uff4fcalhost/x", False), ("https://%ff.example.com/x", False), ("https://a%2fb.example.com/x", False),
+    ("https://[64:ff9b::808:808]/", True), ("https://[2002:808:808::]/", True), ("https://[2606:4700::1111]/", True),
+    ("https://f\uff43m.googleapis.com/x", True),
 ])
 def test_endpoint_rules(url, ok):
     """Endpoints must be https:// to a public address in every spelling; loopback only with COLLIE_PUSH_LOOPBACK."""
@@ -157,6 +167,21 @@ def test_endpoint_rules(url, ok):
 def test_loopback_endpoints_only_when_the_owner_allows_them(url):
     assert check_endpoint(url) is not None and check_endpoint(url, loopback_ok=True) is None
     assert check_endpoint("http://10.0.0.1:9000/x", loopback_ok=True) is not None
+
+
+@pytest.mark.parametrize("url, canonical", [
+    ("https://\uff11\uff12\uff17.0.0.1:8472/ok/x", "https://127.0.0.1:8472/ok/x"),
+    ("https://%31%32%37.0.0.1:8472/ok/x", "https://127.0.0.1:8472/ok/x"),
+    ("https://127.1/x", "https://127.0.0.1/x"), ("https://[::1]:9/x", "https://[::1]:9/x"),
+    ("https://F\uff23M.googleapis.com/fcm/send/a?b=c", "https://fcm.googleapis.com/fcm/send/a?b=c"),
+])
+def test_an_endpoint_is_kept_with_its_host_as_a_client_reads_it(url, canonical):
+    """Issue 25 D3: the host is normalised once, at subscribe time (percent-escapes, Unicode), and the subscription
+    keeps that spelling — the push goes where a client would go, and is checked there."""
+    assert canonical_endpoint(url, loopback_ok=True) == (canonical, None)
+    assert parse_subscription(Subscriber(url).json(), None, loopback_ok=True).endpoint == canonical
+    assert canonical.startswith("https://fcm") or "loopback" in canonical_endpoint(url)[1]
+    assert canonical_endpoint("https://\uff11\uff10.0.0.1/")[1] == "endpoint is in a private address range"
 
 
 def test_subscriptions_are_parsed_strictly():
