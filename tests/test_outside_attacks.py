@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import gc
 import json
+import types
 from functools import partial
 
 import pytest
+
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
@@ -47,7 +49,7 @@ async def test_a_member_that_never_answers_a_read_does_not_hold_up_other_phones(
     class Reader:
         def __init__(self):
             self.rev = 0
-            self.conversations = {"chat": object()}
+            self.conversations = {"chat": types.SimpleNamespace(id="chat", title="chat", asks=[])}  # no open ask
 
     class Member:
         online, offline_since = True, None
@@ -215,7 +217,8 @@ async def test_a_flood_of_asks_from_one_member_keeps_the_push_memory_bounded_and
     monkeypatch.setattr(push, "REMEMBER_PER_MACHINE", 300)
 
     def reader(name: str, asks: list[str]):
-        conv = NS(id="c0", title="Pane", asks=[NS(id=a, tool_call_id=None, push_title=None, push_line=None)
+        conv = NS(id="c0", title="Pane", asks=[NS(id=a, tool_call_id=None, push_title=None, push_line=None, kind="choice",
+                                                     digest="d", shortened=False, answerable=True, options=[])
                                                   for a in asks])
         return NS(name=name, conversations={"c0": conv})
 
