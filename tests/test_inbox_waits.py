@@ -95,13 +95,16 @@ async def test_a_send_behind_any_write_on_the_leads_agent_waits_and_goes_once(tm
             while not lab.writer.locks.locked(("desk", "c")):
                 await trio.sleep(0.01)
             t0 = trio.current_time()
+            # the turn the phone shows now (a held send may already have moved it: B4 checks the quote at entry)
+            shown = await (await lab.get("/api/agents/local/desk/conversations/c")).get_json()
+            turn = shown.get("turn", 0)  # a closing conversation may be gone from the list already
             phone = await lab.post_json("/api/send", {"request_id": rid(), "agent": "desk", "conversation": "c",
-                                                      "text": "from the phone", "turn": 0})
+                                                      "text": "from the phone", "turn": turn})
             relay = await lab.inbox.submit("local", WriteRequest(request_id=rid(), op="send", agent="desk",
                                                                  conversation="c", text="from a sender"),
                                            sender="relay", approval="standing")
             steer = await lab.post_json("/api/agents/local/desk/conversations/c/steer",
-                                        {"request_id": rid(), "text": "now", "turn": 0})
+                                        {"request_id": rid(), "text": "now", "turn": turn})
             assert (phone["outcome"], phone["reason"]) == ("queued", "inbox") and relay.outcome == "queued"
             assert (steer["outcome"], steer["reason"]) == ("refused", "busy")  # B7: steer stays busy
             assert trio.current_time() == t0

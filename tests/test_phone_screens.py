@@ -421,6 +421,34 @@ def test_a_member_offline_says_since_when_in_the_phones_clock_and_the_bar_keeps_
     assert queued and queued.group(0) == "since " + hhmm.group(0), (line.inner_text(), text)
 
 
+def test_needs_you_drops_an_answered_ask_while_its_conversation_still_waits(page, crew):
+    """D1, issue 29: an ask answered while others stay open in its conversation moves no dashboard row
+    (the row counts conversations waiting); Needs you drops it within a second all the same, from the live
+    channel's `needs` event (before, the page read Needs you again on row events only and kept it)."""
+    goto(page, "#/")
+    with crew.client() as c:
+        needs = c.get("/api/needs").json()["asks"]
+    picks = [a for a in needs if a["title"] in ("Pick 1", "Pick 2", "Pick 3", "Pick 4")]
+    assert picks, needs
+    target = pane = ask = None
+    for p in picks:
+        pane = pane_of(crew, p["machine"], p["agent"], p["conversation"])
+        ask = next((a for a in pane["asks"] if a["id"] == p["ask"]), None)
+        if ask is not None:
+            target = p
+            break
+    assert target is not None, picks
+    entry = page.locator("section[aria-labelledby='needs-h'] a.row", has_text=target["title"])
+    entry.wait_for()
+    with crew.client() as c:
+        got = c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "machine": target["machine"],
+                                                   "agent": target["agent"], "digest": ask["digest"],
+                                                   "answer": {"option_ids": ["a"]}}).json()
+        assert got["outcome"] == "accepted", got
+    pump_until(page, lambda: entry.count() == 0, timeout=3, what="the answered ask gone from Needs you")
+    assert page.locator("section[aria-labelledby='needs-h'] a.row", has_text="Pick 5").count() == 1
+
+
 def test_the_phone_offline_and_the_lead_unreachable_are_told_apart(crew, browser):
     """The phone offline says so; the lead out of reach says so (not `Offline`) within a few seconds, and
     a tap says what it did not do. Runs last, at one size: it stops the lead."""
@@ -478,30 +506,3 @@ def test_a_long_conversation_opens_at_its_newest_with_a_bounded_number_of_nodes(
     finally:
         c.stop()
 
-
-def test_needs_you_drops_an_answered_ask_while_its_conversation_still_waits(page, crew):
-    """D1, issue 29: an ask answered while others stay open in its conversation moves no dashboard row
-    (the row counts conversations waiting); Needs you drops it within a second all the same, from the live
-    channel's `needs` event (before, the page read Needs you again on row events only and kept it)."""
-    goto(page, "#/")
-    with crew.client() as c:
-        needs = c.get("/api/needs").json()["asks"]
-    picks = [a for a in needs if a["title"] in ("Pick 1", "Pick 2", "Pick 3", "Pick 4")]
-    assert picks, needs
-    target = pane = ask = None
-    for p in picks:
-        pane = pane_of(crew, p["machine"], p["agent"], p["conversation"])
-        ask = next((a for a in pane["asks"] if a["id"] == p["ask"]), None)
-        if ask is not None:
-            target = p
-            break
-    assert target is not None, picks
-    entry = page.locator("section[aria-labelledby='needs-h'] a.row", has_text=target["title"])
-    entry.wait_for()
-    with crew.client() as c:
-        got = c.post(f"/api/ask/{ask['id']}", json={"request_id": str(uuid.uuid4()), "machine": target["machine"],
-                                                   "agent": target["agent"], "digest": ask["digest"],
-                                                   "answer": {"option_ids": ["a"]}}).json()
-        assert got["outcome"] == "accepted", got
-    pump_until(page, lambda: entry.count() == 0, timeout=3, what="the answered ask gone from Needs you")
-    assert page.locator("section[aria-labelledby='needs-h'] a.row", has_text="Pick 5").count() == 1
