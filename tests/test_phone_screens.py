@@ -494,8 +494,10 @@ def test_a_long_conversation_opens_at_its_newest_with_a_bounded_number_of_nodes(
         # the newest items (the live channel's), not the conversation's first page
         pump_until(page, lambda: page.evaluate(newest) > 500, timeout=10, what="the newest items drawn")
         assert page.locator(".items .item").count() <= 200
-        last = page.locator(".items .item").last
-        assert in_view(page, last)
+        # the agent appends 400 items a second: the chat keeps following them (one check may land between
+        # an item drawn and the scroll that follows it, so it is polled)
+        pump_until(page, lambda: in_view(page, page.locator(".items .item").last), timeout=5,
+                   what="the newest item in view")
         page.evaluate("scrollTo(0, 0)")
         earlier = page.get_by_role("button", name=re.compile(r"^Show \d+ earlier messages$"))
         earlier.click()
