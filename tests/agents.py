@@ -133,12 +133,14 @@ def claude(home: Path, model_url: str) -> tuple[list[str], dict[str, str]]:
     """claude-code-acp (Claude Code through the Claude Agent SDK), its model the stand-in.
 
     `IS_SANDBOX=1`: Claude Code refuses to run as root without it (CI runs as root). Telemetry, update
-    checks and other side traffic are off: the machine has no network but the stand-in."""
+    checks and other side traffic are off (the machine has no network but the stand-in), and no retries:
+    an error from the model reaches the client at once."""
     (home / ".claude").mkdir(parents=True, exist_ok=True)
     return ["node", str(CLAUDE_JS)], _base_env(home, {
         "ANTHROPIC_BASE_URL": model_url, "ANTHROPIC_API_KEY": "sk-ant-standin-test", "IS_SANDBOX": "1",
         "CLAUDE_CONFIG_DIR": str(home / ".claude"), "DISABLE_TELEMETRY": "1", "DISABLE_AUTOUPDATER": "1",
-        "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"})
+        "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0"})
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def responses_turn(body: dict) -> tuple[str, int]:
             continue
         if item.get("type") == "message" and item.get("role") == "user":
             texts = [c.get("text", "") for c in item.get("content") or [] if isinstance(c, dict)]
-            text = "".join(t for t in texts if isinstance(t, str))
+            text = next((t for t in reversed(texts) if isinstance(t, str)), "")
             if text.startswith("<environment_context>") or text.startswith("<user_instructions>") \
                     or text.startswith("# AGENTS.md"):
                 continue
@@ -148,8 +148,8 @@ def messages_turn(body: dict) -> tuple[str, int]:
         results = sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result")
         if results:
             n += results
-        elif texts:
-            prompt, n = "".join(texts), 0
+        elif texts:  # the last block: after a stop Claude Code sends "[Request interrupted by user]" first
+            prompt, n = texts[-1], 0
     return prompt, n
 
 

@@ -1,0 +1,377 @@
+"""Claude Code and Codex on the phone, for real (issue 24): the npm registry's `@zed-industries/codex-acp`
+(a real Codex binary behind a node launcher) and `@zed-industries/claude-code-acp` (Claude Code through
+the Claude Agent SDK), pinned and installed by `python -m tests.browser` (tests/agents.py), each run by
+`collie acp run`, attached to a real `collie serve` and read and written through the phone API. Their
+model is tests/modelstandin.py: the test decides what the model says, so every run is the same."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from crew.errors import NotRunningError
+from tests import agents
+from tests.conftest import REPO, run_collie
+from tests.live import cleanup, short_dir
+from tests.modelstandin import Edit, Fail, Hang, Shell, StandIn, Text
+from tests.test_durable_e2e import live, wait_for
+
+pytestmark = pytest.mark.slow
+KINDS = ["codex", "claude"]
+SLOW = 60.0  # a real agent's first start (node, the binary, Claude Code's own start) on a busy CI machine
+COMMAND = "echo hello-out > made.txt && cat made.txt"
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid` (pid → its command name), read from /proc."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if rest[0] == "Z":
+            continue  # a zombie is gone, only not yet reaped
+        parents[int(entry)], names[int(entry)] = int(rest[1]), name
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for child, parent in parents.items():
+            if parent == p and child not in found:
+                found[child] = names[child]
+                todo.append(child)
+    return found
+
+
+def alive(pids) -> set[int]:
+    left = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            left.add(pid)
+    return left
+
+
+class RealAgent:
+    """`collie acp run --name <kind> --cwd WORK --socket SOCK [--allow-terminal] -- <the real agent>`."""
+
+    def __init__(self, kind: str, paths, run: Path, model_url: str, *, terminal: bool = False,
+                 auth: bool = False) -> None:
+        self.kind, self.paths, self.run = kind, paths, run
+        self.work = run / "work"
+        self.work.mkdir(exist_ok=True)
+        (self.work / "notes.txt").write_text("one\ntwo\n")
+        self.sock = str(run / "acp" / "app.sock")
+        home = run / "home"
+        if kind == "codex":
+            self.command, env = agents.codex(home, model_url, auth=auth)
+        else:
+            self.command, env = agents.claude(home, model_url)
+        env.update(COLLIE_CONFIG_DIR=str(paths.config_dir), COLLIE_STATE_DIR=str(paths.state_dir))
+        self.env = env
+        self.terminal = terminal
+        self.proc: subprocess.Popen | None = None
+        self.stderr: list[str] = []
+        self.seen: dict[int, str] = {}  # every process seen below the adapter
+
+    def start(self) -> None:
+        extra = ["--allow-terminal"] if self.terminal else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", self.kind,
+                                      "--cwd", str(self.work), "--socket", self.sock, *extra, "--", *self.command],
+                                     cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
+        self._drainer.start()
+        line = self.proc.stdout.readline()
+        assert line == f"listening {self.sock}\n", (line, "".join(self.stderr))
+        self.proc.stdout.readline()
+
+    def _drain(self, stream) -> None:
+        for line in stream:
+            self.stderr.append(line)
+
+    def tree(self) -> dict[int, str]:
+        """The processes below the adapter now (and remembered for `left_behind`)."""
+        now = descendants(self.proc.pid) if self.proc is not None else {}
+        self.seen.update(now)
+        return now
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.tree()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None:
+            self.proc.stdout.close()
+            self._drainer.join(timeout=5)
+            self.proc.stderr.close()
+
+    def left_behind(self) -> dict[int, str]:
+        """What the adapter started that still runs (waited for a little: a process may be ending)."""
+        try:
+            wait_for(lambda: not alive(self.seen), timeout=5, what="the agent's processes gone")
+        except AssertionError:
+            pass
+        return {pid: self.seen[pid] for pid in alive(self.seen)}
+
+    def kill_left(self) -> None:
+        for pid in alive(self.seen):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+class Phone:
+    """The phone API of the bridge, for one agent's conversations."""
+
+    def __init__(self, client: httpx.Client, agent: str) -> None:
+        self.c, self.agent = client, agent
+        self.base = f"/api/agents/local/{agent}/conversations"
+
+    def pane(self, conv: str = "session-1") -> dict:
+        return self.c.get(f"{self.base}/{conv}").json()
+
+    def items(self, conv: str = "session-1") -> list[dict]:
+        return self.c.get(f"{self.base}/{conv}/items").json()["items"]
+
+    def send(self, text: str, conv: str = "session-1") -> dict:
+        turn = self.pane(conv)["turn"]
+        return self.c.post("/api/send", json={"request_id": rid(), "agent": self.agent, "conversation": conv,
+                                              "text": text, "turn": turn}).json()
+
+    def answer(self, ask: dict, role: str) -> dict:
+        option = next(o["id"] for o in ask["options"] if o["role"] == role)
+        return self.c.post(f"/api/ask/{ask['id']}", json={"request_id": rid(), "agent": self.agent,
+                                                          "digest": ask["digest"],
+                                                          "answer": {"option_ids": [option]}}).json()
+
+    def stop(self, conv: str = "session-1") -> dict:
+        return self.c.post(f"{self.base}/{conv}/stop", json={"request_id": rid(), "turn": self.pane(conv)["turn"]}).json()
+
+    def ask(self, timeout: float = SLOW) -> dict:
+        return wait_for(lambda: self.pane()["ask"], timeout=timeout, what="an ask")
+
+    def reply(self, needle: str, timeout: float = SLOW) -> dict:
+        return wait_for(lambda: next((i for i in self.items() if i["kind"] == "reply" and i.get("final")
+                                      and needle in i["text"]), None), timeout=timeout, what=f"a reply {needle!r}")
+
+    def turn_ended(self, timeout: float = SLOW) -> list[dict]:
+        """The items once the last turn has ended (a turn_end after the last user line)."""
+        def ended():
+            its = self.items()
+            users = [i["seq"] for i in its if i["kind"] == "user"]
+            ends = [i["seq"] for i in its if i["kind"] == "turn_end"]
+            return its if users and ends and max(ends) > max(users) else None
+        return wait_for(ended, timeout=timeout, what="the turn's end")
+
+    def tools(self) -> list[dict]:
+        return [i for i in self.items() if i["kind"] == "tool"]
+
+
+@pytest.fixture
+def standin():
+    with StandIn() as s:
+        yield s
+
+
+@pytest.fixture
+def real(request, paths, bridge, standin):
+    """One real agent (`kind` from the test's parameter) behind `collie acp run`, attached, ready."""
+    kind = request.param if isinstance(request.param, str) else request.param[0]
+    options = {} if isinstance(request.param, str) else request.param[1]
+    run = short_dir()
+    agent = RealAgent(kind, paths, run, standin.url, **options)
+    agent.start()
+    try:
+        assert run_collie(paths, "durable", "attach", kind, "--socket", agent.sock).returncode == 0
+        address = bridge().wait_ready()["address"]
+        wait_for(lambda: _status(paths, kind) == "ready", timeout=SLOW, what=f"{kind} ready")
+        token = (paths.state_dir / "api-token").read_text().strip()
+        with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=30) as c:
+            phone = Phone(c, kind)
+            wait_for(lambda: phone.c.get(phone.base).json().get("open"), timeout=SLOW, what="Session 1")
+            yield phone, agent, standin
+            print("items at the end:", *phone.items(), sep="\n  ")
+    finally:
+        print(f"collie acp run's stderr ({len(agent.stderr)} lines, the last 60):", *agent.stderr[-60:], sep="\n  ")
+        print("model requests:", *[(r["api"], _turn_of(r)) for r in standin.requests], sep="\n  ")
+        agent.stop()
+        left = agent.left_behind()
+        agent.kill_left()
+        cleanup(run)
+    assert not left, f"processes left behind by {kind}: {left}"
+
+
+def _turn_of(request: dict):
+    from tests.modelstandin import messages_turn, responses_turn
+
+    read = responses_turn if request["api"] == "responses" else messages_turn
+    return read(request["body"]), bool(request["body"].get("tools"))
+
+
+def _status(paths, name: str) -> str | None:
+    try:
+        return live(paths).get(name, {}).get("status")
+    except NotRunningError:
+        return None
+
+
+def _visible(ask: dict) -> str:
+    return f"{ask.get('title') or ''}\n{ask.get('body') or ''}"
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_prompt_streams_the_models_reply_to_the_phone(real):
+    """Issue 24 (K3): a send is one session/prompt to the real agent; the model's streamed reply grows
+    one reply item that ends final; the agent is named after itself (initialize's agentInfo)."""
+    phone, agent, standin = real
+    standin.script("say hello", [Text("Hello from the stand-in model.", chunks=4)])
+    assert phone.send("say hello, please")["outcome"] == "sent"
+    reply = phone.reply("Hello from the stand-in model.")
+    assert reply["text"].strip() == "Hello from the stand-in model."
+    its = phone.turn_ended()
+    assert [i["kind"] for i in its if i["kind"] == "reply"] == ["reply"]
+    assert live(agent.paths)[agent.kind]["runtime"].startswith(
+        {"codex": "codex-acp 0.16.0", "claude": "@zed-industries/claude-code-acp 0.16.2"}[agent.kind])
+    assert any("say hello, please" in str(r["body"]) for r in standin.requests)
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_shell_command_asks_showing_the_command_and_runs_when_allowed(real):
+    """Issue 24 items 3, 5, 6: the model asks for a shell command; the phone's ask shows the command
+    line; Allow runs it in the agent's folder; its output reaches the tool item, which ends completed
+    (one item for the call, however often the agent re-sends it); the model then replies."""
+    phone, agent, standin = real
+    standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
+    assert phone.send("make the file")["outcome"] == "sent"
+    ask = phone.ask()
+    assert COMMAND in _visible(ask), ask
+    assert not (agent.work / "made.txt").exists()  # nothing ran before the answer
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Ran it.")
+    assert (agent.work / "made.txt").read_text() == "hello-out\n"
+    tools = phone.tools()
+    assert len(tools) == 1, tools  # one toolCallId, one item
+    assert tools[0]["status"] == "completed", tools
+    assert "hello-out" in (tools[0].get("output") or ""), tools
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_denied_command_does_not_run(real):
+    """Issue 24 item 5, B5: Reject on the phone reaches the agent as its reject option: the command does
+    not run, the turn ends (both agents end the turn on a refusal: no further model call), and the
+    call is one item that ends denied or failed, none left `running`; the next prompt is answered."""
+    phone, agent, standin = real
+    standin.script("make the file", [Shell(COMMAND), Text("Left it alone.")])
+    standin.script("then what", [Text("Still here.")])
+    assert phone.send("make the file")["outcome"] == "sent"
+    ask = phone.ask()
+    assert phone.answer(ask, "deny")["outcome"] == "accepted"
+    phone.turn_ended()
+    assert not (agent.work / "made.txt").exists()
+    tools = phone.tools()
+    assert len(tools) == 1 and tools[0]["status"] in ("denied", "failed"), tools
+    assert phone.send("then what")["outcome"] == "sent"
+    phone.reply("Still here.")
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_an_edit_asks_showing_the_file_and_the_change(real):
+    """Issue 24 item 3: a file edit's ask shows the file and the change (the old and the new line), not
+    a bare `edit <path>`; Allow applies it."""
+    phone, agent, standin = real
+    notes = agent.work / "notes.txt"
+    standin.script("fix the notes", [Edit(str(notes), "two", "TWO"), Text("Edited.")])
+    assert phone.send("fix the notes")["outcome"] == "sent"
+    ask = phone.ask()
+    shown = _visible(ask)
+    assert "notes.txt" in shown and "two" in ask.get("body", "") and "TWO" in ask.get("body", ""), ask
+    assert notes.read_text() == "one\ntwo\n"
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Edited.")
+    assert notes.read_text() == "one\nTWO\n"
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+@pytest.mark.parametrize("status,message", [(401, "stand-in: this API key is not valid"),
+                                            (500, "stand-in: the model server broke")])
+def test_a_model_error_reaches_the_phone_in_the_agents_words(real, status, message):
+    """Issue 24 item 4: an error from the model (401, 500) ends the turn with a notice that carries the
+    agent's own reason, not `Internal error` nor a Python class name; the next prompt works again."""
+    phone, agent, standin = real
+    standin.script("break now", [Fail(status, message)])
+    standin.script("and now?", [Text("Fine again.")])
+    assert phone.send("break now")["outcome"] == "sent"
+    its = phone.turn_ended()
+    notices = [i["text"] for i in its if i["kind"] == "notice"]
+    replies = [i["text"] for i in its if i["kind"] == "reply"]
+    shown = "\n".join(notices + replies)
+    assert str(status) in shown or message in shown or ("API key" in shown and status == 401), its
+    assert "Internal error" not in shown and "RpcError" not in shown, its
+    assert phone.send("and now?")["outcome"] == "sent"
+    phone.reply("Fine again.")
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_stop_ends_the_turn_and_the_agent_goes_on(real):
+    """Issue 24 item 5, K3: stop mid-reply sends session/cancel; the turn ends stopped, no item stays
+    running, and the next prompt is answered."""
+    phone, agent, standin = real
+    standin.script("think long", [Hang("Thinking about it")])
+    standin.script("and after", [Text("After the stop.")])
+    assert phone.send("think long")["outcome"] == "sent"
+    wait_for(lambda: any(i["kind"] == "reply" and "Thinking" in i["text"] for i in phone.items()), timeout=SLOW,
+             what="the first chunk")
+    assert phone.stop()["outcome"] == "stopped"
+    its = phone.turn_ended()
+    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
+    wait_for(lambda: all(i.get("final", True) for i in phone.items()), what="every item final after the stop")
+    assert phone.send("and after")["outcome"] == "sent"
+    phone.reply("After the stop.")
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_an_adapter_restart_leaves_no_process_and_the_session_goes_on(real):
+    """Issue 24 item 7: stopping `collie acp run` ends the whole agent (codex-acp's node launcher and its
+    native binary; Claude Code's node) — nothing is left running; started again, the session is
+    reloaded and the next prompt is answered in it."""
+    phone, agent, standin = real
+    standin.script("first", [Text("First answer.")])
+    standin.script("second", [Text("Second answer.")])
+    assert phone.send("first")["outcome"] == "sent"
+    phone.reply("First answer.")
+    tree = agent.tree()
+    assert "node" in tree.values(), tree
+    if agent.kind == "codex":
+        assert agents.CODEX_BINARY in tree.values(), tree  # the launcher started the real binary
+    agent.stop()
+    assert not agent.left_behind(), agent.left_behind()
+    agent.start()
+    wait_for(lambda: phone.pane().get("agent_status") == "ready" and "Starting" not in phone.pane().get("line2", ""),
+             timeout=SLOW, what="ready again")
+    wait_for(lambda: phone.send("second")["outcome"] == "sent", timeout=SLOW, what="a send taken")
+    phone.reply("Second answer.")
