@@ -105,9 +105,10 @@ class StandIn:
                     return steps[min(n, len(steps) - 1)]
         return Text("stand-in reply")
 
-    def record(self, api: str, path: str, body: dict) -> None:
+    def record(self, api: str, path: str, body: dict, headers: dict[str, str]) -> None:
         with self.lock:
-            self.requests.append({"api": api, "path": path, "body": body, "at": time.monotonic()})
+            self.requests.append({"api": api, "path": path, "body": body, "headers": headers,
+                                  "at": time.monotonic()})
 
     def main_requests(self, api: str) -> list[dict]:
         """The requests that carried tools (the agent's turns, not its side requests)."""
@@ -189,17 +190,20 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         try:
             if path.endswith("/responses"):
-                standin.record("responses", path, body)
+                standin.record("responses", path, body, self._headers())
                 self._responses(standin, body)
             elif path.endswith("/messages/count_tokens"):
                 self._json(200, {"input_tokens": 10})
             elif path.endswith("/messages"):
-                standin.record("messages", path, body)
+                standin.record("messages", path, body, self._headers())
                 self._messages(standin, body)
             else:
                 self._json(404, {"error": {"type": "not_found_error", "message": f"no route {path}"}})
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+    def _headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers.items()}
 
     # plain answers
     def _json(self, status: int, obj: dict) -> None:
@@ -312,6 +316,8 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(step, Shell):
                 name = "mcp__acp__Bash" if "mcp__acp__Bash" in names else "Bash"
                 args = {"command": step.command, "description": "Run the test's command"}
+                if name == "mcp__acp__Bash":
+                    args["timeout"] = 60000  # required by claude-code-acp's own Bash tool
             else:
                 name = "mcp__acp__Edit" if "mcp__acp__Edit" in names else "Edit"
                 args = {"file_path": step.path, "old_string": step.old, "new_string": step.new}

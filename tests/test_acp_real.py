@@ -375,3 +375,45 @@ def test_an_adapter_restart_leaves_no_process_and_the_session_goes_on(real):
              timeout=SLOW, what="ready again")
     wait_for(lambda: phone.send("second")["outcome"] == "sent", timeout=SLOW, what="a send taken")
     phone.reply("Second answer.")
+
+
+@pytest.mark.parametrize("real", [("claude", {"terminal": True})], indirect=True)
+def test_claude_codes_bash_runs_as_a_shell_line_in_an_adapter_terminal(real):
+    """Issue 24 item 2: with `--allow-terminal` claude-code-acp runs Bash through `terminal/create` with
+    one string, `echo … > made.txt && cat made.txt`: the adapter runs it as a shell line in the agent's
+    folder, the output reaches the tool item, and the terminal's environment holds none of the adapter's
+    secrets (here the model's API key, which only the agent was given)."""
+    phone, agent, standin = real
+    standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
+    standin.script("show the env", [Shell("env; echo env-done"), Text("Shown.")])
+    assert phone.send("make the file")["outcome"] == "sent"
+    ask = phone.ask()
+    assert COMMAND in _visible(ask), ask
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Ran it.")
+    assert (agent.work / "made.txt").read_text() == "hello-out\n"
+    tools = phone.tools()
+    assert len(tools) == 1 and tools[0]["status"] == "completed" and "hello-out" in (tools[0].get("output") or ""), tools
+    wait_for(lambda: phone.pane()["ask"] is None)
+    assert phone.send("show the env")["outcome"] == "sent"
+    ask = phone.ask()
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Shown.")
+    sent_back = "\n".join(str(r["body"]["messages"][-1]) for r in standin.requests
+                          if r["api"] == "messages" and "env-done" in str(r["body"].get("messages", [])[-1:]))
+    assert "env-done" in sent_back  # the command's output went back to the model
+    assert "sk-ant-standin-test" not in sent_back and "COLLIE_" not in sent_back
+
+
+@pytest.mark.parametrize("real", [("codex", {"auth": True})], indirect=True)
+def test_codex_logs_in_with_the_api_key_its_environment_gives(real):
+    """Issue 24 item 1: codex-acp whose model provider needs Codex's own login (as OpenAI's does) reaches
+    the model with no key at all unless the client calls `authenticate` (a real server answers 401;
+    with Codex's built-in provider `session/new` is refused `Authentication required`). With
+    OPENAI_API_KEY in its environment the adapter logs in with `openai-api-key`: the model gets it."""
+    phone, agent, standin = real
+    standin.script("who am i", [Text("Logged in.")])
+    assert phone.send("who am i")["outcome"] == "sent"
+    phone.reply("Logged in.")
+    keys = {r["headers"].get("authorization") for r in standin.requests if r["api"] == "responses"}
+    assert keys == {"Bearer sk-standin-test"}, keys
