@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -34,17 +35,19 @@ from acp import schema
 from acp.meta import PROTOCOL_VERSION
 
 from crew import __version__
-from crew.acp import files, framing
+from crew.acp import files, framing, procs
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
+from crew.sdk.agent import now_iso
 
 INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
+AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
 SESSIONS_MAX = 1000
@@ -121,9 +124,9 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
-        self.allow_terminal = allow_terminal
+        self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
         ensure_private_dir(state_dir)
         self.sessions = Sessions(state_dir / "sessions.json")
@@ -145,8 +148,16 @@ class Adapter:
     def view(self, conv_id: str) -> SessionView:
         v = self.views.get(conv_id)
         if v is None:
-            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id))
+            v = self.views[conv_id] = SessionView(self.collie.pane_of(conv_id), self._terminal_output)
         return v
+
+    def _terminal_output(self, terminal_id: str) -> str | None:
+        term = self.terminals.by_id.get(terminal_id) if self.terminals is not None else None
+        return term.output_text() if term is not None else None
+
+    def _terminal_changed(self, terminal_id: str) -> None:
+        for view in self.views.values():
+            view.terminal_changed(terminal_id)
 
     async def _agent(self) -> Endpoint:
         with trio.move_on_after(INIT_TIMEOUT):
@@ -182,16 +193,25 @@ class Adapter:
         turn = _Turn(pane.id, session_id)
         self.turns[session_id] = turn
         view = self.view(pane.id)
+        view.begin()
+        stopped = False
         try:
             self._nursery.start_soon(self._run_prompt, ep, turn, text)
             try:
                 await turn.done.wait()
             except trio.Cancelled:
+                stopped = True
                 with trio.move_on_after(CANCEL_GRACE, shield=True):
                     await self._cancel(ep, turn)
                 raise
         finally:
-            view.finish()
+            if stopped or turn.stop_reason == "cancelled":
+                how = "stopped"
+            elif turn.error is not None:
+                how = "crashed" if turn.error == CRASHED else "error"
+            else:
+                how = "ended"
+            view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
         if turn.error is not None:
@@ -253,6 +273,7 @@ class Adapter:
             if method.startswith("terminal/"):
                 if self.terminals is None:
                     raise RpcError(framing.METHOD_NOT_FOUND, "terminals are not offered (collie acp run --allow-terminal)")
+                self._known_session(params.get("sessionId") if isinstance(params, dict) else None)
                 return await self.terminals.handle(method, params)
         except pydantic.ValidationError as exc:
             self._log(f"{escape(method, 60)} from the agent does not fit the ACP schema ({exc.error_count()} errors)")
@@ -282,8 +303,9 @@ class Adapter:
             return {"outcome": {"outcome": "cancelled"}}
         view = self.view(conv_id)
         call_id = req.tool_call.tool_call_id
-        handle = view.tools.get(call_id)
-        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{handle.seq}" if handle else None)
+        known = view.calls.get(call_id)
+        spec, back = permission_ask(req, view.tool_names.get(call_id), f"it-{known.handle.seq}" if known else None,
+                                    known)
         if not back:
             return {"outcome": {"outcome": "cancelled"}}
         answer = await view.pane.ask(**spec)
@@ -374,7 +396,8 @@ class Adapter:
 
         try:
             proc = await trio.lowlevel.open_process(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                    stderr=subprocess.PIPE, cwd=self.cwd)
+                                                    stderr=subprocess.PIPE, cwd=self.cwd, env=agent_env(os.environ),
+                                                    start_new_session=True)
         except OSError as exc:
             self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
             report()
@@ -385,10 +408,12 @@ class Adapter:
             async with trio.open_nursery() as nursery:
                 async def serve_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await ep.serve(task_status=task_status)  # the agent closed its stdout
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 async def exit_then_stop():
                     await proc.wait()
+                    self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 await nursery.start(serve_then_stop)
@@ -411,6 +436,18 @@ class Adapter:
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         return proc.returncode
+
+    def _agent_gone(self) -> None:
+        """The agent went away: its open asks end `stopped` — nobody decided them (issue 24 item 9);
+        without this the SDK would close them `decided` as their waits are cancelled."""
+        if not self.views:
+            return
+        core = self.collie._core
+        ours = [a for a in core.asks.values() if a.conversation in self.views]
+        for ask in ours:
+            core.close_ask(ask.id, "stopped", now_iso())
+        if ours:
+            self.collie._changed()
 
     async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
         """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
@@ -447,7 +484,7 @@ class Adapter:
         if self.allow_terminal:
             from crew.acp.terminals import Terminals
 
-            self.terminals = Terminals(self.cwd)
+            self.terminals = Terminals(self.cwd, env_names=self.terminal_env, on_output=self._terminal_changed)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             if self.terminals is not None:
@@ -456,17 +493,29 @@ class Adapter:
             task_status.started()
 
 
-async def _stop_process(proc: trio.Process) -> None:
+def agent_env(source) -> dict[str, str]:
+    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
+
+
+async def _stop_process(proc: trio.Process, grace: float | None = None) -> None:
+    """End the agent's whole process group: close its stdin, SIGTERM the group, give it `STOP_GRACE`
+    to go (the leader and everything it started: an `npx` launcher's binary too), then SIGKILL what
+    is left. The group is signalled even when the leader has exited already."""
+    grace = STOP_GRACE if grace is None else grace
     for stream in (proc.stdin, proc.stdout):
         if stream is not None:
             try:
                 await stream.aclose()
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass
-    if proc.returncode is None:
-        proc.terminate()
-        with trio.move_on_after(STOP_GRACE):
-            await proc.wait()
+    pgid = proc.pid
+    procs.kill_group(pgid, signal.SIGTERM)
+    with trio.move_on_after(grace):
+        await proc.wait()
+        while procs.group_alive(pgid):
+            await trio.sleep(procs.GROUP_POLL)
+    await procs.end_group(pgid)
     if proc.returncode is None:
         proc.kill()
         await proc.wait()

@@ -6,23 +6,49 @@ through the SDK's synchronous item calls; the adapter feeds it in the order the 
 - `agent_message_chunk` grows one `reply` (a new one after anything else was posted in between, so
   the chat reads in the agent's order); `agent_thought_chunk` grows one `thinking` the same way;
   `user_message_chunk` grows one `user` item.
-- `tool_call` posts a `tool` item; `tool_call_update` changes its status, title and output
-  (`pending`/`in_progress` → running, `completed`, `failed`; a refused permission → `denied`).
-- `plan` becomes progress steps; `current` is the first entry not completed.
-- Anything else (commands, modes, usage…) is not shown.
-`finish()` closes every growing item at the end of a turn.
+- One `toolCallId` is one `tool` item (issue 24 item 5): the first `tool_call` posts it; a repeated
+  `tool_call` (Claude Code sends each twice) and every `tool_call_update` change it — status
+  (`pending`/`in_progress` → running, `completed`, `failed`; a refused permission → `denied`), title
+  and output. What the agent tells of a call is merged field by field, as ACP says.
+- A tool's output shows what it did (issue 24 item 6): the command line (`$ …`, from `rawInput`), its
+  text content, a compact diff of each edit, a terminal's output, and `rawOutput` where the content
+  says nothing (Codex puts a command's output only there). At most `OUTPUT_MAX` characters: the start
+  and the end are kept, the middle is left out and says how much.
+- `plan` becomes progress steps; `current` is the first entry not completed; the next turn clears it.
+- `finish(how)` ends a turn: growing items are closed, and every call still running is closed
+  `failed` with a line saying why (stopped, the agent exited, …) — ACP leaves that to the client.
+- A permission ask shows what it approves (issue 24 item 3): the command line, the file and a
+  compact diff, else the call's other content or its `rawInput`. A body over the card's limit is
+  handed on one character over it, so that Collie cuts it and says `Text shortened` (no Always
+  allow, features Q6).
+- Anything else (commands, modes, usage…) is not shown here.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
+import shlex
+from collections.abc import Callable
 from typing import Any
 
 from acp import schema
 
-OUTPUT_MAX = 2000
+from crew.asks import BODY_MAX
+
+OUTPUT_MAX = 8000
 TITLE_MAX = 200
+DIFF_CONTEXT = 1
+CALLS_KEPT = 256
 TOOL_STATUS = {"pending": "running", "in_progress": "running", "completed": "completed", "failed": "failed"}
 ROLE_OF_KIND = {"allow_once": "allow", "allow_always": "always_allow", "reject_once": "deny", "reject_always": "deny"}
+ENDED = {
+    "stopped": "Stopped before it finished.",
+    "crashed": "The agent exited before this call finished.",
+    "error": "The turn ended with an error before this call finished.",
+    "ended": "The turn ended without the agent saying this call finished.",
+}
+OUTPUT_KEYS = ("formatted_output", "aggregated_output", "output", "stdout", "result", "content", "text")
 
 
 def block_text(block: Any) -> str:
@@ -35,27 +61,166 @@ def block_text(block: Any) -> str:
     return f"[{kind}]"
 
 
-def tool_output(content: list | None) -> str | None:
-    if not content:
+def shorten(text: str, limit: int = OUTPUT_MAX) -> str:
+    """At most `limit` characters: the start and the end, the middle left out (and said so)."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    note = f"\n… ({len(text) - limit} characters left out) …\n"
+    tail = limit - head - len(note)
+    return text[:head] + note + text[len(text) - tail:]
+
+
+def compact_diff(path: str, old: str | None, new: str) -> str:
+    """`edit <path>` (or `new file <path>`) and the changed lines with one line of context."""
+    if old is None:
+        lines = new.splitlines()
+        return "\n".join([f"new file {path}", *(f"+{line}" for line in lines)])
+    body = [line.rstrip("\n") for line in difflib.unified_diff(
+        old.splitlines(), new.splitlines(), lineterm="", n=DIFF_CONTEXT)][2:]  # no ---/+++ header
+    return "\n".join([f"edit {path}", *body]) if body else f"edit {path} (no change)"
+
+
+def command_of(raw_input: Any) -> str | None:
+    """The command line a tool call runs, from its `rawInput` (`command`/`cmd`: a string or argv; a
+    `sh -c LINE` argv shows LINE)."""
+    if not isinstance(raw_input, dict):
         return None
-    parts = []
-    for c in content:
+    cmd = raw_input.get("command", raw_input.get("cmd"))
+    if isinstance(cmd, str) and cmd:
+        return cmd
+    if isinstance(cmd, list) and cmd and all(isinstance(w, str) for w in cmd):
+        if len(cmd) == 3 and cmd[0].rsplit("/", 1)[-1] in ("sh", "bash", "zsh", "dash") and cmd[1] in ("-c", "-lc"):
+            return cmd[2]
+        return shlex.join(cmd)
+    return None
+
+
+def raw_text(raw: Any, depth: int = 0) -> str | None:
+    """What a `rawOutput` says, as text: a string as it is; content blocks' texts; a dict's output
+    field (Codex: `formatted_output`, `aggregated_output`, `stdout` + `stderr`, `exit_code`); else
+    compact JSON."""
+    if raw is None or depth > 3:
+        return None
+    if isinstance(raw, str):
+        return raw or None
+    if isinstance(raw, list):
+        texts = [t for t in (raw_text(x, depth + 1) for x in raw) if t]
+        return "\n".join(texts) or None
+    if isinstance(raw, dict):
+        if raw.get("type") == "text" and isinstance(raw.get("text"), str):
+            return raw["text"] or None
+        for key in OUTPUT_KEYS:
+            if raw.get(key):
+                text = raw_text(raw[key], depth + 1)
+                if text:
+                    text = text.rstrip("\n")
+                    if key == "stdout" and isinstance(raw.get("stderr"), str) and raw["stderr"]:
+                        text = f"{text}\n{raw['stderr'].rstrip()}"
+                    code = raw.get("exit_code", raw.get("exitCode"))
+                    if type(code) is int and code != 0:
+                        text = f"{text}\nexit {code}"
+                    return text
+        if isinstance(raw.get("stderr"), str) and raw["stderr"]:
+            return raw["stderr"]
+    try:
+        text = json.dumps(raw, ensure_ascii=False, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        return None
+    return None if text in ("{}", "[]", "null", '""') else text
+
+
+def edits_of_raw_input(raw_input: Any) -> list[str]:
+    """Claude Code's Edit/Write/MultiEdit inputs (`file_path` with `old_string`/`new_string`, `content`
+    or `edits`) as compact diffs, for asks whose content carries none."""
+    if not isinstance(raw_input, dict) or not isinstance(raw_input.get("file_path"), str):
+        return []
+    path = raw_input["file_path"]
+    if isinstance(raw_input.get("new_string"), str):
+        old = raw_input.get("old_string") if isinstance(raw_input.get("old_string"), str) else ""
+        return [compact_diff(path, old, raw_input["new_string"])]
+    if isinstance(raw_input.get("content"), str):
+        return [compact_diff(path, None, raw_input["content"])]
+    if isinstance(raw_input.get("edits"), list):
+        return [compact_diff(path, e.get("old_string") or "", e["new_string"]) for e in raw_input["edits"]
+                if isinstance(e, dict) and isinstance(e.get("new_string"), str)]
+    return []
+
+
+class Call:
+    """What the agent has told of one tool call so far (ACP merges updates field by field)."""
+
+    def __init__(self, handle: Any, call_id: str) -> None:
+        self.handle, self.id = handle, call_id
+        self.status = "running"
+        self.kind: str | None = None
+        self.title: str | None = None
+        self.content: list = []
+        self.raw_input: Any = None
+        self.raw_output: Any = None
+        self.output: str | None = None
+        self.note: str | None = None  # why the client closed it
+
+    def merge(self, u: Any) -> None:
+        sent = u.model_fields_set
+        if "kind" in sent and u.kind:
+            self.kind = u.kind
+        if "title" in sent and u.title is not None:
+            self.title = u.title
+        if "content" in sent and u.content is not None:
+            self.content = list(u.content)
+        if "raw_input" in sent:
+            self.raw_input = u.raw_input
+        if "raw_output" in sent:
+            self.raw_output = u.raw_output
+
+
+def render(call: Call, terminal_output: Callable[[str], str | None] | None = None) -> str | None:
+    """A call's output: `$ command`, text content, diffs, terminal output, else rawOutput."""
+    parts: list[str] = []
+    cmd = command_of(call.raw_input)
+    if cmd:
+        parts.append(f"$ {cmd}")
+    said = False
+    for c in call.content:
         if isinstance(c, schema.ContentToolCallContent):
-            parts.append(block_text(c.content))
+            text = block_text(c.content)
+            if text and text != cmd:
+                parts.append(text)
+                said = True
         elif isinstance(c, schema.FileEditToolCallContent):
-            parts.append(f"edit {c.path}")
+            parts.append(compact_diff(c.path, c.old_text, c.new_text))
+            said = True
         elif isinstance(c, schema.TerminalToolCallContent):
-            parts.append(f"terminal {c.terminal_id}")
-    text = "\n".join(parts)
-    return text[:OUTPUT_MAX] if text else None
+            out = terminal_output(c.terminal_id) if terminal_output else None
+            if out:
+                parts.append(out.rstrip("\n"))
+                said = True
+    if not said:
+        raw = raw_text(call.raw_output)
+        if raw:
+            parts.append(raw.rstrip("\n"))
+    if call.note:
+        parts.append(call.note)
+    text = "\n".join(p for p in parts if p)
+    return shorten(text) if text else None
 
 
 class SessionView:
-    def __init__(self, pane) -> None:
+    def __init__(self, pane, terminal_output: Callable[[str], str | None] | None = None) -> None:
         self.pane = pane
+        self.terminal_output = terminal_output
         self._growing: tuple[str, Any] | None = None  # (kind, handle) of the item that grows now
-        self.tools: dict[str, Any] = {}  # tool_call_id -> handle
-        self.tool_names: dict[str, str] = {}
+        self.calls: dict[str, Call] = {}  # tool_call_id -> what we know of it (the last CALLS_KEPT)
+
+    # compatibility for the adapter: the item handle and the name of a call
+    @property
+    def tools(self) -> dict[str, Any]:
+        return {cid: c.handle for cid, c in self.calls.items()}
+
+    @property
+    def tool_names(self) -> dict[str, str]:
+        return {cid: (c.title or c.kind or "tool")[:80] for cid, c in self.calls.items()}
 
     def _grow(self, kind: str, text: str) -> None:
         if self._growing is not None and self._growing[0] == kind:
@@ -75,6 +240,39 @@ class SessionView:
                 handle.finish()
             self._growing = None
 
+    def _call(self, update: Any) -> tuple[Call, bool]:
+        call = self.calls.get(update.tool_call_id)
+        if call is not None:
+            return call, False
+        self._close_growing()
+        name = update.kind or "tool"
+        status = TOOL_STATUS.get(update.status or "pending", "running")
+        handle = self.pane.tool(update.tool_call_id, name, (update.title or "")[:TITLE_MAX] or None, status=status)
+        call = self.calls[update.tool_call_id] = Call(handle, update.tool_call_id)
+        call.status = status
+        while len(self.calls) > CALLS_KEPT:
+            del self.calls[next(iter(self.calls))]
+        return call, True
+
+    def _apply_call(self, update: Any) -> None:
+        call, new = self._call(update)
+        before = (call.status, call.title, call.kind, call.output)
+        call.merge(update)
+        if update.status is not None and call.status != "denied":
+            call.status = TOOL_STATUS.get(update.status, "running")
+        call.output = render(call, self.terminal_output)
+        fields: dict[str, Any] = {}
+        if call.status != before[0] and not new:
+            fields["status"] = call.status
+        if call.title is not None and call.title != before[1] and not (new and call.title == update.title):
+            fields["title"] = call.title[:TITLE_MAX]
+        if call.kind is not None and call.kind != before[2] and not new:
+            fields["name"] = call.kind
+        if call.output != before[3]:
+            fields["output"] = call.output
+        if fields:
+            call.handle.update(**fields)
+
     def apply(self, update: Any) -> None:
         if isinstance(update, schema.AgentMessageChunk):
             self._grow("reply", block_text(update.content))
@@ -82,51 +280,71 @@ class SessionView:
             self._grow("thinking", block_text(update.content))
         elif isinstance(update, schema.UserMessageChunk):
             self._grow("user", block_text(update.content))
-        elif isinstance(update, schema.ToolCallStart):
-            self._close_growing()
-            name = update.kind or "tool"
-            handle = self.pane.tool(update.tool_call_id, name, (update.title or "")[:TITLE_MAX] or None,
-                                    status=TOOL_STATUS.get(update.status or "pending", "running"))
-            output = tool_output(update.content)
-            if output:
-                handle.update(output=output)
-            self.tools[update.tool_call_id] = handle
-            self.tool_names[update.tool_call_id] = (update.title or name)[:80]
-        elif isinstance(update, schema.ToolCallProgress):
-            handle = self.tools.get(update.tool_call_id)
-            if handle is None:  # an update for a call we never saw starts it
-                self._close_growing()
-                name = update.kind or "tool"
-                handle = self.pane.tool(update.tool_call_id, name, (update.title or "")[:TITLE_MAX] or None)
-                self.tools[update.tool_call_id] = handle
-                self.tool_names[update.tool_call_id] = (update.title or name)[:80]
-            fields: dict[str, Any] = {}
-            if update.status is not None:
-                fields["status"] = TOOL_STATUS.get(update.status, "running")
-            if update.title is not None:
-                fields["title"] = update.title[:TITLE_MAX]
-                self.tool_names[update.tool_call_id] = update.title[:80]
-            output = tool_output(update.content)
-            if output is not None:
-                fields["output"] = output
-            if fields:
-                handle.update(**fields)
+        elif isinstance(update, (schema.ToolCallStart, schema.ToolCallProgress)):
+            self._apply_call(update)
         elif isinstance(update, schema.AgentPlanUpdate):
             entries = update.entries
             current = next((i for i, e in enumerate(entries) if e.status != "completed"), len(entries))
             self.pane.progress(steps=[e.content[:TITLE_MAX] for e in entries], current=current)
 
-    def tool_denied(self, tool_call_id: str) -> None:
-        handle = self.tools.get(tool_call_id)
-        if handle is not None:
-            handle.update(status="denied")
+    def terminal_changed(self, terminal_id: str) -> None:
+        """A terminal's output grew: the calls showing it show it again."""
+        for call in self.calls.values():
+            if any(isinstance(c, schema.TerminalToolCallContent) and c.terminal_id == terminal_id for c in call.content):
+                output = render(call, self.terminal_output)
+                if output != call.output:
+                    call.output = output
+                    call.handle.update(output=output)
 
-    def finish(self) -> None:
+    def tool_denied(self, tool_call_id: str) -> None:
+        call = self.calls.get(tool_call_id)
+        if call is not None:
+            call.status = "denied"
+            call.handle.update(status="denied")
+
+    def finish(self, how: str = "ended") -> None:
+        """The turn ended (`how`: ended, stopped, crashed, error): close what grows and every call still
+        running (`failed`, with a line saying why)."""
         self._close_growing()
+        for call in self.calls.values():
+            if call.status == "running":
+                call.status = "failed"
+                call.note = ENDED.get(how, ENDED["ended"])
+                call.output = render(call, self.terminal_output)
+                call.handle.update(status="failed", output=call.output)
+
+    def begin(self) -> None:
+        """A new turn: the last turn's plan no longer labels it (it stays shown until then)."""
+        if self.pane._conv.progress is not None:
+            self.pane.progress()
+
+
+def permission_body(call: Any, known: Call | None) -> str | None:
+    """What an ask approves: the command line, each edit as a compact diff, else the other content
+    or the `rawInput` (the request's own tool call first, then what the agent said of the call before)."""
+    raw_input = call.raw_input if call.raw_input is not None else (known.raw_input if known else None)
+    content = list(call.content or []) or (known.content if known else [])
+    parts: list[str] = []
+    cmd = command_of(raw_input)
+    if cmd:
+        parts.append(f"$ {cmd}")
+    diffs = [compact_diff(c.path, c.old_text, c.new_text) for c in content
+             if isinstance(c, schema.FileEditToolCallContent)]
+    parts += diffs or edits_of_raw_input(raw_input)
+    texts = [block_text(c.content) for c in content if isinstance(c, schema.ContentToolCallContent)]
+    parts += [t for t in texts if t and t != cmd]
+    if len(parts) == 0 and raw_input is not None:
+        raw = raw_text(raw_input)
+        if raw:
+            parts.append(raw)
+    text = "\n".join(parts)
+    if not text:
+        return None
+    return text if len(text) <= BODY_MAX else text[:BODY_MAX + 1]  # Collie cuts it and says so (Q6)
 
 
 def permission_ask(request: schema.RequestPermissionRequest, tool_name: str | None,
-                   item_id: str | None) -> tuple[dict, dict[str, str]]:
+                   item_id: str | None, known: Call | None = None) -> tuple[dict, dict[str, str]]:
     """The ask for one `session/request_permission`, and our option id → the agent's option id.
 
     Our ids are `o0`, `o1`, … so that nothing the agent chose reaches the wire as an id; a kind we do
@@ -144,7 +362,7 @@ def permission_ask(request: schema.RequestPermissionRequest, tool_name: str | No
     tool = (tool_name or call.title or call.kind or "tool")[:80]
     spec = {"kind": "permission", "title": title, "tool_call_id": call.tool_call_id, "item_id": item_id,
             "tool": tool, "options": options}
-    body = tool_output(call.content)
+    body = permission_body(call, known)
     if body:
         spec["body"] = body
     return spec, back

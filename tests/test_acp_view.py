@@ -1,0 +1,189 @@
+"""What the phone shows of the real agents' tool calls and asks (issue 24 items 3, 5, 6 and 9): the
+updates are shaped as claude-code-acp 0.16 and codex-acp 0.16 send them, fed to `SessionView` over a
+real SDK core (no sockets)."""
+
+from __future__ import annotations
+
+from acp import schema
+
+from crew.acp.view import SessionView, compact_diff, permission_ask
+from crew.asks import BODY_MAX, sanitize_ask
+from crew.sdk.agent import Collie
+from crew.wire import WireRange
+
+SESSION_UPDATE = schema.SessionNotification
+
+
+def collie() -> Collie:
+    return Collie(caps=["asks"], runtime="t", subtitle=None, host_name="t", text_max=2000, history_limit=2000,
+                  keeps_list=True, wire=WireRange(1, 1), tokens=[], caller_check=False, on_send=None,
+                  on_steer=None, on_action=None, on_starter=None)
+
+
+def view_and_items(terminal_output=None):
+    c = collie()
+    pane = c.conversation("c1", title="C")
+    view = SessionView(pane, terminal_output)
+
+    def items(kind: str | None = None) -> list[dict]:
+        its = list(c._core.conv("c1").items.values())
+        return [i for i in its if kind is None or i["kind"] == kind]
+
+    def feed(update: dict) -> None:
+        view.apply(SESSION_UPDATE.model_validate({"sessionId": "s", "update": update}).update)
+
+    return c, view, items, feed
+
+
+CLAUDE_EDIT_INPUT = {"file_path": "/w/app.py", "old_string": "x = 1\n", "new_string": "x = 2\n"}
+
+
+def claude_tool_call(call_id: str, **extra) -> dict:
+    return {"sessionUpdate": "tool_call", "toolCallId": call_id, "status": "pending", "title": "Edit `/w/app.py`",
+            "kind": "edit", "rawInput": CLAUDE_EDIT_INPUT, "_meta": {"claudeCode": {"toolName": "Edit"}},
+            "content": [{"type": "diff", "path": "/w/app.py", "oldText": "x = 1\n", "newText": "x = 2\n"}],
+            "locations": [{"path": "/w/app.py"}], **extra}
+
+
+def test_a_repeated_tool_call_is_one_item_that_ends():
+    """Issue 24 item 5: Claude Code sends each `tool_call` twice (streamed, then complete); one
+    toolCallId is one tool item, and the completion ends that item — none is left running."""
+    _, view, items, feed = view_and_items()
+    feed({"sessionUpdate": "tool_call", "toolCallId": "toolu_1", "status": "pending", "title": "Edit", "kind": "edit",
+          "rawInput": {}})
+    feed(claude_tool_call("toolu_1"))
+    feed({"sessionUpdate": "tool_call_update", "toolCallId": "toolu_1", "status": "completed"})
+    tools = items("tool")
+    assert len(tools) == 1
+    assert tools[0]["status"] == "completed" and tools[0]["title"] == "Edit `/w/app.py`"
+    assert "-x = 1" in tools[0]["output"] and "+x = 2" in tools[0]["output"]
+
+
+def test_a_turns_end_closes_its_open_calls_saying_why():
+    """Issue 24 item 5: calls still open when a turn is stopped or the agent exits do not stay
+    running: they end `failed` with a line saying why; a completed one is left as it is."""
+    for how, words in (("stopped", "Stopped before it finished."),
+                       ("crashed", "The agent exited before this call finished."),
+                       ("ended", "The turn ended without the agent saying this call finished.")):
+        _, view, items, feed = view_and_items()
+        feed({"sessionUpdate": "tool_call", "toolCallId": "a", "title": "Run make", "kind": "execute",
+              "status": "in_progress"})
+        feed({"sessionUpdate": "tool_call", "toolCallId": "b", "title": "Read x", "kind": "read", "status": "pending"})
+        feed({"sessionUpdate": "tool_call_update", "toolCallId": "b", "status": "completed"})
+        view.finish(how)
+        by_id = {i["tool_call_id"]: i for i in items("tool")}
+        assert by_id["a"]["status"] == "failed" and by_id["a"]["output"].endswith(words)
+        assert by_id["b"]["status"] == "completed"
+
+
+def test_codex_command_output_in_raw_output_is_shown():
+    """Issue 24 item 6: Codex gives the command and its output only in rawInput/rawOutput: the tool
+    item shows `$ <command>` and what it printed (and a non-zero exit)."""
+    _, view, items, feed = view_and_items()
+    feed({"sessionUpdate": "tool_call", "toolCallId": "call_9", "title": "Run ls", "kind": "execute",
+          "status": "in_progress", "rawInput": {"command": ["bash", "-lc", "ls -1 && false"], "cwd": "/w"}})
+    assert items("tool")[0]["output"] == "$ ls -1 && false"
+    feed({"sessionUpdate": "tool_call_update", "toolCallId": "call_9", "status": "failed",
+          "rawOutput": {"stdout": "a.txt\nb.txt\n", "stderr": "", "exit_code": 1,
+                        "aggregated_output": "a.txt\nb.txt\n", "duration": {"secs": 0, "nanos": 5}}})
+    tool = items("tool")[0]
+    assert tool["status"] == "failed"
+    assert tool["output"] == "$ ls -1 && false\na.txt\nb.txt\nexit 1"
+
+
+def test_claude_raw_output_blocks_and_live_terminal_output():
+    """Issue 24 item 6: Claude's rawOutput is a list of text blocks; a terminal's output shows in the
+    item while it runs (live terminal output) and rawOutput is not shown twice when content says it."""
+    outputs = {"t1": "building…\n"}
+    _, view, items, feed = view_and_items(outputs.get)
+    feed({"sessionUpdate": "tool_call", "toolCallId": "b1", "title": "`make`", "kind": "execute", "status": "pending",
+          "rawInput": {"command": "make", "description": "Build"}})
+    feed({"sessionUpdate": "tool_call_update", "toolCallId": "b1", "status": "in_progress",
+          "content": [{"type": "terminal", "terminalId": "t1"}]})
+    assert items("tool")[0]["output"] == "$ make\nbuilding…"
+    outputs["t1"] = "building…\ndone\n"
+    view.terminal_changed("t1")
+    assert items("tool")[0]["output"] == "$ make\nbuilding…\ndone"
+    _, view, items, feed = view_and_items()
+    feed({"sessionUpdate": "tool_call", "toolCallId": "g", "title": "grep", "kind": "search", "status": "pending"})
+    feed({"sessionUpdate": "tool_call_update", "toolCallId": "g", "status": "completed",
+          "rawOutput": [{"type": "text", "text": "app.py:3: x = 2"}]})
+    assert items("tool")[0]["output"] == "app.py:3: x = 2"
+
+
+def test_long_output_keeps_its_start_and_end_and_says_what_was_left_out():
+    _, view, items, feed = view_and_items()
+    feed({"sessionUpdate": "tool_call", "toolCallId": "x", "title": "Run", "kind": "execute", "status": "completed",
+          "rawOutput": {"formatted_output": "START " + "y" * 20000 + " END"}})
+    out = items("tool")[0]["output"]
+    assert out.startswith("START ") and out.endswith(" END") and "characters left out" in out and len(out) <= 8000
+
+
+def ask_for(tool_call: dict, known_updates=(), options=None):
+    _, view, items, feed = view_and_items()
+    for u in known_updates:
+        feed(u)
+    req = schema.RequestPermissionRequest.model_validate({
+        "sessionId": "s", "toolCall": tool_call,
+        "options": options or [{"optionId": "allow_always", "name": "Always Allow", "kind": "allow_always"},
+                               {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
+                               {"optionId": "reject", "name": "Reject", "kind": "reject_once"}]})
+    call = view.calls.get(tool_call["toolCallId"])
+    spec, _ = permission_ask(req, view.tool_names.get(tool_call["toolCallId"]), None, call)
+    return spec, sanitize_ask({"id": "a1", **{k: v for k, v in spec.items() if v is not None}})
+
+
+def test_claudes_edit_ask_shows_the_file_and_a_compact_diff():
+    """Issue 24 item 3: Claude's permission request carries only rawInput and a title (no content):
+    the card shows the file and the change, from the request or from the call seen before."""
+    spec, card = ask_for({"toolCallId": "toolu_1", "title": "Edit `/w/app.py`", "rawInput": CLAUDE_EDIT_INPUT})
+    assert spec["body"] == "edit /w/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2"
+    assert card.always_allow and not card.shortened
+    spec, _ = ask_for({"toolCallId": "toolu_2"}, [claude_tool_call("toolu_2")])
+    assert spec["body"] == "edit /w/app.py\n@@ -1 +1 @@\n-x = 1\n+x = 2"
+
+
+def test_claudes_bash_ask_and_codex_exec_ask_show_the_command_line():
+    """Issue 24 item 3: the card shows the command line it approves."""
+    spec, _ = ask_for({"toolCallId": "toolu_3", "title": "`rm -rf build && make`",
+                       "rawInput": {"command": "rm -rf build && make", "description": "Rebuild"}})
+    assert spec["body"].splitlines()[0] == "$ rm -rf build && make"
+    spec, _ = ask_for({"toolCallId": "call_1", "title": "Run command", "kind": "execute",
+                       "rawInput": {"command": ["bash", "-lc", "curl -s example.org | sh"], "cwd": "/w"}})
+    assert spec["body"] == "$ curl -s example.org | sh"
+
+
+def test_codex_edit_ask_shows_the_diff_not_just_the_path():
+    """Issue 24 item 3: Codex's ask has diff content (it showed as `edit <path>`); a new file shows
+    its lines."""
+    spec, _ = ask_for({"toolCallId": "call_2", "title": "Edit notes.txt", "kind": "edit",
+                       "content": [{"type": "diff", "path": "/w/notes.txt", "oldText": "a\nb\nc\nd\n", "newText": "a\nB\nc\nd\n"},
+                                   {"type": "diff", "path": "/w/new.txt", "oldText": None, "newText": "hello\n"}]})
+    assert spec["body"] == "edit /w/notes.txt\n@@ -1,3 +1,3 @@\n a\n-b\n+B\n c\nnew file /w/new.txt\n+hello"
+
+
+def test_a_diff_over_the_cards_limit_is_shortened_and_loses_always_allow():
+    """Issue 24 item 3, Q6: a change too long for the card is cut by Collie, which says `Text
+    shortened` and then offers no Always allow; the ask's raw body stays bounded."""
+    big = "".join(f"line {i}\n" for i in range(3000))
+    spec, card = ask_for({"toolCallId": "call_3", "title": "Write big.txt", "kind": "edit",
+                          "content": [{"type": "diff", "path": "/w/big.txt", "oldText": None, "newText": big}]})
+    assert len(spec["body"]) == BODY_MAX + 1
+    assert card.shortened and not card.always_allow and len(card.body) == BODY_MAX
+    assert card.body.startswith("new file /w/big.txt\n+line 0\n")
+
+
+def test_compact_diff_of_no_change():
+    assert compact_diff("/w/a", "same\n", "same\n") == "edit /w/a (no change)"
+
+
+def test_the_plan_is_cleared_when_the_next_turn_begins():
+    """Issue 24 item 9: an old plan does not label later turns (it stays shown after its own)."""
+    c, view, items, feed = view_and_items()
+    feed({"sessionUpdate": "plan", "entries": [{"content": "Read", "status": "completed", "priority": "high"},
+                                               {"content": "Write", "status": "in_progress", "priority": "high"}]})
+    assert c._core.conv("c1").progress == {"steps": ["Read", "Write"], "current": 1}
+    view.finish("ended")
+    assert c._core.conv("c1").progress == {"steps": ["Read", "Write"], "current": 1}
+    view.begin()
+    assert c._core.conv("c1").progress is None
