@@ -147,10 +147,10 @@ def messages_turn(body: dict) -> tuple[str, int]:
         texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"
                  and not str(b.get("text", "")).startswith("<system-reminder>")]
         results = sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "tool_result")
-        if results:
+        if texts:  # a new prompt, even beside the results of a refused call; the last block because after
+            prompt, n = texts[-1], 0  # a stop Claude Code sends "[Request interrupted by user]" first
+        else:
             n += results
-        elif texts:  # the last block: after a stop Claude Code sends "[Request interrupted by user]" first
-            prompt, n = texts[-1], 0
     return prompt, n
 
 

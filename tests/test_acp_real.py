@@ -293,8 +293,10 @@ def test_a_denied_command_does_not_run(real):
     assert phone.answer(ask, "deny")["outcome"] == "accepted"
     phone.turn_ended()
     assert not (agent.work / "made.txt").exists()
-    tools = phone.tools()
-    assert len(tools) == 1 and tools[0]["status"] in ("denied", "failed"), tools
+    tools = phone.tools()  # Codex announces a call only once it runs: a refused one is only the ask
+    assert len(tools) == {"codex": 0, "claude": 1}[agent.kind], tools
+    assert all(t["status"] in ("denied", "failed") for t in tools), tools
+    assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["answered"]
     assert phone.send("then what")["outcome"] == "sent"
     phone.reply("Still here.")
 
@@ -330,8 +332,10 @@ def test_a_model_error_reaches_the_phone_in_the_agents_words(real, status, messa
     notices = [i["text"] for i in its if i["kind"] == "notice"]
     replies = [i["text"] for i in its if i["kind"] == "reply"]
     shown = "\n".join(notices + replies)
-    assert str(status) in shown or message in shown or ("API key" in shown and status == 401), its
-    assert "Internal error" not in shown and "RpcError" not in shown, its
+    # the agent's own reason: the server's words where the agent passes them on (Codex words a 500 itself)
+    reason = "experiencing high demand" if (agent.kind, status) == ("codex", 500) else message
+    assert reason in shown, its
+    assert "RpcError" not in shown, its
     assert phone.send("and now?")["outcome"] == "sent"
     phone.reply("Fine again.")
 
