@@ -76,7 +76,7 @@ class RealAgent:
     """`collie acp run --name <kind> --cwd WORK --socket SOCK [--allow-terminal] -- <the real agent>`."""
 
     def __init__(self, kind: str, paths, run: Path, model_url: str, *, terminal: bool = False,
-                 auth: bool = False) -> None:
+                 auth: bool = False, broken: bool = False) -> None:
         self.kind, self.paths, self.run = kind, paths, run
         self.work = run / "work"
         self.work.mkdir(exist_ok=True)
@@ -87,6 +87,8 @@ class RealAgent:
             self.command, env = agents.codex(home, model_url, auth=auth)
         else:
             self.command, env = agents.claude(home, model_url)
+        if broken:  # a config the agent cannot read: it exits at once, saying why on stderr
+            (home / "codex" / "config.toml").write_text("model = \n")
         env.update(COLLIE_CONFIG_DIR=str(paths.config_dir), COLLIE_STATE_DIR=str(paths.state_dir))
         self.env = env
         self.terminal = terminal
@@ -213,9 +215,11 @@ def real(request, paths, bridge, standin):
         token = (paths.state_dir / "api-token").read_text().strip()
         with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=30) as c:
             phone = Phone(c, kind)
-            wait_for(lambda: phone.c.get(phone.base).json().get("open"), timeout=SLOW, what="Session 1")
+            if not options.get("broken"):
+                wait_for(lambda: phone.c.get(phone.base).json().get("open"), timeout=SLOW, what="Session 1")
             yield phone, agent, standin
-            print("items at the end:", *phone.items(), sep="\n  ")
+            print("items at the end:", *phone.c.get(f"{phone.base}/session-1/items").json().get("items", []),
+                  sep="\n  ")
     finally:
         print(f"collie acp run's stderr ({len(agent.stderr)} lines, the last 60):", *agent.stderr[-60:], sep="\n  ")
         print("model requests:", *[(r["api"], _turn_of(r)) for r in standin.requests], sep="\n  ")
@@ -421,3 +425,27 @@ def test_codex_logs_in_with_the_api_key_its_environment_gives(real):
     phone.reply("Logged in.")
     keys = {r["headers"].get("authorization") for r in standin.requests if r["api"] == "responses"}
     assert keys == {"Bearer sk-standin-test"}, keys
+
+
+@pytest.mark.parametrize("real", [("codex", {"broken": True})], indirect=True)
+def test_an_agent_that_cannot_start_says_why_on_its_row(real):
+    """Issue 24 item 8: codex-acp with a config it cannot read exits at once, every time. Its row does
+    not claim it can work: it says `Starting` or `Unreachable` with the agent's own reason (its stderr),
+    and no empty `Session 1` is left behind; nothing of it keeps running between the restarts."""
+    phone, agent, standin = real
+
+    def row():
+        rows = {r["name"]: r for s in phone.c.get("/api/dashboard").json()["sections"] for r in s["agents"]}
+        return rows.get("codex")
+
+    def words(r) -> str:
+        return " ".join(str(r.get(k) or "") for k in ("line2", "status_label", "reason", "detail")) if r else ""
+
+    try:
+        shown = wait_for(lambda: (lambda r: r if "error loading config" in words(r) else None)(row()),
+                         timeout=SLOW / 2, what="the agent's reason on its row")
+    except AssertionError:
+        raise AssertionError(f"the row never gave the agent's reason: {row()}") from None
+    assert "Starting" in words(shown) or "Unreachable" in words(shown), shown
+    assert phone.c.get(phone.base).json().get("open") == [], "an empty Session 1 was opened"
+    assert not standin.requests
