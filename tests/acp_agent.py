@@ -15,6 +15,24 @@ read PATH   asks the client for PATH; replies `read PATH: <text>` or `refused PA
 noise       prints a line that is not JSON, a malformed JSON-RPC message and broken JSON on stdout
 crash       exits with status 3 at once
 bench N S   N chunks, each carrying time.monotonic_ns() when it was sent, S seconds apart (0.02)
+bash CMD    as claude-code-acp 0.16 does a Bash call: the `tool_call` twice (streamed, then with
+            rawInput), a permission request carrying only rawInput and a title, then (allowed)
+            `terminal/create` with CMD as one string and no args, the terminal shown in the call,
+            wait, output, release; completes with rawOutput text blocks and replies `ran: <output>`
+exec CMD    as codex-acp 0.16 does: the command only in rawInput (an argv `bash -lc CMD`), its output
+            only in rawOutput (`stdout`, `exit_code`, `formatted_output`), no permission asked
+fail        answers the prompt with JSON-RPC error −32603 `Internal error` whose data says why
+            (`{"details": "401 Unauthorized: ..."}`), as an agent whose model refused the key does
+askcrash    asks permission, then exits (status 4) while the ask is open
+leave       a tool call left `in_progress` and the turn ended `end_turn`
+
+Sessions offer three modes (`read-only`, the current one at first, `auto`, `full-access`) and
+`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`).
+
+Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
+`test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
+until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 session/new is always
+refused that way (a login that never works).
 """
 
 from __future__ import annotations
@@ -32,7 +50,9 @@ from typing import Any
 from acp import (PROTOCOL_VERSION, InitializeResponse, LoadSessionResponse, NewSessionResponse, PromptResponse,
                  run_agent, text_block, update_agent_message, update_agent_thought, update_user_message)
 from acp.helpers import plan_entry, start_tool_call, tool_content, update_plan, update_tool_call
-from acp.schema import AgentCapabilities, Implementation, PermissionOption
+from acp.schema import (AgentCapabilities, AuthMethodAgent, AvailableCommand, AvailableCommandsUpdate,
+                        EnvVarAuthMethod, Implementation, PermissionOption, SessionCapabilities,
+                        SessionCloseCapabilities, SessionMode, SessionModeState)
 
 STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
@@ -56,6 +76,8 @@ class TestAgent:
         self.state = load()
         self.cancelled: dict[str, asyncio.Event] = {}
         self.cwd = os.getcwd()
+        self.auth = os.environ.get("ACP_TEST_AUTH")
+        self.logged_in = self.auth is None
 
     def event(self, text: str) -> None:
         self.state["events"].append(text)
@@ -67,16 +89,56 @@ class TestAgent:
     async def initialize(self, protocol_version: int, client_capabilities=None, client_info=None, **kw):
         caps = client_capabilities.model_dump(by_alias=True) if client_capabilities else {}
         self.event(f"initialize fs={caps.get('fs')} terminal={caps.get('terminal')}")
+        methods = []
+        if self.auth == "env":
+            methods = [AuthMethodAgent(id="chatgpt", name="Login with ChatGPT",
+                                       description="Use your ChatGPT login with Codex CLI"),
+                       EnvVarAuthMethod(type="env_var", id="test-api-key", name="Use TEST_AGENT_KEY",
+                                        description="Requires setting the `TEST_AGENT_KEY` environment variable.",
+                                        vars=[{"name": "TEST_AGENT_KEY"}])]
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
-                                  agent_capabilities=AgentCapabilities(load_session=True),
-                                  agent_info=Implementation(name="test-acp-agent", version="1.2.3"))
+                                  agent_capabilities=AgentCapabilities(
+                                      load_session=True, session_capabilities=SessionCapabilities(close=SessionCloseCapabilities())),
+                                  agent_info=Implementation(name="test-acp-agent", version="1.2.3"),
+                                  auth_methods=methods)
+
+    async def authenticate(self, method_id: str, **kw):
+        from acp import AuthenticateResponse, RequestError
+        self.event(f"authenticate {method_id}")
+        if method_id == "test-api-key" and os.environ.get("TEST_AGENT_KEY"):
+            self.logged_in = True
+            return AuthenticateResponse()
+        raise RequestError(-32603, "Internal error", {"details": f"cannot log in with {method_id} here"})
 
     async def new_session(self, cwd: str, mcp_servers=None, **kw):
+        if not self.logged_in or os.environ.get("ACP_TEST_REFUSE_NEW"):
+            from acp import RequestError
+            self.event("new refused")
+            raise RequestError.auth_required()
         sid = f"sess-{uuid.uuid4().hex[:8]}"
         self.state["sessions"][sid] = {"cwd": cwd, "history": [], "prompts": 0}
         self.cwd = cwd
         self.event(f"new {sid}")
-        return NewSessionResponse(session_id=sid)
+        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
+            session_id=sid, update=AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
+                AvailableCommand(name="review", description="Review my current changes"),
+                AvailableCommand(name="init", description="create an AGENTS.md file")]))))
+        return NewSessionResponse(session_id=sid, modes=self.modes(sid))
+
+    def modes(self, sid: str) -> SessionModeState:
+        current = self.state["sessions"][sid].get("mode", "read-only")
+        return SessionModeState(current_mode_id=current, available_modes=[
+            SessionMode(id="read-only", name="Read Only"), SessionMode(id="auto", name="Default"),
+            SessionMode(id="full-access", name="Full Access")])
+
+    async def set_session_mode(self, mode_id: str, session_id: str, **kw):
+        from acp import RequestError
+        from acp.schema import SetSessionModeResponse
+        if mode_id not in ("read-only", "auto", "full-access"):
+            raise RequestError.invalid_params({"details": f"no mode {mode_id}"})
+        self.state["sessions"][session_id]["mode"] = mode_id
+        self.event(f"mode {session_id} {mode_id}")
+        return SetSessionModeResponse()
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers=None, **kw):
         session = self.state["sessions"].get(session_id)
@@ -87,7 +149,12 @@ class TestAgent:
         for role, text in session["history"]:
             update = update_user_message(text_block(text)) if role == "user" else update_agent_message(text_block(text))
             await self.conn.session_update(session_id=session_id, update=update)
-        return LoadSessionResponse()
+        return LoadSessionResponse(modes=self.modes(session_id))
+
+    async def close_session(self, session_id: str, **kw):
+        from acp.schema import CloseSessionResponse
+        self.event(f"close {session_id}")
+        return CloseSessionResponse()
 
     async def cancel(self, session_id: str, **kw) -> None:
         self.event(f"cancel {session_id}")
@@ -131,6 +198,25 @@ class TestAgent:
             os.write(1, b'{"jsonrpc": "2.0", "method": 5, "id": 99}\n')
             os.write(1, b'{"broken json\n')
             reply = "still here after the noise"
+            await self.say(sid, reply)
+        elif word == "bash":
+            reply = await self.claude_bash(sid, rest)
+        elif word == "exec":
+            reply = await self.codex_exec(sid, rest)
+        elif word == "fail":
+            from acp import RequestError
+            raise RequestError(-32603, "Internal error",
+                               {"details": "401 Unauthorized: the model server refused the API key"})
+        elif word == "askcrash":
+            asyncio.ensure_future(self.conn.request_permission(
+                session_id=sid, tool_call=update_tool_call("call-crash", title="Delete everything", kind="delete"),
+                options=[PermissionOption(option_id="ok", name="Allow", kind="allow_once")]))
+            await asyncio.sleep(0.5)
+            os._exit(4)
+        elif word == "leave":
+            await self.conn.session_update(session_id=sid, update=start_tool_call(
+                "call-left", "Watch the logs", kind="execute", status="in_progress"))
+            reply = "left it running"
             await self.say(sid, reply)
         elif word == "bench":
             count, _, every = rest.partition(" ")
@@ -178,8 +264,58 @@ class TestAgent:
         return reply
 
 
+    async def claude_bash(self, sid: str, command: str) -> str:
+        call = f"toolu_{uuid.uuid4().hex[:8]}"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, "Terminal", kind="execute", status="pending", raw_input={}))
+        title = "`" + command.replace("`", "\\`") + "`"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, title, kind="execute", status="pending", raw_input={"command": command, "description": "Run it"},
+            content=[tool_content(text_block("Run it"))]))
+        options = [PermissionOption(option_id="allow_always", name="Always Allow", kind="allow_always"),
+                   PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+                   PermissionOption(option_id="reject", name="Reject", kind="reject_once")]
+        from acp.schema import ToolCallUpdate
+        answer = await self.conn.request_permission(session_id=sid, options=options, tool_call=ToolCallUpdate(
+            tool_call_id=call, title=title, raw_input={"command": command, "description": "Run it"}))
+        outcome = answer.outcome
+        self.event(f"permission {outcome.outcome} {getattr(outcome, 'option_id', '')}".strip())
+        if outcome.outcome != "selected" or outcome.option_id == "reject":
+            await self.conn.session_update(session_id=sid, update=update_tool_call(call, status="failed"))
+            return "not run"
+        term = await self.conn.create_terminal(session_id=sid, command=command, env=[{"name": "CLAUDECODE", "value": "1"}],
+                                               output_byte_limit=32000)
+        from acp.schema import TerminalToolCallContent
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="in_progress", title="Run it",
+            content=[TerminalToolCallContent(type="terminal", terminal_id=term.terminal_id)]))
+        status = await self.conn.wait_for_terminal_exit(session_id=sid, terminal_id=term.terminal_id)
+        out = await self.conn.terminal_output(session_id=sid, terminal_id=term.terminal_id)
+        await self.conn.release_terminal(session_id=sid, terminal_id=term.terminal_id)
+        self.event(f"terminal exit {status.exit_code}")
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="completed" if status.exit_code == 0 else "failed",
+            raw_output=[{"type": "text", "text": out.output}]))
+        reply = f"ran: {out.output.strip()}"
+        await self.say(sid, reply)
+        return reply
+
+    async def codex_exec(self, sid: str, command: str) -> str:
+        call = f"call_{uuid.uuid4().hex[:8]}"
+        await self.conn.session_update(session_id=sid, update=start_tool_call(
+            call, "Run command", kind="execute", status="in_progress",
+            raw_input={"command": ["bash", "-lc", command], "cwd": self.cwd}))
+        out = f"output of {command}\n"
+        await self.conn.session_update(session_id=sid, update=update_tool_call(
+            call, status="completed", raw_output={"stdout": out, "stderr": "", "exit_code": 0,
+                                                  "formatted_output": out, "duration": {"secs": 0, "nanos": 1}}))
+        reply = "exec done"
+        await self.say(sid, reply)
+        return reply
+
+
 def main() -> None:
-    asyncio.run(run_agent(TestAgent()))
+    asyncio.run(run_agent(TestAgent(), use_unstable_protocol=True))
 
 
 if __name__ == "__main__":

@@ -33,15 +33,16 @@ def rid() -> str:
 class AdapterProcess:
     """`collie acp run --name acp --cwd WORK --socket SOCK -- python tests/acp_agent.py`; stderr kept."""
 
-    def __init__(self, paths, run: Path, work: Path) -> None:
+    def __init__(self, paths, run: Path, work: Path, env: dict | None = None) -> None:
         self.paths, self.run, self.work = paths, run, work
+        self.env = env or {}
         self.sock = str(run / "acp" / "app.sock")
         self.agent_state = run / "agent-state.json"
         self.proc: subprocess.Popen | None = None
         self.stderr: list[str] = []
 
     def start(self) -> None:
-        env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state))
+        env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state), **self.env)
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "acp",
                                       "--cwd", str(self.work), "--socket", self.sock, "--", *AGENT],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -135,7 +136,9 @@ def test_prompt_streams_a_growing_reply_visible_through_the_api(lab):
     c, adapter = lab
     rows = {r["name"]: r for r in c.get("/api/dashboard").json()["sections"][0]["agents"]}
     assert rows["acp"]["line2"].startswith("test-acp-agent 1.2.3")
-    assert [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]] == ["New session"]
+    starters = wait_for(lambda: (lambda s: s if len(s) == 3 else None)(
+        [s["label"] for s in c.get("/api/agents/local/acp/starters").json()["starters"]]))
+    assert starters == ["New session", "/review", "/init"]  # the agent's slash commands follow
     sent = send(c, "hello there")
     assert sent["outcome"] == "sent"
     queued = c.post("/api/send", json={"request_id": rid(), "agent": "acp", "conversation": "session-1",
@@ -296,4 +299,31 @@ def test_attach_flag_attaches_through_the_durable_attach_path(paths, bridge):
             proc.wait(timeout=15)
             proc.stdout.close()
     finally:
+        cleanup(run)
+
+
+def test_an_agent_that_needs_a_login_shows_unreachable_with_what_to_do(paths, bridge):
+    """Issue 24 items 1 and 8: an agent that answers every session/new `Authentication required`
+    (codex-acp without a key) is not shown Ready: the dashboard row says Unreachable with the agent's
+    logins and what to do, and no empty Session 1 is listed."""
+    run = short_dir()
+    work = run / "work"
+    work.mkdir()
+    adapter = AdapterProcess(paths, run, work, env={"ACP_TEST_AUTH": "env", "TEST_AGENT_KEY": ""})
+    adapter.start()
+    try:
+        assert run_collie(paths, "durable", "attach", "acp", "--socket", adapter.sock).returncode == 0
+        address = bridge(env=collie_env(paths)).wait_ready()["address"]
+        wait_for(lambda: live_or_none(paths).get("acp", {}).get("status") == "unreachable")
+        token = (paths.state_dir / "api-token").read_text().strip()
+        with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=20) as c:
+            rows = {r["name"]: r for r in c.get("/api/dashboard").json()["sections"][0]["agents"]}
+        row = rows["acp"]
+        assert row["status_label"] == "Unreachable"
+        assert row["detail"].startswith("The agent needs a login. It offers: Login with ChatGPT (--auth chatgpt)")
+        assert "Use TEST_AGENT_KEY (--auth test-api-key)" in row["detail"]
+        assert "Error" not in row["detail"]
+        assert sum(e.startswith("initialize") for e in adapter.events()) == 1  # not restarted
+    finally:
+        adapter.stop()
         cleanup(run)

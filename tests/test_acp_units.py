@@ -273,21 +273,28 @@ def test_the_session_list_survives_a_restart_and_a_broken_file_is_not_overwritte
     assert path.read_text() == "{nope"
 
 
-@pytest.mark.parametrize(("command", "expect"), [
-    (["/nonexistent/acp-agent"], "cannot start /nonexistent/acp-agent: No such file or directory"),
-    (["sh", "-c", "echo 'Welcome!'; exit 5"], "the agent exited with status 5"),
-    (["sh", "-c", "read line; echo '{\"jsonrpc\":\"2.0\",\"id\":0,\"error\":{\"code\":-1,\"message\":\"no\"}}'; sleep 5"],
-     "the agent did not start: no"),
+REFUSE_INIT = ('read line; echo \'{"jsonrpc":"2.0","id":0,"error":{"code":-32603,"message":"Internal error",'
+               '"data":{"details":"401 Unauthorized: invalid x-api-key"}}}\'; sleep 5')
+
+
+@pytest.mark.parametrize(("command", "expect", "restarted"), [
+    (["/nonexistent/acp-agent"], "Cannot start /nonexistent/acp-agent: No such file or directory", True),
+    (["sh", "-c", "echo 'Welcome!'; echo 'cannot reach the model server' >&2; exit 5"],
+     "The agent exited while starting (status 5): cannot reach the model server", True),
+    (["sh", "-c", REFUSE_INIT], "The agent refused to start: 401 Unauthorized: invalid x-api-key", False),
 ])
-async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, command, expect):
-    """Issue 14: whatever the agent does while starting (missing, exits, refuses initialize), the adapter
-    reports started (it serves and shows Starting) and keeps restarting it."""
+async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, command, expect, restarted):
+    """Issue 14, issue 24 items 4 and 8: whatever the agent does while starting (missing, exits,
+    refuses initialize), the adapter reports started and serves; the agent's row says why in words
+    (Unreachable with that reason, not Ready: its stderr, its own error data, no class names). An agent
+    that exits is restarted; one that answers with a refusal is not (it is healthy)."""
     from crew.acp.adapter import Adapter
 
     logs, subtitles = [], []
 
     class FakeCollie:
         runtime = "x"
+        unavailable = None
 
         def set_subtitle(self, text):
             subtitles.append(text)
@@ -295,16 +302,24 @@ async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, 
         def set_starters(self, starters):
             pass
 
+    collie = FakeCollie()
     adapter = Adapter(command, name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=logs.append)
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            await nursery.start(adapter.serve, FakeCollie())
-            while not any(expect in line for line in logs):
+            await nursery.start(adapter.serve, collie)
+            while collie.unavailable is None:
                 await trio.sleep(0.02)
-            while not any(s.startswith("Starting: the agent exited") for s in subtitles):
-                await trio.sleep(0.02)
+            assert collie.unavailable == expect
+            if restarted:
+                while not any(s.startswith("Starting: the agent exited") for s in subtitles):
+                    await trio.sleep(0.02)
+                assert collie.unavailable == expect  # still said while it restarts
+            else:
+                await trio.sleep(0.3)
+                assert adapter.restarts == 0 and not any(s.startswith("Starting: the agent exited") for s in subtitles)
             nursery.cancel_scope.cancel()
     assert subtitles[0] == "Starting" and not adapter.up.is_set()
+    assert not any("Error" in line and ":" in line.split("Error")[1][:1] for line in logs)  # no RpcError: …
 
 
 async def test_the_agents_stderr_is_relayed_escaped_line_by_line(tmp_path):

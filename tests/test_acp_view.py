@@ -15,7 +15,9 @@ SESSION_UPDATE = schema.SessionNotification
 
 
 def collie() -> Collie:
-    return Collie(caps=["asks"], runtime="t", subtitle=None, host_name="t", text_max=2000, history_limit=2000,
+    from crew.acp.adapter import CAPS
+
+    return Collie(caps=list(CAPS), runtime="t", subtitle=None, host_name="t", text_max=2000, history_limit=2000,
                   keeps_list=True, wire=WireRange(1, 1), tokens=[], caller_check=False, on_send=None,
                   on_steer=None, on_action=None, on_starter=None)
 

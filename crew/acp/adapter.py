@@ -25,6 +25,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from crew.acp import files, framing, procs
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
+from crew.acp.words import AUTH_REQUIRED, Refusal, choose_auth, login_needed, plain, reason_of
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.sdk.agent import now_iso
@@ -49,10 +51,15 @@ BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
 AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
-CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch"]
+CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
 STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
+NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
+STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
+COMMANDS_MAX = 7  # slash commands offered as starters, after New session
+RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
+STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 
 
 def _dump(model: pydantic.BaseModel) -> dict:
@@ -124,7 +131,7 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 terminal_env: tuple[str, ...] = (), log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), auth: str | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
         self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
@@ -136,6 +143,9 @@ class Adapter:
         self.endpoint: Endpoint | None = None
         self.agent_info: dict | None = None
         self.can_load = False
+        self.can_close = False
+        self._new_modes = None  # the modes the last session/new offered
+        self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
         self.views: dict[str, SessionView] = {}  # conv id -> view
@@ -143,6 +153,10 @@ class Adapter:
         self.up = trio.Event()  # set while the agent answers
         self.restarts = 0
         self.terminals = None
+        self.auth = auth  # --auth METHOD
+        self.auth_methods: list = []
+        self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -159,37 +173,126 @@ class Adapter:
         for view in self.views.values():
             view.terminal_changed(terminal_id)
 
+    def _set_trouble(self, text: str) -> None:
+        """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
+        if text != self.trouble:
+            self._log(f"the agent cannot work: {escape(text, 500)}")
+        self.trouble = text
+        self.collie.unavailable = text
+        self.collie.set_subtitle(text[:200])
+
+    def _clear_trouble(self) -> None:
+        if self.trouble is not None:
+            self._log("the agent works again")
+        self.trouble = None
+        self.collie.unavailable = None
+
+    def _refused(self, what: str, exc: BaseException) -> str:
+        if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
+            return login_needed(self.auth_methods)
+        return plain(f"The agent refused {what}: {reason_of(exc)}")
+
     async def _agent(self) -> Endpoint:
+        if self.trouble is not None and not self.up.is_set():
+            raise Refusal(self.trouble)
         with trio.move_on_after(INIT_TIMEOUT):
             await self.up.wait()
         if self.endpoint is None or not self.up.is_set():
-            raise RuntimeError("the ACP agent is not running (it restarts; try again shortly)")
+            raise Refusal(self.trouble or NOT_RUNNING)
         return self.endpoint
+
+    async def _session_new(self, ep: Endpoint) -> str:
+        """One `session/new` in --cwd; raises what the agent answered."""
+        with trio.fail_after(INIT_TIMEOUT):
+            raw = await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []})
+        got = schema.NewSessionResponse.model_validate(raw)
+        self._new_modes = got.modes
+        return got.session_id
 
     async def new_session(self, conv_id: str) -> str:
         ep = await self._agent()
-        got = schema.NewSessionResponse.model_validate(
-            await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []}))
-        self.sessions.set(conv_id, got.session_id, self.cwd)
-        self.live_sessions.add(got.session_id)
-        return got.session_id
+        try:
+            session_id = await self._session_new(ep)
+        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            raise Refusal(self._refused("a new session", exc)) from None
+        self.sessions.set(conv_id, session_id, self.cwd)
+        self.live_sessions.add(session_id)
+        self.view(conv_id).set_modes(self._new_modes)
+        if self.trouble is not None:
+            self._clear_trouble()
+        return session_id
 
     async def on_starter(self, pane, starter_id: str) -> None:
-        session_id = await self.new_session(pane.id)
-        pane.set_subtitle(f"session {session_id[:40]}")
+        try:
+            session_id = await self.new_session(pane.id)
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
+        if pane._conv.subtitle is None:
+            pane.set_subtitle(f"session {session_id[:40]}")
+        command = self._command_of(starter_id)
+        if command is not None:  # the agent's slash command, as its first prompt
+            pane.post("user", text=f"/{command}")
+            await self.prompt(pane, session_id, f"/{command}")
+
+    def _command_of(self, starter_id: str) -> str | None:
+        if starter_id.startswith("cmd-") and starter_id[4:].isdigit():
+            i = int(starter_id[4:])
+            return self.commands[i] if i < len(self.commands) else None
+        return None
+
+    def _on_commands(self, update: schema.AvailableCommandsUpdate) -> None:
+        """`available_commands_update`: the agent's slash commands become starters after `New session`."""
+        names = [c.name for c in update.available_commands if c.name and c.name.isprintable()][:COMMANDS_MAX]
+        if names == self.commands:
+            return
+        self.commands = names
+        self.collie.set_starters([NEW_SESSION] + [{"id": f"cmd-{i}", "label": f"/{n}"[:60]}
+                                                  for i, n in enumerate(names)])
+
+    async def on_action(self, pane, action_id: str) -> None:
+        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows)."""
+        view = self.view(pane.id)
+        mode = view.mode_of_action(action_id)
+        entry = self.sessions.by_conv.get(pane.id)
+        if mode is None or entry is None:
+            return
+        try:
+            ep = await self._agent()
+            if entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": entry["session_id"], "modeId": mode})
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            pane.notice(plain(f"The agent did not change the mode: {reason_of(exc)}"))
+            return
+        view.mode_changed(mode)
 
     async def on_send(self, pane, text: str) -> None:
-        entry = self.sessions.by_conv.get(pane.id)
-        await self._agent()
-        if entry is None or entry["session_id"] not in self.live_sessions:
-            if entry is not None:
-                pane.notice("The agent could not reload this session; this message starts a new one.")
-            await self.new_session(pane.id)
-            entry = self.sessions.by_conv[pane.id]
+        try:
+            entry = self.sessions.by_conv.get(pane.id)
+            await self._agent()
+            if entry is not None and entry["session_id"] not in self.live_sessions:
+                await self._load_again(entry)  # a conversation reopened after its session was closed
+            if entry is None or entry["session_id"] not in self.live_sessions:
+                if entry is not None:
+                    pane.notice("The agent could not reload this session; this message starts a new one.")
+                await self.new_session(pane.id)
+                entry = self.sessions.by_conv[pane.id]
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
         await self.prompt(pane, entry["session_id"], text)
 
     async def prompt(self, pane, session_id: str, text: str) -> None:
-        ep = await self._agent()
+        try:
+            ep = await self._agent()
+        except Refusal as exc:
+            pane.notice(str(exc))
+            return
         turn = _Turn(pane.id, session_id)
         self.turns[session_id] = turn
         view = self.view(pane.id)
@@ -225,7 +328,8 @@ class Adapter:
                                                       "prompt": [{"type": "text", "text": text}]})
             turn.stop_reason = schema.PromptResponse.model_validate(raw).stop_reason
         except RpcError as exc:
-            turn.error = f"The agent answered the prompt with an error: {escape(exc.message)}"
+            turn.error = (login_needed(self.auth_methods) if exc.code == AUTH_REQUIRED
+                          else plain(f"The agent answered the prompt with an error: {reason_of(exc)}"))
         except Closed:
             turn.error = CRASHED
         except pydantic.ValidationError:
@@ -289,6 +393,10 @@ class Adapter:
         return conv_id
 
     def _on_update(self, note: schema.SessionNotification) -> None:
+        if isinstance(note.update, schema.AvailableCommandsUpdate):
+            if self.sessions.conv_of(note.session_id) is not None:
+                self._on_commands(note.update)
+            return
         if note.session_id in self.loading:
             return  # a replay of what the SDK's state file already holds
         conv_id = self.sessions.conv_of(note.session_id)
@@ -330,11 +438,22 @@ class Adapter:
         if got.protocol_version != PROTOCOL_VERSION:
             raise RpcError(framing.INVALID_REQUEST, f"the agent speaks ACP {got.protocol_version}, "
                                                     f"this adapter speaks {PROTOCOL_VERSION}")
-        self.can_load = bool(got.agent_capabilities and got.agent_capabilities.load_session)
+        caps = got.agent_capabilities
+        self.can_load = bool(caps and caps.load_session)
+        self.can_close = bool(caps and caps.session_capabilities and caps.session_capabilities.close is not None)
         info = got.agent_info
         self.agent_info = {"name": info.name, "version": info.version} if info else None
         if info is not None:
             self.collie.runtime = f"{info.name[:40]} {info.version[:20]}".strip()
+        self.auth_methods = list(got.auth_methods or [])
+        method = choose_auth(self.auth_methods, agent_env(os.environ), self.auth)
+        if method is not None:
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("authenticate", {"methodId": method.id})
+            except RpcError as exc:
+                raise Refusal(plain(f"The agent refused the login {method.id}: {reason_of(exc)}")) from None
+            self._log(f"logged in with {escape(method.id, 60)}")
 
     async def _reload_sessions(self, ep: Endpoint) -> None:
         self.live_sessions.clear()
@@ -349,37 +468,132 @@ class Adapter:
                 self.loading.add(sid)
             try:
                 with trio.fail_after(INIT_TIMEOUT):
-                    await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
-                                                      "mcpServers": []})
+                    raw = await ep.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                            "mcpServers": []})
                 self.live_sessions.add(sid)
+                self._loaded_modes(conv_id, raw)
                 if keep_replay:
                     self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
-                self._log(f"session/load of {escape(sid, 40)} failed: {escape(getattr(exc, 'message', 'timeout'))}")
+                self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+                if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
+                    self._set_trouble(login_needed(self.auth_methods))
             finally:
                 self.loading.discard(sid)
 
-    async def _first_conversation(self) -> None:
-        """A fresh adapter opens one conversation so that there is somewhere to type at once."""
+    async def _first_conversation(self, ep: Endpoint) -> bool | None:
+        """A fresh adapter opens one conversation so that there is somewhere to type at once — only
+        once the agent gave it a session (no empty `Session 1`). True: done or not needed; None: the
+        agent refused (its row says why; it is not restarted for that); False: it failed."""
         if self.collie._core.conversations or self.sessions.by_conv:
-            return
+            return True
+        try:
+            session_id = await self._session_new(ep)
+        except RpcError as exc:
+            self._set_trouble(self._refused("a new session", exc))
+            return None
+        except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
+            return False
         conv_id = "session-1"
         pane = self.collie.conversation(conv_id, title="Session 1")
-        session_id = await self.new_session(conv_id)
+        self.sessions.set(conv_id, session_id, self.cwd)
+        self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
+        self.view(conv_id).set_modes(self._new_modes)
+        return True
 
-    async def _start(self, ep: Endpoint) -> bool:
-        """initialize, reload the sessions, open the first conversation; False (logged) if the agent fails."""
+    async def _load_again(self, entry: dict) -> None:
+        """`session/load` one session quietly (the chat already holds its items)."""
+        if not self.can_load or self.endpoint is None:
+            return
+        sid = entry["session_id"]
+        self.loading.add(sid)
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                raw = await self.endpoint.request("session/load", {"sessionId": sid, "cwd": entry.get("cwd") or self.cwd,
+                                                                   "mcpServers": []})
+            self.live_sessions.add(sid)
+            conv_id = self.sessions.conv_of(sid)
+            if conv_id is not None:
+                self._loaded_modes(conv_id, raw)
+        except (RpcError, Closed, trio.TooSlowError) as exc:
+            self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+        finally:
+            self.loading.discard(sid)
+
+    def _loaded_modes(self, conv_id: str, raw: Any) -> None:
+        try:
+            modes = schema.LoadSessionResponse.model_validate(raw or {}).modes
+        except pydantic.ValidationError:
+            self._log("the agent's answer to session/load does not fit the ACP schema (its modes are not shown)")
+            return
+        if conv_id in self.collie._core.conversations:
+            self.view(conv_id).set_modes(modes)
+
+    async def _close_sessions(self, ep: Endpoint) -> None:
+        """A conversation closed on the phone closes its ACP session (`session/close`, where the agent
+        offers it: codex-acp does); reopened, the next send loads it again."""
+        while True:
+            for conv_id, entry in list(self.sessions.by_conv.items()):
+                sid = entry["session_id"]
+                if conv_id in self.collie._core.closed and sid in self.live_sessions:
+                    self.live_sessions.discard(sid)
+                    if self.can_close:
+                        try:
+                            with trio.fail_after(INIT_TIMEOUT):
+                                await ep.request("session/close", {"sessionId": sid})
+                        except (RpcError, trio.TooSlowError) as exc:
+                            self._log(f"session/close of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+            await self.collie._change.wait()
+
+    async def _retry_first(self, ep: Endpoint) -> None:
+        """While the first session/new is refused (a login missing, say), ask again now and then: a
+        login done meanwhile on the machine makes the agent work without a restart."""
+        while self.trouble is not None and not self.sessions.by_conv:
+            await trio.sleep(RETRY_FIRST)
+            if await self._first_conversation(ep):
+                self._clear_trouble()
+                self.collie.set_subtitle(self.collie.runtime)
+                return
+
+    async def _start(self, ep: Endpoint, nursery: trio.Nursery) -> bool:
+        """initialize (and authenticate), reload the sessions, open the first conversation. False: the
+        agent failed (it is restarted); True: it answers — working, or refusing with its row saying why
+        (a healthy agent is not restarted for a refusal)."""
         try:
             await self._initialize(ep)
-            self.endpoint = ep
-            await self._reload_sessions(ep)
-            self.up.set()
-            await self._first_conversation()
-        except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
-            self._log(f"the agent did not start: {escape(getattr(exc, 'message', None) or type(exc).__name__)}")
+        except Refusal as exc:
+            self._set_trouble(str(exc))
+            return True
+        except RpcError as exc:
+            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}"))
+            return True
+        except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
+            if not isinstance(exc, Closed):  # an exit is said with its status and stderr, once it is known
+                self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
             return False
-        self.collie.set_subtitle(self.collie.runtime)
+        self.endpoint = ep
+        before = self.trouble
+        self.trouble = None  # what this start finds out, from here
+        try:
+            await self._reload_sessions(ep)
+        except Closed:
+            self.trouble = before
+            return False
+        self.up.set()
+        nursery.start_soon(self._close_sessions, ep)
+        first = await self._first_conversation(ep)
+        if first is False:
+            return False
+        if first is None:
+            nursery.start_soon(self._retry_first, ep)
+            return True
+        if self.trouble is None:
+            if before is not None:
+                self._log("the agent works again")
+            self.collie.unavailable = None
+            self.collie.set_subtitle(self.collie.runtime)
         return True
 
     async def run_agent_once(self, *, task_status=trio.TASK_STATUS_IGNORED) -> int | None:
@@ -400,28 +614,39 @@ class Adapter:
                                                     start_new_session=True)
         except OSError as exc:
             self._log(f"cannot start {escape(shlex.join(self.command))}: {escape(exc.strerror or str(exc))}")
+            self._set_trouble(plain(f"Cannot start {shlex.join(self.command)}: {exc.strerror or exc}"))
             report()
             return None
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
+        self.stderr_tail.clear()
+        stderr_done = trio.Event()
+        started = False  # initialize answered (the agent runs, working or refusing)
         try:
             async with trio.open_nursery() as nursery:
                 async def serve_then_stop(task_status=trio.TASK_STATUS_IGNORED):
                     await ep.serve(task_status=task_status)  # the agent closed its stdout
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
                     self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 async def exit_then_stop():
                     await proc.wait()
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
                     self._agent_gone()
                     nursery.cancel_scope.cancel()
 
                 await nursery.start(serve_then_stop)
                 nursery.start_soon(exit_then_stop)
-                nursery.start_soon(self._relay_stderr, proc.stderr)
-                ok = await self._start(ep)
+                nursery.start_soon(self._relay_stderr, proc.stderr, stderr_done)
+                ok = await self._start(ep, nursery)
+                started = ok
                 report()
                 if not ok:
+                    with trio.move_on_after(STDERR_WAIT):  # its last words, for the reason
+                        await stderr_done.wait()
                     nursery.cancel_scope.cancel()
         finally:
             report()  # the agent died while starting: the adapter serves anyway and restarts it
@@ -435,6 +660,10 @@ class Adapter:
                         turn.done.set()
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
+        if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):
+            last = " / ".join(self.stderr_tail)
+            self._set_trouble(plain(f"The agent exited while starting (status {proc.returncode})"
+                                    + (f": {last}" if last else "; it printed nothing on stderr")))
         return proc.returncode
 
     def _agent_gone(self) -> None:
@@ -449,21 +678,31 @@ class Adapter:
         if ours:
             self.collie._changed()
 
-    async def _relay_stderr(self, stream: trio.abc.ReceiveStream) -> None:
-        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500 characters)."""
+    async def _relay_stderr(self, stream: trio.abc.ReceiveStream, done: trio.Event | None = None) -> None:
+        """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500
+        characters); the last few lines are kept for the reason it did not start."""
         buf = bytearray()
-        async with stream:
-            while data := await stream.receive_some(65536):
-                buf += data
-                while (nl := buf.find(b"\n")) >= 0:
-                    line, buf = bytes(buf[:nl]), buf[nl + 1:]
-                    if line.strip():
-                        self._log(f"agent: {escape(line.rstrip(), STDERR_LINE)}")
-                if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
-                    self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
-                    buf.clear()
-        if buf.strip():
-            self._log(f"agent: {escape(bytes(buf), STDERR_LINE)}")
+
+        def line_out(raw: bytes) -> None:
+            self._log(f"agent: {escape(raw, STDERR_LINE)}")
+            self.stderr_tail.append(plain(raw.decode("utf-8", "replace"), 160))
+
+        try:
+            async with stream:
+                while data := await stream.receive_some(65536):
+                    buf += data
+                    while (nl := buf.find(b"\n")) >= 0:
+                        line, buf = bytes(buf[:nl]), buf[nl + 1:]
+                        if line.strip():
+                            line_out(line.rstrip())
+                    if len(buf) > STDERR_LINE * 4:  # no newline coming: show what there is
+                        line_out(bytes(buf))
+                        buf.clear()
+            if buf.strip():
+                line_out(bytes(buf))
+        finally:
+            if done is not None:
+                done.set()
 
     async def supervise(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Keep the agent running: restart it after every exit, waiting as `Backoff` says."""

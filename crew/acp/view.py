@@ -21,7 +21,9 @@ through the SDK's synchronous item calls; the adapter feeds it in the order the 
   compact diff, else the call's other content or its `rawInput`. A body over the card's limit is
   handed on one character over it, so that Collie cuts it and says `Text shortened` (no Always
   allow, features Q6).
-- Anything else (commands, modes, usage…) is not shown here.
+- The session's modes (`session/new`'s `modes`, `current_mode_update`) are the conversation's
+  buttons, one per mode (at most 4, C7), the current one dimmed; the subtitle names the current one.
+- Anything else (usage, config options…) is not shown here.
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from typing import Any
 
 from acp import schema
 
-from crew.asks import BODY_MAX
+from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX
 
 OUTPUT_MAX = 8000
 TITLE_MAX = 200
 DIFF_CONTEXT = 1
 CALLS_KEPT = 256
+MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7)
 TOOL_STATUS = {"pending": "running", "in_progress": "running", "completed": "completed", "failed": "failed"}
 ROLE_OF_KIND = {"allow_once": "allow", "allow_always": "always_allow", "reject_once": "deny", "reject_always": "deny"}
 ENDED = {
@@ -160,6 +163,7 @@ class Call:
         self.raw_output: Any = None
         self.output: str | None = None
         self.note: str | None = None  # why the client closed it
+        self.terminal_seen: dict[str, str] = {}  # terminal id -> its last output (kept after release)
 
     def merge(self, u: Any) -> None:
         sent = u.model_fields_set
@@ -193,6 +197,9 @@ def render(call: Call, terminal_output: Callable[[str], str | None] | None = Non
             said = True
         elif isinstance(c, schema.TerminalToolCallContent):
             out = terminal_output(c.terminal_id) if terminal_output else None
+            if out is not None:
+                call.terminal_seen[c.terminal_id] = out
+            out = call.terminal_seen.get(c.terminal_id)
             if out:
                 parts.append(out.rstrip("\n"))
                 said = True
@@ -212,6 +219,8 @@ class SessionView:
         self.terminal_output = terminal_output
         self._growing: tuple[str, Any] | None = None  # (kind, handle) of the item that grows now
         self.calls: dict[str, Call] = {}  # tool_call_id -> what we know of it (the last CALLS_KEPT)
+        self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_MAX
+        self.mode: str | None = None
 
     # compatibility for the adapter: the item handle and the name of a call
     @property
@@ -282,10 +291,38 @@ class SessionView:
             self._grow("user", block_text(update.content))
         elif isinstance(update, (schema.ToolCallStart, schema.ToolCallProgress)):
             self._apply_call(update)
+        elif isinstance(update, schema.CurrentModeUpdate):
+            self.mode_changed(update.current_mode_id)
         elif isinstance(update, schema.AgentPlanUpdate):
             entries = update.entries
             current = next((i for i, e in enumerate(entries) if e.status != "completed"), len(entries))
             self.pane.progress(steps=[e.content[:TITLE_MAX] for e in entries], current=current)
+
+    def set_modes(self, state: Any) -> None:
+        """The session's modes (`SessionModeState`) as the conversation's buttons: one per mode, the
+        current one dimmed, and the subtitle naming it."""
+        if state is None:
+            return
+        self.modes = [(m.id, m.name) for m in state.available_modes][:MODES_MAX]
+        self.mode = state.current_mode_id
+        self._draw_modes()
+
+    def mode_changed(self, mode_id: str) -> None:
+        if self.modes and mode_id != self.mode:
+            self.mode = mode_id
+            self._draw_modes()
+
+    def mode_of_action(self, action_id: str) -> str | None:
+        if action_id.startswith("mode-") and action_id[5:].isdigit() and int(action_id[5:]) < len(self.modes):
+            return self.modes[int(action_id[5:])][0]
+        return None
+
+    def _draw_modes(self) -> None:
+        self.pane.set_actions([{"id": f"mode-{i}", "label": name[:ACTION_LABEL_MAX] or mid[:ACTION_LABEL_MAX],
+                                "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes)])
+        name = dict(self.modes).get(self.mode)
+        if name:
+            self.pane.set_subtitle(f"Mode: {name}"[:TITLE_MAX])
 
     def terminal_changed(self, terminal_id: str) -> None:
         """A terminal's output grew: the calls showing it show it again."""

@@ -30,12 +30,14 @@ def register(sub) -> None:
     verbs.required = True
     r = verbs.add_parser("run", help="start an ACP agent and serve it on a private socket",
                          usage="collie acp run [--name NAME] [--cwd DIR] [--socket PATH] [--attach] "
-                               "[--allow-terminal] [--terminal-env NAME] -- <agent command…>")
+                               "[--allow-terminal] [--terminal-env NAME] [--auth METHOD] -- <agent command…>")
     r.add_argument("--name", help="the agent's name in Collie (default: from the command)")
     r.add_argument("--cwd", default=".", help="the agent's folder: sessions start here, files stay inside")
     r.add_argument("--socket", metavar="PATH", help="default $XDG_RUNTIME_DIR/collie-acp/<name>/app.sock")
     r.add_argument("--attach", action="store_true", help="attach it to the bridge (collie durable attach --restart)")
     r.add_argument("--allow-terminal", action="store_true", help="let the agent run commands in terminals")
+    r.add_argument("--auth", metavar="METHOD",
+                   help="log in with this of the agent's authMethods (default: the one your environment provides)")
     r.add_argument("--terminal-env", metavar="NAME", action="append", default=[],
                    help="also pass this variable of your environment to terminals (repeat for more)")
     r.add_argument("command", nargs=argparse.REMAINDER, help="the ACP agent's command, after --")
@@ -100,9 +102,9 @@ async def _serve(command, name, cwd, socket, state_dir, args, paths) -> None:
     from crew.sdk import open_collie
 
     adapter = Adapter(command, name=name, cwd=cwd, state_dir=state_dir, allow_terminal=args.allow_terminal,
-                      terminal_env=tuple(args.terminal_env))
+                      terminal_env=tuple(args.terminal_env), auth=args.auth)
     async with open_collie(socket=socket, host_name=name, runtime=name, caps=CAPS, on_send=adapter.on_send,
-                           on_starter=adapter.on_starter, state_path=state_dir / "agent.json") as collie:
+                           on_starter=adapter.on_starter, on_action=adapter.on_action, state_path=state_dir / "agent.json") as collie:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, nursery.cancel_scope)
             await nursery.start(adapter.serve, collie)

@@ -258,6 +258,9 @@ class Collie:
         self._state_path: Path | None = None
         self._saved_rev = -1
         self.requests_served = 0
+        # set (a sentence) while the agent is up but cannot work: the poll of /v1/state is answered
+        # 500 `internal` with it, so the bridge shows the agent Unreachable with this reason
+        self.unavailable: str | None = None
 
     # --- building -------------------------------------------------------------------------
     def workspace(self, ws_id: str, *, title: str | None = None) -> Workspace:
@@ -405,6 +408,8 @@ class Collie:
             return error(404, "not_found", f"no route {req.path}")
         if self.wire.highest_common(WireRange(1, 1)) is None:
             return error(409, "version", f"this agent speaks wire {self.wire.short()}")
+        if self.unavailable is not None and req.method == "GET" and seg[1:] == ("state",):
+            return error(500, "internal", self.unavailable)
         try:
             if req.method == "GET":
                 return await self._read(req, seg[1:])
