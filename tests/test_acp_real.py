@@ -34,10 +34,9 @@ def rid() -> str:
     return str(uuid.uuid4())
 
 
-def descendants(pid: int) -> dict[int, str]:
-    """Every process below `pid` (pid → its command name), read from /proc."""
-    parents: dict[int, int] = {}
-    names: dict[int, str] = {}
+def processes() -> dict[int, tuple[int, str]]:
+    """Every live process: pid → (parent pid, command name), read from /proc (zombies left out)."""
+    found: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -46,18 +45,27 @@ def descendants(pid: int) -> dict[int, str]:
         except OSError:
             continue
         name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if rest[0] == "Z":
-            continue  # a zombie is gone, only not yet reaped
-        parents[int(entry)], names[int(entry)] = int(rest[1]), name
+        if rest[0] != "Z":  # a zombie is gone, only not yet reaped
+            found[int(entry)] = (int(rest[1]), name)
+    return found
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """Every process below `pid` (pid → its command name)."""
+    procs = processes()
     found: dict[int, str] = {}
     todo = [pid]
     while todo:
         p = todo.pop()
-        for child, parent in parents.items():
+        for child, (parent, name) in procs.items():
             if parent == p and child not in found:
-                found[child] = names[child]
+                found[child] = name
                 todo.append(child)
     return found
+
+
+def children(pid: int) -> set[int]:
+    return {child for child, (parent, _) in processes().items() if parent == pid}
 
 
 def alive(pids) -> set[int]:
@@ -172,7 +180,8 @@ class Phone:
                                                           "answer": {"option_ids": [option]}}).json()
 
     def stop(self, conv: str = "session-1") -> dict:
-        return self.c.post(f"{self.base}/{conv}/stop", json={"request_id": rid(), "turn": self.pane(conv)["turn"]}).json()
+        turn = self.pane(conv)["turn"]
+        return self.c.post(f"{self.base}/{conv}/stop", json={"request_id": rid(), "turn": turn}).json()
 
     def ask(self, timeout: float = SLOW) -> dict:
         return wait_for(lambda: self.pane()["ask"], timeout=timeout, what="an ask")
@@ -334,10 +343,12 @@ def test_a_model_error_reaches_the_phone_in_the_agents_words(real):
 @pytest.mark.parametrize("real", KINDS, indirect=True)
 def test_stop_ends_the_turn_and_the_agent_goes_on(real):
     """Issue 24 item 5, K3: stop mid-reply sends session/cancel; the turn ends stopped, no item stays
-    running, and the next prompt is answered."""
+    running, and the next prompt is answered. Stop with a command's ask open: the ask ends stopped,
+    the command never runs, and its call does not stay `running`."""
     phone, agent, standin = real
     standin.script("think long", [Hang("Thinking about it")])
     standin.script("and after", [Text("After the stop.")])
+    standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
     assert phone.send("think long")["outcome"] == "sent"
     wait_for(lambda: any(i["kind"] == "reply" and "Thinking" in i["text"] for i in phone.items()), timeout=SLOW,
              what="the first chunk")
@@ -347,6 +358,43 @@ def test_stop_ends_the_turn_and_the_agent_goes_on(real):
     wait_for(lambda: all(i.get("final", True) for i in phone.items()), what="every item final after the stop")
     assert phone.send("and after")["outcome"] == "sent"
     phone.reply("After the stop.")
+
+    phone.turn_ended()
+    assert phone.send("make the file")["outcome"] == "sent"
+    phone.ask()
+    assert phone.stop()["outcome"] == "stopped"
+    wait_for(lambda: phone.pane()["ask"] is None, what="the ask gone")
+    its = phone.turn_ended()
+    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
+    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
+    assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["stopped"]
+    assert not (agent.work / "made.txt").exists()
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_crashed_agent_is_restarted_whole_and_its_open_ask_is_not_called_decided(real):
+    """Issue 24 items 5, 7, 9: the agent's main process dies (SIGKILL) while a command's ask is open. The
+    turn ends saying the agent exited; the ask ends without claiming it was decided; its call does not
+    stay `running`; whatever the agent had started (codex-acp's binary) goes with it; the adapter
+    starts the agent again, reloads the session, and the next prompt is answered."""
+    phone, agent, standin = real
+    standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
+    standin.script("after the crash", [Text("Back again.")])
+    assert phone.send("make the file")["outcome"] == "sent"
+    phone.ask()
+    before = agent.tree()
+    main = next(pid for pid, name in before.items() if name == "node" and pid in children(agent.proc.pid))
+    os.kill(main, signal.SIGKILL)
+    wait_for(lambda: not alive(before), timeout=SLOW, what="every process of the crashed agent gone")
+    its = phone.turn_ended()
+    notices = [i["text"] for i in its if i["kind"] == "notice"]
+    assert any("exited" in n for n in notices), its
+    asks = [i for i in its if i["kind"] == "ask"]
+    assert len(asks) == 1 and asks[0]["end"] != "decided" and "Decided" not in (asks[0].get("line") or ""), asks
+    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
+    assert not (agent.work / "made.txt").exists()
+    wait_for(lambda: phone.send("after the crash")["outcome"] == "sent", timeout=SLOW, what="a send taken")
+    phone.reply("Back again.")
 
 
 @pytest.mark.parametrize("real", KINDS, indirect=True)
@@ -397,7 +445,8 @@ def test_claude_codes_bash_runs_as_a_shell_line_in_an_adapter_terminal(real):
     phone.reply("Ran it.")
     assert (agent.work / "made.txt").read_text() == "hello-out\n"
     tools = phone.tools()
-    assert len(tools) == 1 and tools[0]["status"] == "completed" and "hello-out" in (tools[0].get("output") or ""), tools
+    assert len(tools) == 1 and tools[0]["status"] == "completed", tools
+    assert "hello-out" in (tools[0].get("output") or ""), tools
     wait_for(lambda: phone.pane()["ask"] is None)
     assert phone.send("show the env")["outcome"] == "sent"
     ask = phone.ask()
