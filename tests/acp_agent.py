@@ -27,12 +27,15 @@ askcrash    asks permission, then exits (status 4) while the ask is open
 leave       a tool call left `in_progress` and the turn ended `end_turn`
 
 Sessions offer three modes (`read-only`, the current one at first, `auto`, `full-access`) and
-`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`).
+`session/set_mode`; after `session/new` the agent sends `available_commands_update` (`review`, `init`,
+`logout`), and one config option, `model` (`small`, `large`).
 
 Started with ACP_TEST_AUTH=env the agent offers the logins codex-acp does (`chatgpt`, and
 `test-api-key` needing $TEST_AGENT_KEY) and answers session/new `Authentication required` (−32000)
 until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 session/new is always
-refused that way (a login that never works).
+refused that way (a login that never works). With ACP_TEST_NEW_FAILS=TEXT, session/new prints TEXT
+on stderr and fails `Internal error` with data `Query closed before response received`, as
+claude-code-acp does when Claude Code refuses to run as root.
 """
 
 from __future__ import annotations
@@ -111,6 +114,11 @@ class TestAgent:
         raise RequestError(-32603, "Internal error", {"details": f"cannot log in with {method_id} here"})
 
     async def new_session(self, cwd: str, mcp_servers=None, **kw):
+        if os.environ.get("ACP_TEST_NEW_FAILS"):  # as claude-code-acp run as root without IS_SANDBOX=1
+            from acp import RequestError
+            print(os.environ["ACP_TEST_NEW_FAILS"], file=sys.stderr, flush=True)
+            print("Error handling request {", file=sys.stderr, flush=True)
+            raise RequestError(-32603, "Internal error", {"details": "Query closed before response received"})
         if not self.logged_in or os.environ.get("ACP_TEST_REFUSE_NEW"):
             from acp import RequestError
             self.event("new refused")
@@ -122,8 +130,17 @@ class TestAgent:
         asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
             session_id=sid, update=AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
                 AvailableCommand(name="review", description="Review my current changes"),
-                AvailableCommand(name="init", description="create an AGENTS.md file")]))))
-        return NewSessionResponse(session_id=sid, modes=self.modes(sid))
+                AvailableCommand(name="init", description="create an AGENTS.md file"),
+                AvailableCommand(name="logout", description="logout of the agent")]))))
+        from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
+        model = SessionConfigOptionSelect(id="model", name="Model", type="select", current_value="small", options=[
+            SessionConfigSelectOption(value="small", name="Small"), SessionConfigSelectOption(value="large", name="Large")])
+        return NewSessionResponse(session_id=sid, modes=self.modes(sid), config_options=[model])
+
+    async def set_config_option(self, config_id: str, session_id: str, value, **kw):
+        from acp.schema import SetSessionConfigOptionResponse
+        self.event(f"config {session_id} {config_id}={value}")
+        return SetSessionConfigOptionResponse(config_options=[])
 
     def modes(self, sid: str) -> SessionModeState:
         current = self.state["sessions"][sid].get("mode", "read-only")

@@ -156,6 +156,17 @@ async def test_without_a_usable_login_the_row_says_what_to_do_and_no_empty_sessi
         assert status == 500 and body["message"] == t.c.unavailable
 
 
+async def test_a_refused_session_says_what_the_agent_printed(tmp_path, monkeypatch):
+    """Issue 24 items 4 and 8: claude-code-acp as root without IS_SANDBOX=1 answers session/new
+    `Query closed before response received` while Claude Code prints why on stderr: the row says both."""
+    said = "--dangerously-skip-permissions cannot be used with root/sudo privileges for security reasons"
+    async with lab(tmp_path, monkeypatch, env={"ACP_TEST_NEW_FAILS": said}) as t:
+        while t.c.unavailable is None:
+            await trio.sleep(0.02)
+        assert t.c.unavailable == f"The agent refused a new session: Query closed before response received (it said: {said})"
+        assert not t.c._core.conversations
+
+
 async def test_auth_picks_the_method_and_a_refused_login_is_said(tmp_path, monkeypatch):
     """Issue 24 item 1: `--auth METHOD` picks the method; the agent's refusal of it is shown in words;
     a method the agent does not offer is named with those it does."""
@@ -236,9 +247,40 @@ async def test_modes_are_buttons_and_a_tap_sets_the_mode(tmp_path, monkeypatch):
         assert [a["disabled"] for a in conv.actions] == [False, True, False]
 
 
+async def test_mode_option_puts_each_new_session_in_that_mode(tmp_path, monkeypatch):
+    """`--mode auto`: a Codex-like agent whose sessions start Read Only has each new session put in
+    `auto` (it can edit); a mode it does not offer is said in the conversation."""
+    async with lab(tmp_path, monkeypatch, mode="auto") as t:
+        while "session-1" not in t.c._core.conversations:
+            await trio.sleep(0.02)
+        assert any(e.startswith("mode sess-") and e.endswith(" auto") for e in t.events())
+        assert t.c._core.conv("session-1").subtitle == "Mode: Default"
+    async with lab(tmp_path / "b", monkeypatch, mode="yolo") as t:
+        while "session-1" not in t.c._core.conversations or not t.items(kind="notice"):
+            await trio.sleep(0.02)
+        assert t.items(kind="notice")[0]["text"] == ("--mode yolo: the agent offers no such mode here "
+                                                     "(it offers: read-only, auto, full-access)")
+
+
+async def test_config_option_is_set_in_each_new_session(tmp_path, monkeypatch):
+    """`--config model=large`: each new session gets the agent's config option (Codex: model,
+    reasoning effort); an option or a value it does not offer is said in the conversation."""
+    async with lab(tmp_path, monkeypatch, config={"model": "large", "effort": "high"}) as t:
+        while "session-1" not in t.c._core.conversations or len(t.items(kind="notice")) < 1:
+            await trio.sleep(0.02)
+        assert any(e.startswith("config sess-") and e.endswith(" model=large") for e in t.events())
+        assert [i["text"] for i in t.items(kind="notice")] == [
+            "--config effort: the agent offers no such option here (it offers: model)"]
+    async with lab(tmp_path / "b", monkeypatch, config={"model": "huge"}) as t:
+        while "session-1" not in t.c._core.conversations or not t.items(kind="notice"):
+            await trio.sleep(0.02)
+        assert t.items(kind="notice")[0]["text"] == "--config model=huge: not one of small, large"
+
+
 async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
     """Issue 24 "Beyond": `available_commands_update` offers the agent's commands as starters after
-    `New session`; one opens a new session whose first prompt is the command."""
+    `New session` (not `/logout`: one tap must not log the agent out); one opens a new session whose
+    first prompt is the command."""
     async with lab(tmp_path, monkeypatch) as t:
         while len(t.c._core.starters) < 3:
             await trio.sleep(0.02)

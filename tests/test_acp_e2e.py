@@ -33,9 +33,9 @@ def rid() -> str:
 class AdapterProcess:
     """`collie acp run --name acp --cwd WORK --socket SOCK -- python tests/acp_agent.py`; stderr kept."""
 
-    def __init__(self, paths, run: Path, work: Path, env: dict | None = None) -> None:
+    def __init__(self, paths, run: Path, work: Path, env: dict | None = None, args: tuple = ()) -> None:
         self.paths, self.run, self.work = paths, run, work
-        self.env = env or {}
+        self.env, self.args = env or {}, tuple(args)
         self.sock = str(run / "acp" / "app.sock")
         self.agent_state = run / "agent-state.json"
         self.proc: subprocess.Popen | None = None
@@ -44,7 +44,7 @@ class AdapterProcess:
     def start(self) -> None:
         env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state), **self.env)
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "acp",
-                                      "--cwd", str(self.work), "--socket", self.sock, "--", *AGENT],
+                                      "--cwd", str(self.work), "--socket", self.sock, *self.args, "--", *AGENT],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
         self._drainer.start()
@@ -77,11 +77,11 @@ class AdapterProcess:
 
 
 @pytest.fixture
-def lab(paths, bridge):
+def lab(request, paths, bridge):
     run = short_dir()
     work = run / "work"
     work.mkdir()
-    adapter = AdapterProcess(paths, run, work)
+    adapter = AdapterProcess(paths, run, work, args=getattr(request, "param", ()))
     adapter.start()
     assert run_collie(paths, "durable", "attach", "acp", "--socket", adapter.sock).returncode == 0
     address = bridge(env=collie_env(paths)).wait_ready()["address"]
@@ -327,3 +327,23 @@ def test_an_agent_that_needs_a_login_shows_unreachable_with_what_to_do(paths, br
     finally:
         adapter.stop()
         cleanup(run)
+
+
+@pytest.mark.parametrize("lab", [("--allow-terminal",)], indirect=True)
+def test_claudes_bash_call_from_the_phone_shows_the_command_and_its_output(lab):
+    """Issue 24 items 2, 3, 5, 6 through the bridge and the lead: the card shows the command line it
+    approves; allowed, the shell line runs in --cwd through a terminal; one tool item ends completed
+    with the command and what it printed; no terminal is left."""
+    c, adapter = lab
+    assert send(c, "bash echo hi > out.txt && cat out.txt")["outcome"] == "sent"
+    ask = wait_for(lambda: pane(c)["ask"])
+    assert ask["body"].splitlines()[0] == "$ echo hi > out.txt && cat out.txt"
+    allow = next(o["id"] for o in ask["options"] if o["label"] == "Allow")
+    ok = c.post(f"/api/ask/{ask['id']}", json={"request_id": rid(), "agent": "acp", "digest": ask["digest"],
+                                               "answer": {"option_ids": [allow]}}).json()
+    assert ok["outcome"] == "accepted"
+    wait_for(lambda: final_reply(c, "ran: hi"))
+    assert (adapter.work / "out.txt").read_text() == "hi\n"
+    tools = [i for i in items(c) if i["kind"] == "tool"]
+    assert len(tools) == 1 and tools[0]["status"] == "completed"
+    assert tools[0]["output"] == "$ echo hi > out.txt && cat out.txt\nhi"

@@ -162,3 +162,25 @@ async def test_output_is_bounded_and_cut_on_a_character(tmp_path):
         assert out.endswith("end\n") and len(out.encode()) <= 10
 
     await with_terminals(body, tmp_path)
+
+
+async def test_live_output_is_reported_at_most_twice_a_second_and_the_last_lines_too(autojump_clock, tmp_path):
+    """Issue 24 "Beyond" (live terminal output): output reaches the chat at once, then at most every
+    0.5 s; what grew within that time is reported when it is up, so the lines before a silence show."""
+    from types import SimpleNamespace
+
+    told = []
+    t = Terminals(str(tmp_path), environ=ENVIRON, on_output=lambda tid: told.append((trio.current_time(), tid)))
+    term = SimpleNamespace(id="t1", released=False, told=float("-inf"), flush_due=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(t.serve)
+        t._tell(term)           # 0.0: at once
+        await trio.sleep(0.1)
+        t._tell(term)           # 0.1: held
+        await trio.sleep(0.1)
+        t._tell(term)           # 0.2: still held, one report scheduled
+        await trio.sleep(1.0)   # silence: the held output is reported at 0.5
+        t._tell(term)           # 1.2: at once again
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    assert told == [(0.0, "t1"), (0.5, "t1"), (1.2, "t1")]

@@ -189,3 +189,36 @@ def test_the_plan_is_cleared_when_the_next_turn_begins():
     assert c._core.conv("c1").progress == {"steps": ["Read", "Write"], "current": 1}
     view.begin()
     assert c._core.conv("c1").progress is None
+
+
+def test_a_huge_edit_is_diffed_in_linear_time_as_one_hunk():
+    """Every peer is untrusted: a 200 000-line rewrite does not stall the adapter in difflib; the
+    common start and end are dropped and the change shown as one hunk."""
+    old = "".join(f"line {i}\n" for i in range(100_000))
+    new = old.replace("line 50000\n", "changed\n").replace("line 50001\n", "")
+    diff = compact_diff("/w/big", old, new)  # difflib would add context lines: this is the linear path
+    assert diff == "edit /w/big\n@@ -50001,2 +50001,1 @@\n-line 50000\n-line 50001\n+changed"
+
+
+def test_modes_and_context_use_show_in_the_subtitle():
+    """Issue 24 "Beyond": the current mode and the context use the agent reports (usage_update) are
+    the conversation's subtitle; a mode update redraws the buttons."""
+    c, view, items, feed = view_and_items()
+    view.set_modes(schema.SessionModeState.model_validate({"currentModeId": "read-only", "availableModes": [
+        {"id": "read-only", "name": "Read Only"}, {"id": "auto", "name": "Default"}]}))
+    conv = c._core.conv("c1")
+    assert conv.subtitle == "Mode: Read Only"
+    feed({"sessionUpdate": "usage_update", "used": 34000, "size": 100000})
+    assert conv.subtitle == "Mode: Read Only · context 34% used"
+    feed({"sessionUpdate": "current_mode_update", "currentModeId": "auto"})
+    assert conv.subtitle == "Mode: Default · context 34% used"
+    assert [a["disabled"] for a in conv.actions] == [False, True]
+
+
+def test_a_long_command_in_the_title_is_cut_by_collie_not_silently():
+    """Q6: Claude's Bash ask has the command as its title; one too long for the card is cut by Collie,
+    which says `Text shortened` and offers no Always allow — the adapter never cuts it unseen."""
+    command = "rm -rf " + " ".join(f"/w/build/{i}" for i in range(40))
+    spec, card = ask_for({"toolCallId": "toolu_9", "title": f"`{command}`", "rawInput": {"command": command}})
+    assert len(spec["title"]) == 201
+    assert card.shortened and not card.always_allow and card.title.endswith("…")

@@ -12,7 +12,17 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
   `session/cancel`, answers every open permission request of that session `cancelled`, and waits a
   bounded time for the prompt's answer;
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
-  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note.
+  health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
+- the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
+  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+- it logs in with `authenticate` where the agent offers a method the environment provides, or the
+  one `--auth` names (item 1);
+- while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
+  the first session) `trouble` says why in plain words (words.py), and the SDK's `unavailable`
+  makes the agent's row Unreachable with that sentence; a healthy agent that refuses is not
+  restarted, and no conversation is made without a session (item 8);
+- a closed conversation closes its session where the agent offers `session/close`; modes are the
+  conversation's buttons (`session/set_mode`); slash commands are starters (item 9, "Beyond").
 Every message from the agent is validated with the `agent-client-protocol` package's models before
 use; what fails validation is answered `invalid params` (requests) or logged (notifications).
 """
@@ -57,7 +67,9 @@ STDERR_LINE = 500
 CRASHED = "The agent process exited during the turn; it is restarted."
 NOT_RUNNING = "The agent is not running (it restarts); try again shortly."
 STDERR_KEPT = 3  # the agent's last stderr lines, for the reason it did not start
+STDERR_RECENT = 50
 COMMANDS_MAX = 7  # slash commands offered as starters, after New session
+COMMANDS_SKIPPED = {"logout", "login"}  # one tap on the phone must not log the agent out (codex-acp offers /logout)
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 
@@ -131,7 +143,8 @@ class Sessions:
 
 class Adapter:
     def __init__(self, command: list[str], *, name: str, cwd: str, state_dir: Path, allow_terminal: bool = False,
-                 terminal_env: tuple[str, ...] = (), auth: str | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
+                 terminal_env: tuple[str, ...] = (), auth: str | None = None, mode: str | None = None,
+                 config: dict[str, str] | None = None, log: Callable[[str], None] | None = None, max_line: int = framing.MAX_LINE) -> None:
         self.command, self.name, self.cwd = command, name, os.path.realpath(cwd)
         self.allow_terminal, self.terminal_env = allow_terminal, tuple(terminal_env)
         self.state_dir = state_dir
@@ -145,6 +158,7 @@ class Adapter:
         self.can_load = False
         self.can_close = False
         self._new_modes = None  # the modes the last session/new offered
+        self._new_config: list = []  # and its config options
         self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
@@ -154,9 +168,14 @@ class Adapter:
         self.restarts = 0
         self.terminals = None
         self.auth = auth  # --auth METHOD
+        self.mode = mode  # --mode MODE: each new session is put in it
+        self.config = dict(config or {})  # --config ID=VALUE: each new session gets them
         self.auth_methods: list = []
         self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
+        self._run_mark = 0
+        self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
+        self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -170,8 +189,11 @@ class Adapter:
         return term.output_text() if term is not None else None
 
     def _terminal_changed(self, terminal_id: str) -> None:
-        for view in self.views.values():
-            view.terminal_changed(terminal_id)
+        try:
+            for view in self.views.values():
+                view.terminal_changed(terminal_id)
+        except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
+            self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
 
     def _set_trouble(self, text: str) -> None:
         """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
@@ -187,10 +209,22 @@ class Adapter:
         self.trouble = None
         self.collie.unavailable = None
 
-    def _refused(self, what: str, exc: BaseException) -> str:
+    def _refused(self, what: str, exc: BaseException, since: int | None = None) -> str:
         if isinstance(exc, RpcError) and exc.code == AUTH_REQUIRED:
             return login_needed(self.auth_methods)
-        return plain(f"The agent refused {what}: {reason_of(exc)}")
+        return plain(f"The agent refused {what}: {reason_of(exc)}{self._said_since(since)}")
+
+    def _said_since(self, since: int | None) -> str:
+        """The first line the agent printed on stderr since `since` (its own words for a refusal:
+        Claude Code's `… cannot be used with root/sudo privileges …`), as ` (it said: …)`."""
+        if since is None:
+            return ""
+        first = next((t for n, t in self.stderr_recent if n > since), None)
+        return f" (it said: {first})" if first else ""
+
+    async def _stderr_settles(self) -> None:
+        """A refusal's stderr lines may arrive just after its answer (two pipes): wait a moment."""
+        await trio.sleep(STDERR_WAIT)
 
     async def _agent(self) -> Endpoint:
         if self.trouble is not None and not self.up.is_set():
@@ -207,17 +241,22 @@ class Adapter:
             raw = await ep.request("session/new", {"cwd": self.cwd, "mcpServers": []})
         got = schema.NewSessionResponse.model_validate(raw)
         self._new_modes = got.modes
+        self._new_config = list(got.config_options or [])
         return got.session_id
 
     async def new_session(self, conv_id: str) -> str:
         ep = await self._agent()
+        since = self.stderr_count
         try:
             session_id = await self._session_new(ep)
         except (RpcError, Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
-            raise Refusal(self._refused("a new session", exc)) from None
+            await self._stderr_settles()
+            raise Refusal(self._refused("a new session", exc, since)) from None
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
         self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
         if self.trouble is not None:
             self._clear_trouble()
         return session_id
@@ -243,7 +282,8 @@ class Adapter:
 
     def _on_commands(self, update: schema.AvailableCommandsUpdate) -> None:
         """`available_commands_update`: the agent's slash commands become starters after `New session`."""
-        names = [c.name for c in update.available_commands if c.name and c.name.isprintable()][:COMMANDS_MAX]
+        names = [c.name for c in update.available_commands
+                 if c.name and c.name.isprintable() and c.name.lower() not in COMMANDS_SKIPPED][:COMMANDS_MAX]
         if names == self.commands:
             return
         self.commands = names
@@ -251,7 +291,14 @@ class Adapter:
                                                   for i, n in enumerate(names)])
 
     async def on_action(self, pane, action_id: str) -> None:
-        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows)."""
+        """A mode button: `session/set_mode` (the agent's answer, or its refusal, shows). Runs in the
+        SDK's own nursery, so nothing may escape it."""
+        try:
+            await self._set_mode(pane, action_id)
+        except Exception as exc:
+            self._log(f"the mode button failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    async def _set_mode(self, pane, action_id: str) -> None:
         view = self.view(pane.id)
         mode = view.mode_of_action(action_id)
         entry = self.sessions.by_conv.get(pane.id)
@@ -487,10 +534,12 @@ class Adapter:
         agent refused (its row says why; it is not restarted for that); False: it failed."""
         if self.collie._core.conversations or self.sessions.by_conv:
             return True
+        since = self.stderr_count
         try:
             session_id = await self._session_new(ep)
         except RpcError as exc:
-            self._set_trouble(self._refused("a new session", exc))
+            await self._stderr_settles()
+            self._set_trouble(self._refused("a new session", exc, since))
             return None
         except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
             self._set_trouble(plain(f"The agent did not start: {reason_of(exc)}"))
@@ -501,6 +550,8 @@ class Adapter:
         self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
         self.view(conv_id).set_modes(self._new_modes)
+        await self._start_mode(ep, conv_id, session_id)
+        await self._start_config(ep, conv_id, session_id)
         return True
 
     async def _load_again(self, entry: dict) -> None:
@@ -534,7 +585,14 @@ class Adapter:
     async def _close_sessions(self, ep: Endpoint) -> None:
         """A conversation closed on the phone closes its ACP session (`session/close`, where the agent
         offers it: codex-acp does); reopened, the next send loads it again."""
+        seen = None
         while True:
+            core = self.collie._core
+            shape = (len(core.conversations), len(core.closed))  # a close or reopen changes it
+            if shape == seen:
+                await self.collie._change.wait()
+                continue
+            seen = shape
             for conv_id, entry in list(self.sessions.by_conv.items()):
                 sid = entry["session_id"]
                 if conv_id in self.collie._core.closed and sid in self.live_sessions:
@@ -545,7 +603,56 @@ class Adapter:
                                 await ep.request("session/close", {"sessionId": sid})
                         except (RpcError, trio.TooSlowError) as exc:
                             self._log(f"session/close of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
+                        except Closed:
+                            return  # the agent went away; the restart loads what is open
             await self.collie._change.wait()
+
+    async def _start_mode(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--mode MODE`: a new session is put in that mode (Codex starts Read Only) where it offers it."""
+        view = self.view(conv_id)
+        if self.mode is None or self.mode == view.mode:
+            return
+        if self.mode not in dict(view.modes):
+            offered = ", ".join(m for m, _ in view.modes) or "none"
+            view.pane.notice(plain(f"--mode {self.mode}: the agent offers no such mode here (it offers: {offered})"))
+            return
+        try:
+            with trio.fail_after(INIT_TIMEOUT):
+                await ep.request("session/set_mode", {"sessionId": session_id, "modeId": self.mode})
+        except (RpcError, trio.TooSlowError) as exc:
+            view.pane.notice(plain(f"The agent did not change the mode to {self.mode}: {reason_of(exc)}"))
+            return
+        view.mode_changed(self.mode)
+
+    async def _start_config(self, ep: Endpoint, conv_id: str, session_id: str) -> None:
+        """`--config ID=VALUE`: a new session gets these of the agent's config options (Codex: `model`,
+        `reasoning_effort`) through `session/set_config_option`; what it does not offer is said."""
+        pane = self.view(conv_id).pane
+        offered = {o.id: o for o in self._new_config}
+        for option_id, value in self.config.items():
+            option = offered.get(option_id)
+            if isinstance(option, schema.SessionConfigOptionSelect):
+                values = [v.value for v in option.options if isinstance(v, schema.SessionConfigSelectOption)]
+                values += [v.value for g in option.options if isinstance(g, schema.SessionConfigSelectGroup)
+                           for v in g.options]
+                wanted: str | bool | None = value if value in values else None
+                choices = ", ".join(values)
+            elif isinstance(option, schema.SessionConfigOptionBoolean):
+                wanted = {"true": True, "false": False}.get(value.lower())
+                choices = "true, false"
+            else:
+                ids = ", ".join(offered) or "none"
+                pane.notice(plain(f"--config {option_id}: the agent offers no such option here (it offers: {ids})"))
+                continue
+            if wanted is None:
+                pane.notice(plain(f"--config {option_id}={value}: not one of {choices}"))
+                continue
+            try:
+                with trio.fail_after(INIT_TIMEOUT):
+                    await ep.request("session/set_config_option",
+                                     {"sessionId": session_id, "configId": option_id, "value": wanted})
+            except (RpcError, trio.TooSlowError) as exc:
+                pane.notice(plain(f"The agent did not set {option_id} to {value}: {reason_of(exc)}"))
 
     async def _retry_first(self, ep: Endpoint) -> None:
         """While the first session/new is refused (a login missing, say), ask again now and then: a
@@ -567,7 +674,8 @@ class Adapter:
             self._set_trouble(str(exc))
             return True
         except RpcError as exc:
-            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}"))
+            await self._stderr_settles()
+            self._set_trouble(plain(f"The agent refused to start: {reason_of(exc)}{self._said_since(self._run_mark)}"))
             return True
         except (Closed, trio.TooSlowError, pydantic.ValidationError) as exc:
             if not isinstance(exc, Closed):  # an exit is said with its status and stderr, once it is known
@@ -620,6 +728,7 @@ class Adapter:
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
         self.stderr_tail.clear()
+        self._run_mark = self.stderr_count
         stderr_done = trio.Event()
         started = False  # initialize answered (the agent runs, working or refusing)
         try:
@@ -685,7 +794,10 @@ class Adapter:
 
         def line_out(raw: bytes) -> None:
             self._log(f"agent: {escape(raw, STDERR_LINE)}")
-            self.stderr_tail.append(plain(raw.decode("utf-8", "replace"), 160))
+            text = plain(raw.decode("utf-8", "replace"), 160)
+            self.stderr_tail.append(text)
+            self.stderr_count += 1
+            self.stderr_recent.append((self.stderr_count, text))
 
         try:
             async with stream:

@@ -67,6 +67,7 @@ class _Terminal:
         self.released = False
         self.id = ""
         self.told = float("-inf")  # when the output was last reported
+        self.flush_due = False  # output grew since, and a report is scheduled
 
     def output_text(self) -> str:
         data = bytes(self.output)
@@ -179,12 +180,23 @@ class Terminals:
         self._tell(term, force=True)
 
     def _tell(self, term: _Terminal, force: bool = False) -> None:
+        """Report grown output at most every OUTPUT_EVERY; what grew meanwhile is reported when that
+        time is up (so the last lines before a silence show too)."""
         if self.on_output is None or term.released:
             return
         now = trio.current_time()
         if force or now - term.told >= OUTPUT_EVERY:
             term.told = now
+            term.flush_due = False
             self.on_output(term.id)
+        elif not term.flush_due:
+            term.flush_due = True
+            self._nursery.start_soon(self._flush_later, term, term.told + OUTPUT_EVERY)
+
+    async def _flush_later(self, term: _Terminal, at: float) -> None:
+        await trio.sleep_until(at)
+        if term.flush_due:
+            self._tell(term, force=True)
 
     async def _reap(self, term: _Terminal) -> None:
         """The leader's exit is the terminal's exit; the group is followed until it is empty (a command's

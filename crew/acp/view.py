@@ -23,7 +23,8 @@ through the SDK's synchronous item calls; the adapter feeds it in the order the 
   allow, features Q6).
 - The session's modes (`session/new`'s `modes`, `current_mode_update`) are the conversation's
   buttons, one per mode (at most 4, C7), the current one dimmed; the subtitle names the current one.
-- Anything else (usage, config options…) is not shown here.
+- `usage_update` (Codex sends it) adds `context N% used` to the subtitle.
+- Anything else (config options, cost…) is not shown here.
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ from typing import Any
 
 from acp import schema
 
-from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX
+from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX, LABEL_MAX
 
 OUTPUT_MAX = 8000
 TITLE_MAX = 200
 DIFF_CONTEXT = 1
+DIFF_LINES_MAX = 2000
 CALLS_KEPT = 256
-MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7)
+MODES_MAX = ACTIONS_MAX  # the phone draws at most 4 of the agent's buttons (C7): the first 4 modes
+MODES_KEPT = 32  # for naming the current mode in the subtitle
 TOOL_STATUS = {"pending": "running", "in_progress": "running", "completed": "completed", "failed": "failed"}
 ROLE_OF_KIND = {"allow_once": "allow", "allow_always": "always_allow", "reject_once": "deny", "reject_always": "deny"}
 ENDED = {
@@ -75,12 +78,26 @@ def shorten(text: str, limit: int = OUTPUT_MAX) -> str:
 
 
 def compact_diff(path: str, old: str | None, new: str) -> str:
-    """`edit <path>` (or `new file <path>`) and the changed lines with one line of context."""
+    """`edit <path>` (or `new file <path>`) and the changed lines with one line of context. Past
+    `DIFF_LINES_MAX` lines (difflib's cost grows faster than the size) the common start and end are
+    cut off in linear time and the rest shown as one hunk."""
     if old is None:
         lines = new.splitlines()
         return "\n".join([f"new file {path}", *(f"+{line}" for line in lines)])
-    body = [line.rstrip("\n") for line in difflib.unified_diff(
-        old.splitlines(), new.splitlines(), lineterm="", n=DIFF_CONTEXT)][2:]  # no ---/+++ header
+    a, b = old.splitlines(), new.splitlines()
+    if len(a) + len(b) > DIFF_LINES_MAX:
+        start = 0
+        while start < min(len(a), len(b)) and a[start] == b[start]:
+            start += 1
+        end = 0
+        while end < min(len(a), len(b)) - start and a[len(a) - 1 - end] == b[len(b) - 1 - end]:
+            end += 1
+        gone, came = a[start:len(a) - end], b[start:len(b) - end]
+        if not gone and not came:
+            return f"edit {path} (no change)"
+        head = f"@@ -{start + 1},{len(gone)} +{start + 1},{len(came)} @@"
+        return "\n".join([f"edit {path}", head, *(f"-{x}" for x in gone), *(f"+{x}" for x in came)])
+    body = [line.rstrip("\n") for line in difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT)][2:]
     return "\n".join([f"edit {path}", *body]) if body else f"edit {path} (no change)"
 
 
@@ -219,8 +236,9 @@ class SessionView:
         self.terminal_output = terminal_output
         self._growing: tuple[str, Any] | None = None  # (kind, handle) of the item that grows now
         self.calls: dict[str, Call] = {}  # tool_call_id -> what we know of it (the last CALLS_KEPT)
-        self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_MAX
+        self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_KEPT
         self.mode: str | None = None
+        self.context: tuple[int, int] | None = None  # (tokens used, context size) from usage_update
 
     # compatibility for the adapter: the item handle and the name of a call
     @property
@@ -293,6 +311,12 @@ class SessionView:
             self._apply_call(update)
         elif isinstance(update, schema.CurrentModeUpdate):
             self.mode_changed(update.current_mode_id)
+        elif isinstance(update, schema.UsageUpdate):
+            if update.size > 0 and update.used >= 0:
+                before = self.context
+                self.context = (update.used, update.size)
+                if before is None or round(100 * before[0] / before[1]) != round(100 * update.used / update.size):
+                    self._draw_subtitle()
         elif isinstance(update, schema.AgentPlanUpdate):
             entries = update.entries
             current = next((i for i, e in enumerate(entries) if e.status != "completed"), len(entries))
@@ -303,7 +327,7 @@ class SessionView:
         current one dimmed, and the subtitle naming it."""
         if state is None:
             return
-        self.modes = [(m.id, m.name) for m in state.available_modes][:MODES_MAX]
+        self.modes = [(m.id, m.name) for m in state.available_modes][:MODES_KEPT]
         self.mode = state.current_mode_id
         self._draw_modes()
 
@@ -313,16 +337,26 @@ class SessionView:
             self._draw_modes()
 
     def mode_of_action(self, action_id: str) -> str | None:
-        if action_id.startswith("mode-") and action_id[5:].isdigit() and int(action_id[5:]) < len(self.modes):
+        if action_id.startswith("mode-") and action_id[5:].isdigit() and int(action_id[5:]) < min(len(self.modes), MODES_MAX):
             return self.modes[int(action_id[5:])][0]
         return None
 
     def _draw_modes(self) -> None:
         self.pane.set_actions([{"id": f"mode-{i}", "label": name[:ACTION_LABEL_MAX] or mid[:ACTION_LABEL_MAX],
-                                "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes)])
+                                "disabled": mid == self.mode} for i, (mid, name) in enumerate(self.modes[:MODES_MAX])])
+        self._draw_subtitle()
+
+    def _draw_subtitle(self) -> None:
+        """`Mode: <name> · context 34% used` — what of the two the agent reports."""
+        parts = []
         name = dict(self.modes).get(self.mode)
         if name:
-            self.pane.set_subtitle(f"Mode: {name}"[:TITLE_MAX])
+            parts.append(f"Mode: {name}")
+        if self.context is not None:
+            used, size = self.context
+            parts.append(f"context {min(100, round(100 * used / size))}% used")
+        if parts:
+            self.pane.set_subtitle(" · ".join(parts)[:TITLE_MAX])
 
     def terminal_changed(self, terminal_id: str) -> None:
         """A terminal's output grew: the calls showing it show it again."""
@@ -393,9 +427,10 @@ def permission_ask(request: schema.RequestPermissionRequest, tool_name: str | No
         if role is None:
             continue
         oid = f"o{i}"
-        options.append({"id": oid, "label": opt.name[:60] or opt.kind, "role": role})
+        options.append({"id": oid, "label": opt.name[:LABEL_MAX + 1] or opt.kind, "role": role})
         back[oid] = opt.option_id
-    title = (call.title or tool_name or "Allow the tool call?")[:TITLE_MAX]
+    # over a limit by one character at most: Collie cuts it and says `Text shortened` (Q6), never silently
+    title = (call.title or tool_name or "Allow the tool call?")[:TITLE_MAX + 1]
     tool = (tool_name or call.title or call.kind or "tool")[:80]
     spec = {"kind": "permission", "title": title, "tool_call_id": call.tool_call_id, "item_id": item_id,
             "tool": tool, "options": options}

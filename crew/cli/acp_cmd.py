@@ -30,7 +30,7 @@ def register(sub) -> None:
     verbs.required = True
     r = verbs.add_parser("run", help="start an ACP agent and serve it on a private socket",
                          usage="collie acp run [--name NAME] [--cwd DIR] [--socket PATH] [--attach] "
-                               "[--allow-terminal] [--terminal-env NAME] [--auth METHOD] -- <agent command…>")
+                               "[--allow-terminal] [--terminal-env NAME] [--auth METHOD] [--mode MODE] [--config ID=VALUE] -- <agent command…>")
     r.add_argument("--name", help="the agent's name in Collie (default: from the command)")
     r.add_argument("--cwd", default=".", help="the agent's folder: sessions start here, files stay inside")
     r.add_argument("--socket", metavar="PATH", help="default $XDG_RUNTIME_DIR/collie-acp/<name>/app.sock")
@@ -38,6 +38,10 @@ def register(sub) -> None:
     r.add_argument("--allow-terminal", action="store_true", help="let the agent run commands in terminals")
     r.add_argument("--auth", metavar="METHOD",
                    help="log in with this of the agent's authMethods (default: the one your environment provides)")
+    r.add_argument("--mode", metavar="MODE",
+                   help="put each new session in this of the agent's modes (Codex: auto, to let it edit)")
+    r.add_argument("--config", metavar="ID=VALUE", action="append", default=[],
+                   help="set this of the agent's config options in each new session, e.g. model=gpt-5.4 (repeat)")
     r.add_argument("--terminal-env", metavar="NAME", action="append", default=[],
                    help="also pass this variable of your environment to terminals (repeat for more)")
     r.add_argument("command", nargs=argparse.REMAINDER, help="the ACP agent's command, after --")
@@ -87,6 +91,13 @@ def run(args, paths) -> int:
     if not args.socket:
         ensure_private_dir(Path(socket).parent.parent)
     ensure_private_dir(Path(socket).parent)
+    config = {}
+    for item in args.config:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--config {item!r}: give ID=VALUE, e.g. --config model=gpt-5.4")
+        config[key] = value
+    args.config_map = config
     state_dir = paths.state_dir / "acp" / name
     ensure_private_dir(paths.state_dir)
     ensure_private_dir(state_dir.parent)
@@ -102,7 +113,8 @@ async def _serve(command, name, cwd, socket, state_dir, args, paths) -> None:
     from crew.sdk import open_collie
 
     adapter = Adapter(command, name=name, cwd=cwd, state_dir=state_dir, allow_terminal=args.allow_terminal,
-                      terminal_env=tuple(args.terminal_env), auth=args.auth)
+                      terminal_env=tuple(args.terminal_env), auth=args.auth,
+                      mode=args.mode, config=args.config_map)
     async with open_collie(socket=socket, host_name=name, runtime=name, caps=CAPS, on_send=adapter.on_send,
                            on_starter=adapter.on_starter, on_action=adapter.on_action, state_path=state_dir / "agent.json") as collie:
         async with trio.open_nursery() as nursery:
