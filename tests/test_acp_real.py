@@ -21,7 +21,7 @@ from crew.errors import NotRunningError
 from tests import agents
 from tests.conftest import REPO, run_collie
 from tests.live import cleanup, short_dir
-from tests.modelstandin import Edit, Fail, Hang, Shell, StandIn, Text
+from tests.modelstandin import Edit, Fail, Hang, Shell, StandIn, Text, messages_turn, responses_turn
 from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
@@ -241,8 +241,6 @@ def real(request, paths, bridge, standin):
 
 
 def _turn_of(request: dict):
-    from tests.modelstandin import messages_turn, responses_turn
-
     read = responses_turn if request["api"] == "responses" else messages_turn
     return read(request["body"]), bool(request["body"].get("tools"))
 
@@ -281,8 +279,9 @@ def test_a_shell_command_asks_showing_the_command_and_runs_when_allowed(real):
 @pytest.mark.parametrize("real", KINDS, indirect=True)
 def test_a_denied_command_does_not_run(real):
     """Issue 24 item 5, B5: Reject on the phone reaches the agent as its reject option: the command does
-    not run, the turn ends (both agents end the turn on a refusal: no further model call), and the
-    call is one item that ends denied or failed, none left `running`; the next prompt is answered."""
+    not run, the turn ends (both agents end the turn on a refusal: no further model call), the ask ends
+    answered, and the call is at most one item (Codex announces a call only once it runs), denied or
+    failed, none left `running`; the next prompt is answered."""
     phone, agent, standin = real
     standin.script("make the file", [Shell(COMMAND), Text("Left it alone.")])
     standin.script("then what", [Text("Still here.")])
@@ -291,7 +290,7 @@ def test_a_denied_command_does_not_run(real):
     assert phone.answer(ask, "deny")["outcome"] == "accepted"
     phone.turn_ended()
     assert not (agent.work / "made.txt").exists()
-    tools = phone.tools()  # Codex announces a call only once it runs: a refused one is only the ask
+    tools = phone.tools()
     assert len(tools) == {"codex": 0, "claude": 1}[agent.kind], tools
     assert all(t["status"] in ("denied", "failed") for t in tools), tools
     assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["answered"]
