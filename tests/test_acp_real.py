@@ -493,3 +493,37 @@ def test_an_agent_that_cannot_start_says_why_on_its_row(real):
     assert "Starting" in words(shown) or "Unreachable" in words(shown), shown
     assert phone.c.get(phone.base).json().get("open") == [], "an empty Session 1 was opened"
     assert not standin.requests
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_what_a_zed_user_has_the_agents_commands_modes_and_context(real):
+    """Issue 24 'Beyond': the slash commands the agent sends (`available_commands_update`) are starters,
+    without /logout or /login; Claude Code's modes are the conversation's buttons, and a tap on
+    `Accept Edits` really changes the mode: the next edit runs without an ask; Codex's `usage_update`
+    shows as the context used."""
+    phone, agent, standin = real
+    notes = agent.work / "notes.txt"
+    standin.script("warm up", [Text("Warm.")])
+    standin.script("fix the notes", [Edit(str(notes), "two", "TWO"), Text("Edited.")])
+    assert phone.send("warm up")["outcome"] == "sent"
+    phone.reply("Warm.")
+
+    def labels():
+        return [s["label"] for s in phone.c.get(f"/api/agents/local/{agent.kind}/starters").json()["starters"]]
+
+    wait_for(lambda: any(label.startswith("/") for label in labels()), what="the agent's commands as starters")
+    assert "/review" in labels() and not {"/logout", "/login"} & set(labels()), labels()
+    if agent.kind == "codex":
+        wait_for(lambda: "context" in (phone.pane().get("line2") or ""), what="the context used")
+        return
+    actions = {a["label"]: a for a in phone.pane()["actions"]}
+    assert {"Default", "Accept Edits", "Plan Mode"} <= set(actions), actions
+    phone.turn_ended()
+    done = phone.c.post(f"{phone.base}/session-1/actions/{actions['Accept Edits']['id']}",
+                        json={"request_id": rid(), "turn": phone.pane()["turn"]}).json()
+    assert done["outcome"] == "done", done
+    wait_for(lambda: "Accept Edits" in (phone.pane().get("line2") or ""), what="the mode shown")
+    assert phone.send("fix the notes")["outcome"] == "sent"
+    phone.reply("Edited.")
+    assert notes.read_text() == "one\nTWO\n"
+    assert not [i for i in phone.items() if i["kind"] == "ask"]  # accepted by the mode, not asked
