@@ -12,8 +12,9 @@ A test scripts the model per prompt: `standin.script("make the file", [Shell("to
 Which step answers a request is read from the request itself (how many tool results follow the user's
 last text), so retries and the agents' side requests (titles, token counts) never shift the script.
 Steps: `Text` (a reply, streamed in chunks), `Shell` (a command-line tool call), `Edit` (a file edit
-tool call), `Fail` (an HTTP error such as 401 or 500 with the API's error body), `Hang` (a reply that
-streams a first chunk and then stalls until the client goes away, for stop). A prompt with no script
+tool call), `Plan` (the agent's plan tool: Codex's update_plan, Claude Code's TodoWrite), `Fail` (an
+HTTP error such as 401 or 500 with the API's error body), `Hang` (a reply that streams a first chunk
+and then stalls until the client goes away, for stop). A prompt with no script
 gets `Text("stand-in reply")`; a request without tools (a side request) gets a short plain reply.
 Every request is kept (`requests`) so that a test can check what the agent sent, e.g. a tool's output.
 """
@@ -47,6 +48,11 @@ class Edit:
     path: str  # absolute
     old: str
     new: str
+
+
+@attrs.frozen
+class Plan:
+    steps: tuple[str, ...]  # the first in progress, the others pending
 
 
 @attrs.frozen
@@ -281,6 +287,12 @@ class _Handler(BaseHTTPRequestHandler):
                         "arguments": json.dumps(args)}
             self._event("response.output_item.done", {"type": "response.output_item.done", "output_index": 0,
                                                       "item": item})
+        elif isinstance(step, Plan):
+            plan = [{"step": text, "status": "in_progress" if i == 0 else "pending"}
+                    for i, text in enumerate(step.steps)]
+            self._event("response.output_item.done", {"type": "response.output_item.done", "output_index": 0,
+                        "item": {"type": "function_call", "id": f"fc_{rid}", "call_id": f"call_{rid}",
+                                 "name": "update_plan", "arguments": json.dumps({"plan": plan})}})
         self._event("response.completed", {"type": "response.completed", "response": {
             "id": rid, "usage": {"input_tokens": 10, "input_tokens_details": None, "output_tokens": 5,
                                  "output_tokens_details": None, "total_tokens": 15}}})
@@ -313,7 +325,12 @@ class _Handler(BaseHTTPRequestHandler):
             self._event("content_block_stop", {"type": "content_block_stop", "index": 0})
         else:
             names = tool_names(body)  # the ACP front end offers its own tools (over the client's fs, terminals)
-            if isinstance(step, Shell):
+            if isinstance(step, Plan):
+                name = "TodoWrite"
+                todos = [{"content": text, "activeForm": text, "status": "in_progress" if i == 0 else "pending"}
+                         for i, text in enumerate(step.steps)]
+                args = {"todos": todos}
+            elif isinstance(step, Shell):
                 name = "mcp__acp__Bash" if "mcp__acp__Bash" in names else "Bash"
                 args = {"command": step.command, "description": "Run the test's command"}
                 if name == "mcp__acp__Bash":

@@ -21,7 +21,7 @@ from crew.errors import NotRunningError
 from tests import agents
 from tests.conftest import REPO, run_collie
 from tests.live import cleanup, short_dir
-from tests.modelstandin import Edit, Fail, Hang, Shell, StandIn, Text, messages_turn, responses_turn
+from tests.modelstandin import Edit, Fail, Hang, Plan, Shell, StandIn, Text, messages_turn, responses_turn
 from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
@@ -527,3 +527,47 @@ def test_what_a_zed_user_has_the_agents_commands_modes_and_context(real):
     phone.reply("Edited.")
     assert notes.read_text() == "one\nTWO\n"
     assert not [i for i in phone.items() if i["kind"] == "ask"]  # accepted by the mode, not asked
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_closed_and_reopened_conversation_goes_on_in_the_same_session(real):
+    """Issue 24 item 9: closing a conversation on the phone closes its ACP session where the agent
+    offers that (codex-acp does: the session is then gone from the agent and must be loaded again);
+    reopened, the next prompt goes to the same session — the model gets the earlier prompt as
+    history — instead of a new, empty one or an error."""
+    phone, agent, standin = real
+    standin.script("remember plums", [Text("Plums noted.")])
+    standin.script("what fruit", [Text("You said plums.")])
+    assert phone.send("remember plums")["outcome"] == "sent"
+    phone.reply("Plums noted.")
+    phone.turn_ended()
+    turn = phone.pane()["turn"]
+    closed = phone.c.post(f"{phone.base}/session-1/close", json={"request_id": rid(), "turn": turn}).json()
+    assert closed["outcome"] == "done", closed
+    wait_for(lambda: not phone.c.get(phone.base).json().get("open"), what="closed")
+    reopened = phone.c.post(f"{phone.base}/session-1/reopen", json={"request_id": rid(), "turn": turn}).json()
+    assert reopened["outcome"] == "done", reopened
+    wait_for(lambda: phone.c.get(phone.base).json().get("open"), what="open again")
+    wait_for(lambda: phone.send("what fruit")["outcome"] == "sent", timeout=SLOW, what="a send taken")
+    phone.reply("You said plums.")
+    last = [r for r in standin.requests if "what fruit" in str(r["body"]) and r["body"].get("tools")][-1]
+    assert "remember plums" in str(last["body"]), "the reopened conversation started a new session"
+    assert not [i for i in phone.items() if i["kind"] == "notice" and "new one" in i["text"]]
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_the_agents_plan_is_progress_for_its_turn_only(real):
+    """Issue 24 item 9, C6: the plan the agent sends (Codex's update_plan, Claude Code's TodoWrite)
+    becomes the conversation's progress steps; a later turn without a plan no longer shows it."""
+    phone, agent, standin = real
+    standin.script("plan it", [Plan(("Read the notes", "Fix the notes")), Text("Planned.")])
+    standin.script("just chat", [Text("Chatting.")])
+    assert phone.send("plan it")["outcome"] == "sent"
+    phone.reply("Planned.")
+    wait_for(lambda: (phone.pane().get("progress") or {}).get("steps") == ["Read the notes", "Fix the notes"],
+             what="the plan as progress")
+    phone.turn_ended()
+    assert phone.send("just chat")["outcome"] == "sent"
+    phone.reply("Chatting.")
+    phone.turn_ended()
+    assert not (phone.pane().get("progress") or {}).get("steps"), phone.pane().get("progress")
