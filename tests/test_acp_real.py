@@ -84,7 +84,7 @@ class RealAgent:
     """`collie acp run --name <kind> --cwd WORK --socket SOCK [--allow-terminal] -- <the real agent>`."""
 
     def __init__(self, kind: str, paths, run: Path, model_url: str, *, terminal: bool = False,
-                 auth: bool = False, broken: bool = False) -> None:
+                 auth: bool = False, broken: bool = False, args: tuple[str, ...] = ()) -> None:
         self.kind, self.paths, self.run = kind, paths, run
         self.work = run / "work"
         self.work.mkdir(exist_ok=True)
@@ -100,12 +100,13 @@ class RealAgent:
         env.update(COLLIE_CONFIG_DIR=str(paths.config_dir), COLLIE_STATE_DIR=str(paths.state_dir))
         self.env = env
         self.terminal = terminal
+        self.args = args
         self.proc: subprocess.Popen | None = None
         self.stderr: list[str] = []
         self.seen: dict[int, str] = {}  # every process seen below the adapter
 
     def start(self) -> None:
-        extra = ["--allow-terminal"] if self.terminal else []
+        extra = [*(["--allow-terminal"] if self.terminal else []), *self.args]
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", self.kind,
                                       "--cwd", str(self.work), "--socket", self.sock, *extra, "--", *self.command],
                                      cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -571,3 +572,31 @@ def test_the_agents_plan_is_progress_for_its_turn_only(real):
     phone.reply("Chatting.")
     phone.turn_ended()
     assert not (phone.pane().get("progress") or {}).get("steps"), phone.pane().get("progress")
+
+
+@pytest.mark.parametrize("real", KINDS, indirect=True)
+def test_a_command_too_long_for_the_card_says_text_shortened_and_offers_no_always_allow(real):
+    """Issue 24 item 3, Q6: a command line longer than the card's title is cut by Collie, which then
+    says `Text shortened` and offers no Always allow (one tap must not always allow what nobody saw
+    whole); Allow still runs the whole command."""
+    phone, agent, standin = real
+    long = "echo " + "x" * 300 + " > long.txt"
+    standin.script("a long one", [Shell(long), Text("Ran the long one.")])
+    assert phone.send("a long one")["outcome"] == "sent"
+    ask = phone.ask()
+    assert ask["text_shortened"] and not ask["always_allow"], ask
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Ran the long one.")
+    assert (agent.work / "long.txt").read_text() == "x" * 300 + "\n"
+
+
+@pytest.mark.parametrize("real", [("codex", {"args": ("--config", "reasoning_effort=high")})], indirect=True)
+def test_codex_config_options_reach_the_model(real):
+    """Issue 24 'Beyond': `collie acp run --config reasoning_effort=high` sets Codex's config option in
+    each new session (session/set_config_option): what reaches the model says effort high."""
+    phone, agent, standin = real
+    standin.script("think hard", [Text("Hard thought.")])
+    assert phone.send("think hard")["outcome"] == "sent"
+    phone.reply("Hard thought.")
+    efforts = {(body.get("reasoning") or {}).get("effort") for body in standin.main_requests("responses")}
+    assert efforts == {"high"}, efforts
