@@ -213,6 +213,9 @@ def standin():
 @pytest.fixture
 def real(request, paths, bridge, standin):
     """One real agent (`kind` from the test's parameter) behind `collie acp run`, attached, ready."""
+    if not agents.ready():
+        pytest.fail(f"the real ACP agents are not installed in {agents.ROOT}: run `python -m tests.browser` "
+                    "(the README's test command does)")
     kind = request.param if isinstance(request.param, str) else request.param[0]
     options = {} if isinstance(request.param, str) else request.param[1]
     run = short_dir()
