@@ -64,6 +64,20 @@ def descendants(pid: int) -> dict[int, str]:
     return found
 
 
+def sleeping(seconds: str) -> list[int]:
+    """Every `sleep <seconds>` on the machine (a background child outlives its shell: it is not below
+    the adapter any more once its parent exited)."""
+    found = []
+    for pid, (_, name) in processes().items():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if name == "sleep" and argv[1:2] == [seconds.encode()]:
+            found.append(pid)
+    return found
+
+
 def children(pid: int) -> set[int]:
     return {child for child, (parent, _) in processes().items() if parent == pid}
 
@@ -459,6 +473,18 @@ def test_claude_codes_bash_runs_as_a_shell_line_in_an_adapter_terminal(real):
                           if r["api"] == "messages" and "env-done" in str(r["body"].get("messages", [])[-1:]))
     assert "env-done" in sent_back  # the command's output went back to the model
     assert "sk-ant-standin-test" not in sent_back and "COLLIE_" not in sent_back
+
+    # a command that leaves a child behind: the call ends when the shell does, and the released
+    # terminal takes its whole process group with it
+    standin.script("in the background", [Shell("sleep 321 & echo started"), Text("Backgrounded.")])
+    wait_for(lambda: phone.pane()["ask"] is None)
+    assert phone.send("in the background")["outcome"] == "sent"
+    ask = phone.ask()
+    assert phone.answer(ask, "allow")["outcome"] == "accepted"
+    phone.reply("Backgrounded.", timeout=30)
+    assert any("started" in str(r["body"]["messages"][-1]) for r in standin.requests
+               if r["api"] == "messages" and "in the background" in str(r["body"]))  # it ran
+    wait_for(lambda: not sleeping("321"), timeout=20, what="the background sleep ended with its terminal")
 
 
 @pytest.mark.parametrize("real", [("codex", {"auth": True})], indirect=True)
