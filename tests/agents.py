@@ -133,7 +133,9 @@ stream_max_retries = 0
 def claude(home: Path, model_url: str) -> tuple[list[str], dict[str, str]]:
     """claude-code-acp (Claude Code through the Claude Agent SDK), its model the stand-in.
 
-    `IS_SANDBOX=1`: Claude Code refuses to run as root without it (CI runs as root). Telemetry, update
+    `IS_SANDBOX=1`: as root (CI runs as root) claude-code-acp offers Bypass Permissions when IS_SANDBOX
+    is set at all, and Claude Code then refuses every session unless it is exactly "1" (a machine may
+    have `IS_SANDBOX=yes`). Telemetry, update
     checks and other side traffic are off (the machine has no network but the stand-in), and no retries:
     an error from the model reaches the client at once."""
     (home / ".claude").mkdir(parents=True, exist_ok=True)

@@ -98,7 +98,8 @@ class RealAgent:
     """`collie acp run --name <kind> --cwd WORK --socket SOCK [--allow-terminal] -- <the real agent>`."""
 
     def __init__(self, kind: str, paths, run: Path, model_url: str, *, terminal: bool = False,
-                 auth: bool = False, broken: bool = False, args: tuple[str, ...] = ()) -> None:
+                 auth: bool = False, broken: bool = False, args: tuple[str, ...] = (),
+                 sandbox: str | None = "1") -> None:
         self.kind, self.paths, self.run = kind, paths, run
         self.work = run / "work"
         self.work.mkdir(exist_ok=True)
@@ -109,6 +110,10 @@ class RealAgent:
             self.command, env = agents.codex(home, model_url, auth=auth)
         else:
             self.command, env = agents.claude(home, model_url)
+        if kind == "claude" and sandbox != "1":
+            env.pop("IS_SANDBOX", None)
+            if sandbox is not None:
+                env["IS_SANDBOX"] = sandbox
         if broken:  # a config the agent cannot read: it exits at once, saying why on stderr
             (home / "codex" / "config.toml").write_text("model = \n")
         env.update(COLLIE_CONFIG_DIR=str(paths.config_dir), COLLIE_STATE_DIR=str(paths.state_dir))
@@ -238,12 +243,12 @@ def real(request, paths, bridge, standin):
     try:
         assert run_collie(paths, "durable", "attach", kind, "--socket", agent.sock).returncode == 0
         address = bridge().wait_ready()["address"]
-        if not options.get("broken"):
+        if not options.get("broken") and options.get("sandbox", "1") == "1":
             wait_for(lambda: _status(paths, kind) == "ready", timeout=SLOW, what=f"{kind} ready")
         token = (paths.state_dir / "api-token").read_text().strip()
         with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=30) as c:
             phone = Phone(c, kind)
-            if not options.get("broken"):
+            if not options.get("broken") and options.get("sandbox", "1") == "1":
                 wait_for(lambda: phone.c.get(phone.base).json().get("open"), timeout=SLOW, what="Session 1")
             yield phone, agent, standin
             print("items at the end:", *phone.c.get(f"{phone.base}/session-1/items").json().get("items", []),
@@ -268,6 +273,16 @@ def _status(paths, name: str) -> str | None:
         return live(paths).get(name, {}).get("status")
     except NotRunningError:
         return None
+
+
+def dashboard_row(phone, name: str) -> dict | None:
+    rows = {r["name"]: r for s in phone.c.get("/api/dashboard").json()["sections"] for r in s["agents"]}
+    return rows.get(name)
+
+
+def words(r) -> str:
+    """What an agent's dashboard row says."""
+    return " ".join(str(r.get(k) or "") for k in ("line2", "status_label", "reason", "detail")) if r else ""
 
 
 def _visible(ask: dict) -> str:
@@ -509,11 +524,7 @@ def test_an_agent_that_cannot_start_says_why_on_its_row(real):
     phone, agent, standin = real
 
     def row():
-        rows = {r["name"]: r for s in phone.c.get("/api/dashboard").json()["sections"] for r in s["agents"]}
-        return rows.get("codex")
-
-    def words(r) -> str:
-        return " ".join(str(r.get(k) or "") for k in ("line2", "status_label", "reason", "detail")) if r else ""
+        return dashboard_row(phone, "codex")
 
     try:
         shown = wait_for(lambda: (lambda r: r if "error loading config" in words(r) else None)(row()),
@@ -629,3 +640,23 @@ def test_codex_config_options_reach_the_model(real):
     phone.reply("Hard thought.")
     efforts = {(body.get("reasoning") or {}).get("effort") for body in standin.main_requests("responses")}
     assert efforts == {"high"}, efforts
+
+
+@pytest.mark.parametrize("real", [("claude", {"sandbox": "yes"})], indirect=True)
+def test_claude_code_as_root_with_is_sandbox_not_1_says_so_on_its_row(real):
+    """Issue 24 item 8: as root, claude-code-acp offers Bypass Permissions when IS_SANDBOX is set at
+    all, but Claude Code itself accepts only IS_SANDBOX=1: with `IS_SANDBOX=yes` every session is
+    refused. Its row is then not Ready but gives the agent's own reason (root), no empty Session 1 is
+    made, and the agent is not restarted over and over. As another user the same agent works."""
+    phone, agent, standin = real
+    if os.geteuid() != 0:
+        wait_for(lambda: _status(agent.paths, "claude") == "ready", timeout=SLOW, what="ready")
+        return
+    try:
+        shown = wait_for(lambda: (lambda r: r if "root" in words(r) else None)(dashboard_row(phone, "claude")),
+                         timeout=SLOW / 2, what="the reason on the row")
+    except AssertionError:
+        raise AssertionError(f"the row never gave the agent's reason: {dashboard_row(phone, 'claude')}") from None
+    assert "Unreachable" in words(shown) or "Starting" in words(shown), shown
+    assert phone.c.get(phone.base).json().get("open") == [], "an empty Session 1 was opened"
+    assert sum("started node" in line for line in agent.stderr) == 1, agent.stderr
