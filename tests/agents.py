@@ -135,9 +135,8 @@ def claude(home: Path, model_url: str) -> tuple[list[str], dict[str, str]]:
 
     `IS_SANDBOX=1`: as root (CI runs as root) claude-code-acp offers Bypass Permissions when IS_SANDBOX
     is set at all, and Claude Code then refuses every session unless it is exactly "1" (a machine may
-    have `IS_SANDBOX=yes`). Telemetry, update
-    checks and other side traffic are off (the machine has no network but the stand-in), and no retries:
-    an error from the model reaches the client at once."""
+    have `IS_SANDBOX=yes`). Telemetry, update checks and other side traffic are off (the machine has no
+    network but the stand-in), and no retries: an error from the model reaches the client at once."""
     (home / ".claude").mkdir(parents=True, exist_ok=True)
     return ["node", str(CLAUDE_JS)], _base_env(home, {
         "ANTHROPIC_BASE_URL": model_url, "ANTHROPIC_API_KEY": "sk-ant-standin-test", "IS_SANDBOX": "1",
