@@ -1,8 +1,10 @@
 """Headless Chromium for the phone app's tests (Playwright driving Debian's /usr/bin/chromium).
 
-`python -m tests.browser` installs what the browser tests need when it is missing: Debian's chromium
-(as root, with apt-get). The README's test command and .ci/run call it before pytest, so CI runs the
-browser tests on a fresh machine instead of skipping them.
+`python -m tests.browser` installs what the tests need when it is missing: Debian's chromium (as root,
+with apt-get) for the browser tests, and the real ACP agents for tests/test_acp_real.py (tests/agents.py:
+Node from Debian's packages where missing, the pinned npm packages into tests/.agents/). The README's
+test command and .ci/run call it before pytest, so CI runs these tests on a fresh machine instead of
+skipping them.
 """
 
 from __future__ import annotations
@@ -41,4 +43,6 @@ def ensure() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(ensure())
+    from tests import agents
+
+    sys.exit(ensure() or agents.ensure())
