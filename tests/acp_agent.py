@@ -127,11 +127,15 @@ class TestAgent:
         self.state["sessions"][sid] = {"cwd": cwd, "history": [], "prompts": 0}
         self.cwd = cwd
         self.event(f"new {sid}")
-        asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
-            session_id=sid, update=AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
-                AvailableCommand(name="review", description="Review my current changes"),
-                AvailableCommand(name="init", description="create an AGENTS.md file"),
-                AvailableCommand(name="logout", description="logout of the agent")]))))
+        commands = AvailableCommandsUpdate(session_update="available_commands_update", available_commands=[
+            AvailableCommand(name="review", description="Review my current changes"),
+            AvailableCommand(name="init", description="create an AGENTS.md file"),
+            AvailableCommand(name="logout", description="logout of the agent")])
+        if os.environ.get("ACP_TEST_COMMANDS_FIRST"):  # the race claude-code-acp wins now and then: the
+            await self.conn.session_update(session_id=sid, update=commands)  # update is read before the answer
+        else:
+            asyncio.get_running_loop().call_later(0.05, lambda: asyncio.ensure_future(self.conn.session_update(
+                session_id=sid, update=commands)))
         from acp.schema import SessionConfigOptionSelect, SessionConfigSelectOption
         model = SessionConfigOptionSelect(id="model", name="Model", type="select", current_value="small", options=[
             SessionConfigSelectOption(value="small", name="Small"), SessionConfigSelectOption(value="large", name="Large")])

@@ -292,6 +292,20 @@ async def test_the_agents_slash_commands_are_starters(tmp_path, monkeypatch):
         assert any("You said: /review (prompt 1 of this session)" in i["text"] for i in t.items("s-2", kind="reply"))
 
 
+async def test_commands_sent_before_the_session_is_recorded_are_not_lost(tmp_path, monkeypatch):
+    """Issue 24 "Beyond": claude-code-acp sends `available_commands_update` right after
+    `session/new`'s answer, and it may be read before the adapter has recorded the session (about
+    1 run in 6 with the real agent). The scripted agent sends it before the answer, every time: the
+    commands are held for that session id and still become starters once the session is recorded."""
+    async with lab(tmp_path, monkeypatch, env={"ACP_TEST_COMMANDS_FIRST": "1"}) as t:
+        with trio.move_on_after(5):
+            while len(t.c._core.starters) < 3:
+                await trio.sleep(0.02)
+        assert t.c._core.starters == [{"id": "new-session", "label": "New session"},
+                                      {"id": "cmd-0", "label": "/review"}, {"id": "cmd-1", "label": "/init"}]
+        assert not t.adapter._held
+
+
 async def _state(c) -> tuple[int, dict]:
     from crew.sdk.server import Request
 

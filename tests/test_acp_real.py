@@ -541,8 +541,8 @@ def test_what_a_zed_user_has_the_agents_commands_modes_and_context(real):
     """Issue 24 'Beyond': Codex's slash commands (`available_commands_update`, sent in its first turn)
     are starters, without /logout; its `usage_update` shows as the context used. Claude Code's modes
     are the conversation's buttons, and a tap on `Accept Edits` really changes the mode: the next edit
-    runs without an ask. (Claude Code sends its commands right after `session/new`'s answer, before
-    the adapter has noted the session: the adapter drops them now and then, so they are not asserted.)"""
+    runs without an ask. Claude Code's slash commands are starters too: it sends them right after
+    `session/new`'s answer, often before the adapter has recorded the session (they are held until it is)."""
     phone, agent, standin = real
     notes = agent.work / "notes.txt"
     standin.script("warm up", [Text("Warm.")])
@@ -558,6 +558,8 @@ def test_what_a_zed_user_has_the_agents_commands_modes_and_context(real):
         assert "/review" in labels() and not {"/logout", "/login"} & set(labels()), labels()
         wait_for(lambda: "context" in (phone.pane().get("line2") or ""), what="the context used")
         return
+    wait_for(lambda: any(label.startswith("/") for label in labels()), what="the agent's commands as starters")
+    assert labels()[0] == "New session" and not {"/logout", "/login"} & set(labels()), labels()
     actions = {a["label"]: a for a in phone.pane()["actions"]}
     assert {"Default", "Accept Edits", "Plan Mode"} <= set(actions), actions
     phone.turn_ended()

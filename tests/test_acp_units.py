@@ -334,3 +334,25 @@ async def test_the_agents_stderr_is_relayed_escaped_line_by_line(tmp_path):
     with trio.fail_after(5):
         await adapter._relay_stderr(receive)
     assert logs == ["agent: warming up \\x1b[2J", "agent: last without newline"]
+
+
+async def test_updates_for_a_session_not_yet_recorded_are_held_bounded_and_briefly(autojump_clock, tmp_path):
+    """Issue 24 "Beyond" (claude-code-acp's commands before the session is recorded): an update for
+    an unknown session id is held, but only a few sessions, a few updates each, for HELD_FOR seconds
+    — an agent sending updates for ids it never answered with cannot grow the adapter."""
+    from crew.acp.adapter import HELD_FOR, HELD_SESSIONS, HELD_UPDATES, Adapter
+
+    adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda line: None)
+
+    def note(sid: str, n: int) -> schema.SessionNotification:
+        return schema.SessionNotification.model_validate({"sessionId": sid, "update": {
+            "sessionUpdate": "available_commands_update", "availableCommands": [{"name": f"c{n}", "description": "d"}]}})
+
+    for i in range(HELD_SESSIONS + 3):
+        for n in range(HELD_UPDATES + 5):
+            adapter._on_update(note(f"s{i}", n))
+    assert list(adapter._held) == [f"s{i}" for i in range(3, HELD_SESSIONS + 3)]  # the oldest dropped
+    assert all(len(kept) == HELD_UPDATES for _, kept in adapter._held.values())
+    await trio.sleep(HELD_FOR + 1)
+    adapter._on_update(note("late", 0))
+    assert list(adapter._held) == ["late"]  # the others expired

@@ -72,6 +72,7 @@ COMMANDS_MAX = 7  # slash commands offered as starters, after New session
 COMMANDS_SKIPPED = {"logout", "login"}  # one tap on the phone must not log the agent out (codex-acp offers /logout)
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
+HELD_SESSIONS, HELD_UPDATES, HELD_FOR = 4, 8, 10.0  # updates for a session id not yet recorded (see _on_update)
 
 
 def _dump(model: pydantic.BaseModel) -> dict:
@@ -162,6 +163,7 @@ class Adapter:
         self.commands: list[str] = []  # the agent's slash commands, offered as starters
         self.live_sessions: set[str] = set()  # session ids the running agent knows (new or loaded)
         self.loading: set[str] = set()  # sessions replaying history now: their updates are not shown again
+        self._held: dict[str, tuple[float, list]] = {}  # session id not yet recorded -> (since, its updates)
         self.views: dict[str, SessionView] = {}  # conv id -> view
         self.turns: dict[str, _Turn] = {}  # session id -> the prompt in flight
         self.up = trio.Event()  # set while the agent answers
@@ -255,6 +257,7 @@ class Adapter:
         self.sessions.set(conv_id, session_id, self.cwd)
         self.live_sessions.add(session_id)
         self.view(conv_id).set_modes(self._new_modes)
+        self._recorded(session_id)  # after the answer's modes: what the agent sent since is newer
         await self._start_mode(ep, conv_id, session_id)
         await self._start_config(ep, conv_id, session_id)
         if self.trouble is not None:
@@ -440,9 +443,11 @@ class Adapter:
         return conv_id
 
     def _on_update(self, note: schema.SessionNotification) -> None:
+        if self.sessions.conv_of(note.session_id) is None and note.session_id not in self.loading:
+            self._hold(note)
+            return
         if isinstance(note.update, schema.AvailableCommandsUpdate):
-            if self.sessions.conv_of(note.session_id) is not None:
-                self._on_commands(note.update)
+            self._on_commands(note.update)
             return
         if note.session_id in self.loading:
             return  # a replay of what the SDK's state file already holds
@@ -450,6 +455,30 @@ class Adapter:
         if conv_id is None or conv_id not in self.collie._core.conversations:
             return
         self.view(conv_id).apply(note.update)
+
+    def _hold(self, note: schema.SessionNotification) -> None:
+        """An update for a session id not recorded yet: claude-code-acp sends its slash commands
+        right after `session/new`'s answer, which may be read before the adapter has recorded the
+        session. Kept, bounded (a few sessions, a few updates each, for a short while), until
+        `_recorded` applies them; anything else is dropped as before."""
+        now = trio.current_time()
+        for sid in [s for s, (since, _) in self._held.items() if now - since > HELD_FOR]:
+            del self._held[sid]
+        if note.session_id not in self._held:
+            if len(self._held) >= HELD_SESSIONS:
+                del self._held[next(iter(self._held))]
+            self._held[note.session_id] = (now, [])
+        kept = self._held[note.session_id][1]
+        if len(kept) < HELD_UPDATES:
+            kept.append(note)
+
+    def _recorded(self, session_id: str) -> None:
+        """The session is recorded: what it sent before that is applied now, in order."""
+        since, kept = self._held.pop(session_id, (0.0, []))
+        if trio.current_time() - since > HELD_FOR:
+            return
+        for note in kept:
+            self._on_update(note)
 
     async def _on_permission(self, req: schema.RequestPermissionRequest) -> dict:
         conv_id = self._known_session(req.session_id)
@@ -550,6 +579,7 @@ class Adapter:
         self.live_sessions.add(session_id)
         pane.set_subtitle(f"session {session_id[:40]}")
         self.view(conv_id).set_modes(self._new_modes)
+        self._recorded(session_id)  # after the answer's modes: what the agent sent since is newer
         await self._start_mode(ep, conv_id, session_id)
         await self._start_config(ep, conv_id, session_id)
         return True
@@ -763,6 +793,7 @@ class Adapter:
                 self.up = trio.Event()
                 self.endpoint = None
                 self.live_sessions.clear()
+                self._held.clear()
                 for turn in list(self.turns.values()):
                     if not turn.done.is_set():
                         turn.error = CRASHED
