@@ -94,7 +94,8 @@ def ensure() -> int:
 
 def _base_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     """The test process's environment less what could reach a real account or the network, and less
-    RUST_BACKTRACE (set on some machines): with it Codex ends an error with a stack trace, not its reason."""
+    RUST_BACKTRACE (set on some machines): with it Codex ends an error with a stack trace (the test of a
+    Codex that cannot start sets it, to check that the row still gives the reason)."""
     drop = ("OPENAI_", "CODEX_", "ANTHROPIC_", "CLAUDE_", "COLLIE_", "RUST_BACKTRACE", "RUST_LIB_BACKTRACE")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
     env.update(HOME=str(home), NO_COLOR="1", **extra)

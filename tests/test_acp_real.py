@@ -99,7 +99,7 @@ class RealAgent:
 
     def __init__(self, kind: str, paths, run: Path, model_url: str, *, terminal: bool = False,
                  auth: bool = False, broken: bool = False, args: tuple[str, ...] = (),
-                 sandbox: str | None = "1") -> None:
+                 sandbox: str | None = "1", backtrace: bool = False) -> None:
         self.kind, self.paths, self.run = kind, paths, run
         self.work = run / "work"
         self.work.mkdir(exist_ok=True)
@@ -116,6 +116,8 @@ class RealAgent:
                 env["IS_SANDBOX"] = sandbox
         if broken:  # a config the agent cannot read: it exits at once, saying why on stderr
             (home / "codex" / "config.toml").write_text("model = \n")
+        if backtrace:  # as some machines have it: Codex then ends its error with a stack trace
+            env["RUST_BACKTRACE"] = "1"
         env.update(COLLIE_CONFIG_DIR=str(paths.config_dir), COLLIE_STATE_DIR=str(paths.state_dir))
         self.env = env
         self.terminal = terminal
@@ -516,11 +518,13 @@ def test_codex_logs_in_with_the_api_key_its_environment_gives(real):
     assert keys == {"Bearer sk-standin-test"}, keys
 
 
-@pytest.mark.parametrize("real", [("codex", {"broken": True})], indirect=True)
+@pytest.mark.parametrize("real", [("codex", {"broken": True, "backtrace": True})], indirect=True)
 def test_an_agent_that_cannot_start_says_why_on_its_row(real):
     """Issue 24 item 8: codex-acp with a config it cannot read exits at once, every time. Its row does
     not claim it can work: it says `Starting` or `Unreachable` with the agent's own reason (its stderr),
-    and no empty `Session 1` is left behind; nothing of it keeps running between the restarts."""
+    and no empty `Session 1` is left behind; nothing of it keeps running between the restarts. With
+    RUST_BACKTRACE=1 (set on some machines) Codex follows its error with a stack trace: the row still
+    gives the `Error: …` line, not the trace's last frames."""
     phone, agent, standin = real
 
     def row():
@@ -532,6 +536,7 @@ def test_an_agent_that_cannot_start_says_why_on_its_row(real):
     except AssertionError:
         raise AssertionError(f"the row never gave the agent's reason: {row()}") from None
     assert "Starting" in words(shown) or "Unreachable" in words(shown), shown
+    assert "Error: error loading config" in words(shown) and "clone3" not in words(shown), shown
     assert phone.c.get(phone.base).json().get("open") == [], "an empty Session 1 was opened"
     assert not standin.requests
 

@@ -50,7 +50,7 @@ from crew.acp import files, framing, procs
 from crew.acp.framing import escape
 from crew.acp.rpc import Closed, Endpoint, RpcError
 from crew.acp.view import SessionView, permission_ask
-from crew.acp.words import AUTH_REQUIRED, Refusal, choose_auth, login_needed, plain, reason_of
+from crew.acp.words import AUTH_REQUIRED, Refusal, choose_auth, is_frame, login_needed, plain, reason_of, says_error
 from crew.errors import CollieError
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.sdk.agent import now_iso
@@ -174,7 +174,8 @@ class Adapter:
         self.config = dict(config or {})  # --config ID=VALUE: each new session gets them
         self.auth_methods: list = []
         self.trouble: str | None = None  # why the agent cannot work now (its row says so), or None
-        self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)
+        self.stderr_tail: deque[str] = deque(maxlen=STDERR_KEPT)  # its last lines, backtrace frames left out
+        self.stderr_errors: list[str] = []  # its first few lines saying what went wrong (`Error: …`), this run
         self._run_mark = 0
         self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
         self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
@@ -758,6 +759,7 @@ class Adapter:
         self._log(f"started {escape(shlex.join(self.command))} (pid {proc.pid})")
         ep = Endpoint(proc.stdin, proc.stdout, self.handle, log=self._log, max_line=self.max_line)
         self.stderr_tail.clear()
+        self.stderr_errors.clear()
         self._run_mark = self.stderr_count
         stderr_done = trio.Event()
         started = False  # initialize answered (the agent runs, working or refusing)
@@ -801,7 +803,7 @@ class Adapter:
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):
-            last = " / ".join(self.stderr_tail)
+            last = " / ".join(self.stderr_errors or self.stderr_tail)
             self._set_trouble(plain(f"The agent exited while starting (status {proc.returncode})"
                                     + (f": {last}" if last else "; it printed nothing on stderr")))
         return proc.returncode
@@ -820,13 +822,18 @@ class Adapter:
 
     async def _relay_stderr(self, stream: trio.abc.ReceiveStream, done: trio.Event | None = None) -> None:
         """The agent's stderr, line by line, escaped, into the adapter's log (a line cut at 500
-        characters); the last few lines are kept for the reason it did not start."""
+        characters); for the reason it did not start, its first lines saying what went wrong
+        (`Error: …`) are kept, and its last lines without a backtrace's frames (RUST_BACKTRACE=1)."""
         buf = bytearray()
 
         def line_out(raw: bytes) -> None:
             self._log(f"agent: {escape(raw, STDERR_LINE)}")
             text = plain(raw.decode("utf-8", "replace"), 160)
-            self.stderr_tail.append(text)
+            if says_error(text):
+                if len(self.stderr_errors) < STDERR_KEPT:
+                    self.stderr_errors.append(text)
+            if not is_frame(text) or not self.stderr_tail:
+                self.stderr_tail.append(text)
             self.stderr_count += 1
             self.stderr_recent.append((self.stderr_count, text))
 

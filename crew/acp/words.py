@@ -11,6 +11,9 @@ words: no Python class names, the agent's own reason where it gave one.
   applies (the agent may be logged in already).
 - `login_needed(methods)`: the sentence shown on the agent's row when it answers `Authentication
   required` (−32000): what it offers and what to do.
+- `says_error(line)`, `is_frame(line)`: which stderr lines of an agent that exited while starting
+  say what went wrong (`Error:`/`error:`/`fatal`/a panic) and which are a backtrace's frames
+  (`   9: clone3`, `at ./nptl/pthread_create.c:442:8`: RUST_BACKTRACE=1), not a reason.
 Every text is one line of printable characters, at most `REASON_MAX` long.
 """
 
@@ -31,6 +34,8 @@ LOGIN_MAX = 500  # what the bridge keeps of an agent's message
 GENERIC = {"internal error", "invalid params", "invalid request", "method not found", "parse error", "error",
            "server error", "request failed"}
 DATA_KEYS = ("details", "detail", "message", "error", "reason")
+FRAME = re.compile(r"^(?:\d+: |at \S.*:\d+\)?$|stack backtrace:?$|note: .*backtrace)", re.IGNORECASE)
+SAYS_ERROR = re.compile(r"^(?:error\b|fatal\b|panic\b|thread '.*' panicked)", re.IGNORECASE)
 ENV_NAME = re.compile(r"\b[A-Z][A-Z0-9_]*_(?:API_KEY|KEY|TOKEN)\b")
 
 
@@ -109,3 +114,13 @@ def login_needed(methods: list) -> str:
                      for m in methods)
     return plain(f"The agent needs a login. It offers: {ways}. Set what it needs in the environment of collie acp "
                  f"run, or pick one with --auth METHOD, and start it again.", LOGIN_MAX)
+
+
+def is_frame(line: str) -> bool:
+    """A backtrace's frame or its header (`   9: clone3`, `at ./nptl/pthread_create.c:442:8`)."""
+    return bool(FRAME.match(line.strip()))
+
+
+def says_error(line: str) -> bool:
+    """A line that says what went wrong (`Error: error loading config: …`, `fatal: …`, a panic)."""
+    return bool(SAYS_ERROR.match(line.strip()))
