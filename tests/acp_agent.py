@@ -114,7 +114,7 @@ class TestAgent:
         raise RequestError(-32603, "Internal error", {"details": f"cannot log in with {method_id} here"})
 
     async def new_session(self, cwd: str, mcp_servers=None, **kw):
-        if os.environ.get("ACP_TEST_NEW_FAILS"):  # as claude-code-acp run as root without IS_SANDBOX=1
+        if os.environ.get("ACP_TEST_NEW_FAILS"):  # as claude-code-acp run as root with IS_SANDBOX set, not to 1
             from acp import RequestError
             print(os.environ["ACP_TEST_NEW_FAILS"], file=sys.stderr, flush=True)
             print("Error handling request {", file=sys.stderr, flush=True)
