@@ -10,11 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from crew.paths import Paths
-from tests.conftest import BridgeProcess, collie_env, run_collie
-from tests.crewlab import wait_for
-from tests.live import cleanup, short_dir
-from tests.test_durable_e2e import Agents, live
+from tests.test_durable_e2e import deployer_lead
 
 pytestmark = pytest.mark.slow
 
@@ -27,22 +23,9 @@ HUGE = b"9" * 5000
 
 @pytest.fixture(scope="module")
 def lead():
-    run = short_dir()
-    paths = Paths(config_dir=run / "config", state_dir=run / "state")
-    agents = Agents()
-    sock = str(run / "deployer" / "a.sock")
-    agents.start("deployer", "--socket", sock)
-    assert run_collie(paths, "durable", "attach", "deployer", "--socket", sock).returncode == 0
-    b = BridgeProcess(paths, collie_env(paths))
-    address = b.wait_ready()["address"]
-    wait_for(lambda: live(paths)["deployer"]["status"] == "ready")
-    token = (paths.state_dir / "api-token").read_text().strip()
-    with httpx.Client(base_url=address, timeout=20, headers={"authorization": f"Bearer {token}"}) as c:
+    with deployer_lead() as lab, httpx.Client(base_url=lab["base"], timeout=20,
+                                              headers={"authorization": f"Bearer {lab['token']}"}) as c:
         yield c
-    b.stop()
-    b.proc.stdout.close()
-    agents.stop()
-    cleanup(run)
 
 
 @pytest.mark.parametrize("path", WRITES)

@@ -13,11 +13,8 @@ import re
 import httpx
 import pytest
 
-from crew.paths import Paths
-from tests.conftest import BridgeProcess, collie_env, run_collie
-from tests.crewlab import wait_for
-from tests.live import cleanup, short_dir
-from tests.test_durable_e2e import Agents, live
+from tests.conftest import run_collie
+from tests.test_durable_e2e import deployer_lead
 
 pytestmark = pytest.mark.slow
 CSRF = {"X-Collie-CSRF": "1"}
@@ -26,21 +23,8 @@ ITEMS = "/api/agents/local/deployer/conversations/deploy/items"
 
 @pytest.fixture(scope="module")
 def lead():
-    run = short_dir()
-    paths = Paths(config_dir=run / "config", state_dir=run / "state")
-    agents = Agents()
-    sock = str(run / "deployer" / "a.sock")
-    agents.start("deployer", "--socket", sock)
-    assert run_collie(paths, "durable", "attach", "deployer", "--socket", sock).returncode == 0
-    b = BridgeProcess(paths, collie_env(paths))
-    address = b.wait_ready()["address"]
-    wait_for(lambda: live(paths)["deployer"]["status"] == "ready")
-    token = (paths.state_dir / "api-token").read_text().strip()
-    yield {"base": address, "paths": paths, "token": token, "bridge": b}
-    b.stop()
-    b.proc.stdout.close()
-    agents.stop()
-    cleanup(run)
+    with deployer_lead() as lab:
+        yield lab
 
 
 def pair(lead, name: str = "pixel") -> tuple[str, str]:

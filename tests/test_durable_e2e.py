@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,8 +14,9 @@ import pytest
 import trustme
 
 from crew import control
+from crew.paths import Paths
 from crew.wire import ask_digest
-from tests.conftest import REPO, collie_env, run_collie
+from tests.conftest import REPO, BridgeProcess, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
 
@@ -61,6 +63,29 @@ def agents():
 
 def live(paths) -> dict:
     return {a["name"]: a for a in control.call(paths.control_socket, "agents")["agents"]}
+
+
+@contextlib.contextmanager
+def deployer_lead():
+    """A real `collie serve` in short temporary folders with the `deployer` fixture agent attached and
+    ready: yields {base, paths, token, bridge}; stops both and removes the folders after."""
+    run = short_dir()
+    paths = Paths(config_dir=run / "config", state_dir=run / "state")
+    agents = Agents()
+    sock = str(run / "deployer" / "a.sock")
+    agents.start("deployer", "--socket", sock)
+    assert run_collie(paths, "durable", "attach", "deployer", "--socket", sock).returncode == 0
+    b = BridgeProcess(paths, collie_env(paths))
+    try:
+        address = b.wait_ready()["address"]
+        wait_for(lambda: live(paths)["deployer"]["status"] == "ready")
+        token = (paths.state_dir / "api-token").read_text().strip()
+        yield {"base": address, "paths": paths, "token": token, "bridge": b}
+    finally:
+        b.stop()
+        b.proc.stdout.close()
+        agents.stop()
+        cleanup(run)
 
 
 def test_attach_real_agents_list_them_and_survive_a_crash(paths, bridge, agents, run_dir):
