@@ -87,14 +87,16 @@ def browser():
         b.close()
 
 
-def paired_page(crew: Crew, browser, service_workers: str = "block", init_script: str | None = None):
-    """A phone paired from a fresh link. Its service worker is blocked unless asked for: once it controls
+def paired_page(crew: Crew, browser, service_workers: str = "block", init_script: str | None = None, **context):
+    """A phone paired from a fresh link (`context`: more of the browser context's options, e.g. another
+    viewport or time zone). Its service worker is blocked unless asked for: once it controls
     the page, Playwright's `page.route` no longer sees the page's requests (Playwright's documented
     limit), and the tests that hold or fail a request would wait for ever, depending on timing."""
     out = crew.lead.collie("pair", "--no-qr")
     assert out.returncode == 0, out.stderr
     link = re.search(r"(https?://\S+/pair#\S+)", out.stdout).group(1)
-    ctx = browser.new_context(viewport=PHONE, device_scale_factor=2, service_workers=service_workers)
+    ctx = browser.new_context(**{"viewport": PHONE, "device_scale_factor": 2, "service_workers": service_workers,
+                                 **context})
     if init_script:
         ctx.add_init_script(init_script)
     page = ctx.new_page()

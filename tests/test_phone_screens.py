@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.browser import launch
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
-from tests.test_phone_app import agent_items, open_ask, pane_of, pump_until, ready
+from tests.test_phone_app import browser  # noqa: F401 (the module's browser fixture)
+from tests.test_phone_app import agent_items, open_ask, paired_page, pane_of, pump_until, ready
 
 pytestmark = pytest.mark.slow
 
@@ -51,30 +51,10 @@ def crew():
     c.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
-
 def phone_page(crew: Crew, browser, phone: str, service_workers: str = "block"):
     width, height, scheme, zone = PHONES[phone]
-    out = crew.lead.collie("pair", "--no-qr")
-    assert out.returncode == 0, out.stderr
-    link = re.search(r"(https?://\S+/pair#\S+)", out.stdout).group(1)
-    ctx = browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=2, has_touch=True,
-                              color_scheme=scheme, timezone_id=zone, service_workers=service_workers)
-    page = ctx.new_page()
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.goto(link)
-    page.wait_for_url(re.compile(r"/(#/?)?$"))
-    page.wait_for_selector("main section")
-    page.base = link.split("/pair#")[0]
+    page = paired_page(crew, browser, service_workers, viewport={"width": width, "height": height},
+                       has_touch=True, color_scheme=scheme, timezone_id=zone)
     page.zone = zone
     return page
 
