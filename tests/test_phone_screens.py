@@ -488,3 +488,58 @@ def test_a_long_conversation_opens_at_its_newest_with_a_bounded_number_of_nodes(
     finally:
         c.stop()
 
+
+def test_a_flooding_chat_keeps_what_the_user_reads_types_and_taps(browser):
+    """#29, C1, Q1: while an agent appends 400 items a second, a user who scrolled up keeps reading the same
+    items (the window does not slide under them, new ones wait behind `New items`), a half-typed answer
+    in the ask card stays as typed, and a tap on the card's Send lands (the agent replies it)."""
+    c = Crew(short_dir("cf"))
+    c.lead.agent("flood", "endless", "--rate", "400", "--size", "40", "--ask")
+    c.start_lead()
+    base = "/api/agents/local/flood/conversations/f00000"
+
+    def replies() -> list[str]:  # every kept item's text, read page by page to the newest
+        texts, since = [], None
+        with c.client() as cl:
+            while True:
+                page = cl.get(f"{base}/items?limit=500" + (f"&since={since}" if since else "")).json()
+                texts += [i.get("text") or "" for i in page.get("items", [])]
+                if not page.get("more"):
+                    return texts
+                since = page["next_since"]
+
+    newest = "() => Math.max(...[...document.querySelectorAll('.items .item')].map((e) => " \
+             "parseInt(e.textContent, 10)).filter((n) => !isNaN(n)))"
+    try:
+        ready(c, "local", 1)
+        wait_for(lambda: len(replies()) >= 300, timeout=30, what="300 items")
+        page = phone_page(c, browser, "390x844-light")
+        goto(page, "#/c/local/flood/f00000")
+        card = page.locator(".card[data-ask]")
+        card.wait_for()
+        pump_until(page, lambda: page.locator(".items .item").count() >= 150, timeout=15, what="the newest page")
+        box = card.locator("input[type=text]")
+        box.fill("feature/half")
+        page.evaluate("scrollTo(0, 0)")
+        first = page.locator(".items .item").first
+        first.evaluate("(e) => { e.seenByTest = true; }")  # the very node the user is reading
+        reading, drawn = first.inner_text(), page.evaluate(newest)
+        # the agent goes on 400 items past what the page drew while the user reads the top
+        pump_until(page, lambda: max((int(t.split()[0]) for t in replies()[-50:] if t[:1].isdigit()), default=0)
+                   > drawn + 400, timeout=15, what="400 more items")
+        pump_until(page, lambda: page.get_by_role("button", name="New items").is_visible(), timeout=10,
+                   what="New items offered")
+        assert first.evaluate("(e) => e.seenByTest === true") and first.inner_text() == reading
+        assert page.evaluate(newest) < drawn + 400, "the window slid to the newest items under the reader"
+        assert box.input_value() == "feature/half"
+        assert "12 of 40" in card.inner_text()
+        asked = card.get_attribute("data-ask")
+        card.get_by_role("button", name="Send").click()
+        wait_for(lambda: "answer: feature/half" in replies(), timeout=15, what="the answer replied")
+        pump_until(page, lambda: page.locator(".card[data-ask]").get_attribute("data-ask") != asked, timeout=10,
+                   what="the next ask in its place")
+        assert page.errors == [], page.errors
+        page.context.close()
+    finally:
+        c.stop()
+

@@ -36,7 +36,7 @@ export function askCard(ask) {
   const locked = st.outcome && !["unknown", "changed", "refused", "invalid", "offline"].includes(st.outcome);
   const kids = [h("div", { class: "head", text: S.needsAnswer(agent) }), h("div", { class: "title", text: ask.title })];
   const cd = countdown(ask);
-  if (cd) kids.push(h("div", { class: "note", "data-expiry": ask.expires_at, text: cd }));
+  if (cd) kids.push(h("div", { class: "note", "data-expiry": ask.expires_at, "data-live": "", text: cd }));
   if (ask.body) kids.push(h("div", { text: ask.body }));
   if (ask.shortened || ask.text_shortened) kids.push(h("div", { class: "note", text: S.textShortened }));
   const dis = st.pending || locked;
@@ -69,7 +69,7 @@ export function askCard(ask) {
       }, text: S.send }));
   } else if (ask.kind === "text") {
     const max = ask.max_length || 500;
-    const counter = h("div", { class: "note", text: S.counter(0, max) });
+    const counter = h("div", { class: "note", "data-live": "", text: S.counter(0, max) });
     const input = h("input", { type: "text", maxlength: max, placeholder: ask.placeholder || "", disabled: dis,
       "aria-label": ask.title, oninput: (e) => { counter.textContent = S.counter(e.target.value.length, max); } });
     kids.push(input, counter, h("button", { class: "primary", disabled: dis, onclick: () => answer(ask, { text: input.value }), text: S.send }));

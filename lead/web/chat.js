@@ -2,21 +2,24 @@
 // It opens at the newest item, follows new ones while the user is at the bottom (else offers `New items`),
 // and a Needs you tap (#/c/…/<ask id>) lands on that ask's card.
 import { S } from "./strings.js";
-import { h, show, where, enc, rid } from "./dom.js";
+import { h, show, redraw, $view, where, enc, rid } from "./dom.js";
 import { api, write, Unreachable, Offline } from "./api.js";
 import { app, setItems, agentNotice } from "./state.js";
 import { itemNode } from "./items.js";
 import { askCard } from "./askcard.js";
 import { icon } from "./icons.js";
 
-// #29: the chat draws at most its newest WINDOW items (a long conversation would otherwise keep thousands
-// of nodes); `Show earlier messages` widens the window by a page, keeping what is on screen in place.
+// #29: the chat draws at most WINDOW items (a long conversation would otherwise keep thousands of nodes):
+// its newest while the user follows them; once they scrolled up, the window stays where it is (what they
+// read does not slide away under new items, which wait behind `New items`). `Show earlier messages` widens
+// it by a page above, keeping what is on screen in place.
 const WINDOW = 200;
-const scroll = { conv: null, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW };
+const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null, above: null });
+const scroll = { conv: null, ...fresh() };
 export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
   if (scroll.conv !== key) {  // a new conversation: its own status line, opened at its newest
-    Object.assign(scroll, { conv: key, opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW });
+    Object.assign(scroll, { conv: key, ...fresh() });
     editorNote = ""; confirmClose = false; renaming = false; blockedBy = null;
   }
   if (r.ask && scroll.landed !== r.ask) scroll.landed = null;
@@ -114,6 +117,7 @@ let confirmClose = false, renaming = false, toBottom = false;
 function showEarlier() {
   const from = document.documentElement.scrollHeight - window.scrollY;
   scroll.window += WINDOW;
+  scroll.first = scroll.above;
   keepFromBottom = from;
   render();
 }
@@ -151,6 +155,7 @@ function actionBar(r, p) {
     h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
 }
+function keyed(node, key) { node.dataset.key = key; return node; }
 function grow(box) { box.style.height = "auto"; box.style.height = `${Math.min(box.scrollHeight + 2, 160)}px`; }
 function menu(r, p) {
   const c = p.controls || {};
@@ -186,8 +191,8 @@ export function render() {
     return show(notice ? h("p", { class: "warning", role: "status", text: notice }) : null,
       h("p", { class: "muted", text: S.notOpen }));
   }
-  const keep = document.getElementById("editor");
-  let draft = keep ? keep.value : "";
+  const before = document.getElementById("editor");
+  let draft = before ? before.value : "";
   const focused = document.activeElement && document.activeElement.id === "editor";
   const follow = keepFromBottom === null && (toBottom || !scroll.opened || atBottom());
   toBottom = false;
@@ -198,15 +203,19 @@ export function render() {
   for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
   const placed = new Set();
   const all = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
-  const items = all.length > scroll.window ? all.slice(-scroll.window) : all;
-  const earlier = all.length - items.length;
+  let start = follow || scroll.first === null ? -1 : all.findIndex((i) => i.seq >= scroll.first);
+  if (start < 0) start = Math.max(0, all.length - scroll.window);
+  const items = all.slice(start, start + scroll.window);
+  const earlier = start;
+  scroll.first = items.length ? items[0].seq : null;
+  scroll.above = all.length ? all[Math.max(0, start - WINDOW)].seq : null;
   const echoed = new Set(all.filter((i) => i.kind === "user" && i.request_id).map((i) => i.request_id));
   const list = [];
-  if (earlier > 0) list.push(h("button", { class: "row earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
-  const cardFor = (a) => { placed.add(a.id); return askCard(a); };
+  if (earlier > 0) list.push(h("button", { class: "row earlier", "data-key": "earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
+  const cardFor = (a) => { placed.add(a.id); return keyed(askCard(a), `a:${a.id}`); };
   for (const it of items) {
     const node = itemNode(it);
-    if (node) list.push(node);
+    if (node) list.push(keyed(node, `i:${it.id}`));
     const here = (byItem.get(it.id) || []).concat(it.kind === "tool" ? byItem.get(`tool:${it.tool_call_id}`) || [] : []);
     for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
   }
@@ -218,7 +227,7 @@ export function render() {
     if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
   }
   for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
-  if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", onclick: () => { app.allAsks = true; render(); },
+  if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", "data-key": "more-asks", onclick: () => { app.allAsks = true; render(); },
     text: S.showMore(p.more_asks) }));
   if (blockedBy && !open.has(blockedBy)) blockedBy = null;
   // C3: my own lines until the agent's copy arrives (the lead's recent sends, then this page's own)
@@ -237,25 +246,31 @@ export function render() {
     const same = m.at ? byText.findIndex((i) => i.text === m.text && Math.abs(new Date(i.at).getTime() - m.at) <= 30000) : -1;
     if (same >= 0) { byText.splice(same, 1); continue; }  // C4: matched by identical text within 30 s
     if (m.at && Date.now() - m.at > 10 * 60 * 1000) continue;      // C4: never echoed, gone after 10 minutes
-    list.push(mineNode(m));
+    list.push(keyed(mineNode(m), `m:${id}`));
   }
   const last = items[items.length - 1];
-  if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "aria-label": S.working, text: "•••" }));
+  if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "data-key": "working", "aria-label": S.working, text: "•••" }));
   const [bar, editor] = actionBar(r, p);
   editor.value = draft;
   const newest = all.length ? all[all.length - 1].seq : 0;
   const grew = scroll.opened && (list.length > scroll.seen || newest > scroll.newest);
   scroll.seen = list.length; scroll.newest = newest;
   if (follow) scroll.more = false; else if (grew) scroll.more = true;
-  const more = scroll.more ? h("button", { class: "new-items", onclick: () => { scroll.more = false; toBottom = true; render(); }, text: S.newItems }) : null;
-  show(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })),
-    p.line2 ? h("p", { class: "header2", text: p.line2 }) : null,
-    notice ? h("p", { class: "warning", role: "status", text: notice }) : null, menu(r, p),
-    h("div", { class: "items" }, list), more, bar);
-  document.getElementById("view").classList.add("chat");
-  grow(editor);
-  document.documentElement.style.setProperty("--bar", `${bar.offsetHeight}px`);
-  if (focused) editor.focus({ preventScroll: true });
+  const more = scroll.more ? h("button", { class: "new-items", "data-key": "more", onclick: () => { scroll.more = false; toBottom = true; render(); }, text: S.newItems }) : null;
+  // This chat already on screen is drawn over in place: what draws the same stays the same node (dom.js keep)
+  const screen = `chat:${scroll.conv}`, view = $view();
+  const oldEditor = view.dataset.screen === screen && document.getElementById("editor");
+  if (oldEditor) editor.style.height = oldEditor.style.height;  // grow() sets it once drawn
+  const drawn = redraw(screen, [keyed(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })), "title"),
+    p.line2 ? h("p", { class: "header2", "data-key": "line2", text: p.line2 }) : null,
+    notice ? h("p", { class: "warning", "data-key": "notice", role: "status", text: notice }) : null, keyed(menu(r, p), "menu"),
+    h("div", { class: "items", "data-key": "items", "data-deep": "" }, list), more, keyed(bar, "bar")]);
+  if (!drawn) view.classList.add("chat");
+  const ed = document.getElementById("editor");
+  if (ed.value !== draft) ed.value = draft;
+  grow(ed);
+  document.documentElement.style.setProperty("--bar", `${view.querySelector(":scope > .bar").offsetHeight}px`);
+  if (focused && document.activeElement !== ed) ed.focus({ preventScroll: true });
   if (keepFromBottom !== null) {  // the earlier page went in above: what was on screen stays where it was
     window.scrollTo(0, document.documentElement.scrollHeight - keepFromBottom);
     keepFromBottom = null;

@@ -1,6 +1,6 @@
 // The dashboard (D1–D5): the Needs you list above one Durable agents section per machine.
 import { S } from "./strings.js";
-import { h, show, where, enc, ago, clock } from "./dom.js";
+import { h, redraw, where, enc, ago, clock } from "./dom.js";
 import { app, loadDashboard } from "./state.js";
 
 function approvalsOf(machine, agent) {
@@ -17,7 +17,7 @@ function agentRow(machine, a) {
     : h("span", { class: "right status" }, a.status_label || a.status || "", pending);
   // D1: why an agent does not answer, in the user's words (the bridge's detail is for `collie doctor`)
   const reason = a.status === "unreachable" ? h("div", { class: "l2", text: S.unreachableWhy(a.name, a.reason) }) : null;
-  return h("li", {}, h("a", { class: "row", href: `#/a/${enc(machine)}/${enc(a.name)}` },
+  return h("li", { "data-key": `a:${a.name}` }, h("a", { class: "row", href: `#/a/${enc(machine)}/${enc(a.name)}` },
     h("span", { class: "main" }, h("div", { class: "l1" }, a.name, h("span", { class: "badge", text: S.experimental })),
       h("div", { class: "l2", text: a.line2 || "" }), reason), right));
 }
@@ -29,21 +29,21 @@ export function render() {
   const count = app.needs.length + approvals.length;
   if (count) {
     const where2 = (n) => `${n.agent}${n.machine !== "local" ? " · " + n.machine : ""}`;
-    nodes.push(h("section", { class: "section-needs", "aria-labelledby": "needs-h" },
-      h("h2", { id: "needs-h" }, S.needsYou, h("span", { "aria-label": S.needsCount(count), text: ` (${count})` })),
-      h("ul", { class: "rows" }, app.needs.map((n) => h("li", {}, h("a", {
+    nodes.push(h("section", { class: "section-needs", "aria-labelledby": "needs-h", "data-key": "needs", "data-deep": "" },
+      h("h2", { id: "needs-h", "data-key": "h2" }, S.needsYou, h("span", { "aria-label": S.needsCount(count), text: ` (${count})` })),
+      h("ul", { class: "rows", "data-key": "rows", "data-deep": "" }, app.needs.map((n) => h("li", { "data-key": `n:${n.machine}/${n.ask}` }, h("a", {
         class: "row", href: `#/c/${enc(n.machine)}/${enc(n.agent)}/${enc(n.conversation)}/${enc(n.ask)}` },
         h("span", { class: "main" }, h("div", { class: "l1", text: n.title || "" }),
           h("div", { class: "l2", text: `${n.conversation_title || S.untitled} · ${where2(n)}` })),
         h("span", { class: "right", text: ago(n.since) })))),
-      approvals.map((a) => h("li", {}, h("a", { class: "row", href: `#/inbox/${enc(a.machine)}/${enc(a.agent)}` },
+      approvals.map((a) => h("li", { "data-key": `i:${a.machine}/${a.agent}` }, h("a", { class: "row", href: `#/inbox/${enc(a.machine)}/${enc(a.agent)}` },
         h("span", { class: "main" }, h("div", { class: "l1", text: S.approvals(a.count, a.agent) }),
           h("div", { class: "l2", text: `${S.inbox} · ${where2(a)}` }))))))));
   }
   const toggle = h("input", { type: "checkbox", id: "only", checked: app.onlyNeeds,
     onchange: (e) => { app.onlyNeeds = e.target.checked; localStorage.setItem("onlyNeeds", app.onlyNeeds ? "1" : "0"); render(); } });
-  nodes.push(h("label", { class: "toggle", for: "only" }, toggle, S.onlyNeedsYou));
-  if (app.push.offer) nodes.push(h("button", { id: "push", text: S.notifyOn,
+  nodes.push(h("label", { class: "toggle", for: "only", "data-key": "only" }, toggle, S.onlyNeedsYou));
+  if (app.push.offer) nodes.push(h("button", { id: "push", "data-key": "push", text: S.notifyOn,
     onclick: () => import("./push.js").then((m) => m.turnOnPush()).then(render) }));
   if (app.push.note) nodes.push(h("p", { class: "note", role: "status", text: app.push.note }));
   // D2, D5: a section with an agent waiting for you moves above the others
@@ -52,11 +52,11 @@ export function render() {
     const rows = s.agents.filter((a) => !app.onlyNeeds || a.waiting);
     if (!rows.length) continue;
     const title = s.label ? `${S.durableAgents} · ${s.label}` : S.durableAgents;
-    nodes.push(h("section", { class: s.waiting ? "section-needs" : "", "data-machine": s.machine },
-      h("h2", {}, title, s.online === false ? h("span", { class: "note", text: ` · ${S.machineOffline(clock(s.offline_since))}` }) : null),
-      h("ul", { class: "rows" }, rows.map((a) => agentRow(s.machine, a)))));
+    nodes.push(h("section", { class: s.waiting ? "section-needs" : "", "data-machine": s.machine, "data-key": `m:${s.machine}`, "data-deep": "" },
+      h("h2", { "data-key": "h2" }, title, s.online === false ? h("span", { class: "note", text: ` · ${S.machineOffline(clock(s.offline_since))}` }) : null),
+      h("ul", { class: "rows", "data-key": "rows", "data-deep": "" }, rows.map((a) => agentRow(s.machine, a)))));
   }
   if (!app.dash.sections.length) nodes.push(h("p", { class: "muted", text: S.noAgents }));
-  show(...nodes);
+  redraw("dash", nodes);  // a row that changed is redrawn alone: a tap on another is not lost
 }
 export const load = () => loadDashboard();

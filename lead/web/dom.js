@@ -18,9 +18,48 @@ export function h(tag, attrs = {}, ...kids) {
 export const $view = () => document.getElementById("view");
 // Draw a screen. An absent part (null, false) draws nothing: replaceChildren would write it as "null".
 export function show(...nodes) {
-  const v = $view(); v.className = "";
+  const v = $view(); v.className = ""; delete v.dataset.screen;
   v.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
   v.dataset.route = location.hash || "#/";
+}
+// Draw over what is shown, keeping a node that draws the same as its fresh copy: a button under the user's
+// finger, a half-typed answer or an opened tool output is not swapped by a redraw (a flooding agent redraws
+// the chat many times a second). Nodes that may be kept carry data-key; a text marked data-live (a countdown,
+// a typed answer's counter) moves by itself and is not compared. A kept node marked data-deep (a container
+// without handlers of its own) that changed takes the fresh one's attributes and its children are drawn
+// over in the same way, so one changed row replaces that row only.
+export function keep(parent, fresh) {
+  const old = new Map();
+  for (const o of (parent && parent.children) || []) if (o.dataset.key) old.set(o.dataset.key, o);
+  fresh = fresh.flat().filter((n) => n !== null && n !== undefined && n !== false);
+  return fresh.map((n) => {
+    const o = n && n.dataset && n.dataset.key ? old.get(n.dataset.key) : null;
+    if (!o) return n;
+    old.delete(n.dataset.key);
+    const a = o.querySelectorAll("[data-live]"), b = n.querySelectorAll("[data-live]");
+    if (a.length === b.length) b.forEach((e, i) => { e.textContent = a[i].textContent; });
+    if (o.isEqualNode(n)) return o;
+    if (!n.hasAttribute("data-deep") || o.tagName !== n.tagName) return n;
+    for (const at of [...o.attributes]) if (!n.hasAttribute(at.name)) o.removeAttribute(at.name);
+    for (const at of n.attributes) if (o.getAttribute(at.name) !== at.value) o.setAttribute(at.name, at.value);
+    place(o, keep(o, [...n.childNodes]));
+    return o;
+  });
+}
+// Draw a screen: over itself in place when it is the one shown (same `screen` name), else afresh.
+export function redraw(screen, nodes) {
+  const v = $view();
+  nodes = nodes.flat().filter((n) => n !== null && n !== undefined && n !== false);
+  if (v.dataset.screen !== screen) { show(nodes); v.dataset.screen = screen; return false; }
+  place(v, keep(v, nodes));
+  v.dataset.route = location.hash || "#/";
+  return true;
+}
+// Put exactly `nodes` into parent, in order, moving nothing that is already in its place.
+export function place(parent, nodes) {
+  let at = parent.firstChild;
+  for (const n of nodes) { if (n === at) at = at.nextSibling; else parent.insertBefore(n, at); }
+  while (at) { const next = at.nextSibling; at.remove(); at = next; }
 }
 export function where(text) { document.getElementById("where").textContent = text || ""; }
 export function banner(text) { const b = document.getElementById("banner"); b.hidden = !text; b.textContent = text || ""; }
