@@ -19,6 +19,14 @@ compared with that one device's cookie hash, so cookies planted by a neighbour u
 (which the browser sends first) cannot shadow the phone's own, however many there are (issue 25 D1).
 A device paired before device keys (its row has no key) is refused until it pairs again.
 
+A neighbour can still *replace* the phone's cookie (one of the same name and `Path`; on `127.0.0.1`
+Chromium lets even a plain-HTTP port replace a `Secure` one). So that this logs nobody out, the pairing
+page also makes a **signing key** (ECDSA P-256, WebCrypto, not extractable: script can use it on the
+lead's own page but never read it out) and sends its public half with the code. A page whose cookie was
+replaced asks `POST /pair/renew` with its device key for a **challenge** (24 random bytes, 60 seconds,
+one use, for that device), signs it, and trades the signature for a new cookie (`renew`). The device key
+alone (say, copied off the phone) renews nothing; the old cookie stops working.
+
 The lead keeps SHA-256 hashes of codes, cookies and keys, never one of them; tickets live in memory.
 
 `collie devices` lists paired phones (name, paired at, last seen); `collie devices revoke NAME`
@@ -31,6 +39,7 @@ synchronous=FULL) is the record, read once at start. Only the lead process write
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import re
@@ -54,6 +63,9 @@ SECURE_COOKIE = "__Host-collie_device"  # over TLS: Secure, Path=/, no Domain â€
 COOKIE_NAMES = (SECURE_COOKIE, COOKIE)
 KEY_HEADER = "X-Collie-Device-Key"
 TICKET_TTL = 60.0
+CHALLENGE_TTL = 60.0
+MAX_CHALLENGES = 64
+RENEW_CONTEXT = b"collie-renew-v1\n"  # what a renewal signs, before the challenge
 TICKET_BYTES = 24
 MAX_TICKETS = 256
 
@@ -61,7 +73,7 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS codes (hash TEXT PRIMARY KEY, created_at REAL NOT NULL, expires_at REAL NOT NULL,
     used_at REAL);
 CREATE TABLE IF NOT EXISTS devices (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, hash TEXT NOT NULL UNIQUE,
-    paired_at REAL NOT NULL, last_seen REAL, key_hash TEXT);
+    paired_at REAL NOT NULL, last_seen REAL, key_hash TEXT, sign_key TEXT);
 """
 
 
@@ -77,10 +89,56 @@ class Device:
     paired_at: float
     last_seen: float | None = None
     key_hash: str | None = None  # None: paired before device keys (issue 25.1); refused until paired again
+    sign_key: str | None = None  # the page's public signing key (base64url P-256 point); None: no renewal
     written_seen: float | None = None
 
     def public(self) -> dict:
         return {"id": self.id, "name": self.name, "paired_at": self.paired_at, "last_seen": self.last_seen}
+
+
+class RenewRefused(Exception):
+    """A cookie renewal that cannot be done; the message says what the phone should do."""
+
+
+def parse_sign_key(value: object) -> str | None:
+    """A public signing key as the pairing page sends it (base64url of the 65-byte uncompressed P-256
+    point), checked to be a point on the curve; None when absent. Raises `ValueError` when malformed."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 80 <= len(value) <= 100:
+        raise ValueError("sign_key must be the base64url of a 65-byte P-256 public key")
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw)
+    except (ValueError, TypeError):
+        raise ValueError("sign_key is not a P-256 public key") from None
+    if len(raw) != 65:
+        raise ValueError("sign_key must be an uncompressed P-256 point (65 bytes)")
+    return value
+
+
+def signature_ok(sign_key: str, data: bytes, signature: object) -> bool:
+    """True when `signature` (base64url of WebCrypto's 64-byte râ€–s) is `sign_key`'s over `data`."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    if not isinstance(signature, str) or len(signature) > 100:
+        return False
+    try:
+        raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+        if len(raw) != 64:
+            return False
+        pub = ec.EllipticCurvePublicKey.from_encoded_point(
+            ec.SECP256R1(), base64.urlsafe_b64decode(sign_key + "=" * (-len(sign_key) % 4)))
+        pub.verify(encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")), data,
+                   ec.ECDSA(hashes.SHA256()))
+        return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
 
 
 class PairingRefused(Exception):
@@ -107,13 +165,17 @@ class Devices:
         self.again = again  # the command a refused link tells to run (`collie demo pair` in the demo)
         self.db = open_db(path)
         self.db.executescript(SCHEMA)
-        if "key_hash" not in {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}:
+        columns = {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}
+        if "key_hash" not in columns:
             self.db.execute("ALTER TABLE devices ADD COLUMN key_hash TEXT")  # a file from before device keys
+        if "sign_key" not in columns:
+            self.db.execute("ALTER TABLE devices ADD COLUMN sign_key TEXT")  # a file from before renewals
         self.tickets: dict[str, tuple[str, float]] = {}  # hash -> (device id, expires)
+        self.challenges: dict[str, tuple[str, float]] = {}  # cookie renewals: challenge -> (device id, expires)
         self.codes: dict[str, tuple[float, float | None]] = {
             h: (exp, used) for h, exp, used in self.db.execute("SELECT hash, expires_at, used_at FROM codes")}
         self.by_hash: dict[str, Device] = {}
-        for row in self.db.execute("SELECT id, name, hash, paired_at, last_seen, key_hash FROM devices"):
+        for row in self.db.execute("SELECT id, name, hash, paired_at, last_seen, key_hash, sign_key FROM devices"):
             dev = Device(*row)
             dev.written_seen = dev.last_seen
             self.by_hash[dev.hash] = dev
@@ -146,8 +208,9 @@ class Devices:
             if max(exp, used or 0) + 86400 < now:
                 self._drop_code(h)
 
-    def redeem(self, code: object, name: object, now: float) -> tuple[Device, str, str]:
-        """Trade a code for a new device credential: (device, cookie, key). Raises `PairingRefused`."""
+    def redeem(self, code: object, name: object, now: float, sign_key: str | None = None) -> tuple[Device, str, str]:
+        """Trade a code for a new device credential: (device, cookie, key). Raises `PairingRefused`.
+        `sign_key` (checked by `parse_sign_key`) lets the device renew a replaced cookie."""
         if not isinstance(code, str) or not 1 <= len(code) <= 200:
             raise PairingRefused("unknown", f"This pairing link is not valid. Run `{self.again}` again.")
         h = digest(code)
@@ -166,13 +229,14 @@ class Devices:
             raise PairingRefused("too_many", f"{MAX_DEVICES} phones are paired already. Revoke one with `collie devices revoke`.")
         credential, key = secrets.token_urlsafe(CREDENTIAL_BYTES), secrets.token_urlsafe(CREDENTIAL_BYTES)
         dev = Device(id=secrets.token_hex(6), name=self._unique(clean_name(name, "phone")), hash=digest(credential),
-                     paired_at=now, last_seen=now, key_hash=digest(key), written_seen=now)
+                     paired_at=now, last_seen=now, key_hash=digest(key), sign_key=sign_key, written_seen=now)
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             if self.db.execute("UPDATE codes SET used_at=? WHERE hash=? AND used_at IS NULL", (now, found)).rowcount != 1:
                 raise PairingRefused("used", f"This pairing link was already used. Run `{self.again}` again.")
-            self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen, key_hash) VALUES (?, ?, ?, ?, ?, ?)",
-                            (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash))
+            self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen, key_hash, sign_key) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                            (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash, dev.sign_key))
         self.codes[found] = (expires, now)
         self.by_hash[dev.hash] = dev
         self.by_key[dev.key_hash] = dev
@@ -240,6 +304,48 @@ class Devices:
         dev = self.by_id(held[0])
         return dev if dev is not None and self._holds_cookie(dev, cookies) else None
 
+    # --- cookie renewal (a neighbour replaced the phone's cookie) ------------------------------------
+    def _by_key(self, key: object) -> Device | None:
+        if not isinstance(key, str) or not key or len(key) > 200:
+            return None
+        dev = self.by_key.get(digest(key))
+        return dev if dev is not None and dev.hash in self.by_hash else None
+
+    def new_challenge(self, key: object, now: float) -> str:
+        """A challenge for the device whose key is `key`, to sign with its signing key. Raises `RenewRefused`
+        for an unknown key or a device paired without a signing key (both must pair again)."""
+        dev = self._by_key(key)
+        if dev is None:
+            raise RenewRefused("this phone is not paired with this lead: pair it again with `collie pair`")
+        if dev.sign_key is None:
+            raise RenewRefused("this phone was paired without a signing key, so its cookie cannot be renewed: "
+                               "pair it again with `collie pair`")
+        for h, (_dev_id, expires) in list(self.challenges.items()):
+            if expires <= now:
+                del self.challenges[h]
+        while len(self.challenges) >= MAX_CHALLENGES:
+            del self.challenges[min(self.challenges, key=lambda h: self.challenges[h][1])]
+        challenge = secrets.token_urlsafe(TICKET_BYTES)
+        self.challenges[digest(challenge)] = (dev.id, now + CHALLENGE_TTL)
+        return challenge
+
+    def renew(self, key: object, challenge: object, signature: object, now: float) -> tuple[Device, str]:
+        """A new cookie for the device whose key is `key`, when `signature` is its signing key's over
+        `RENEW_CONTEXT + challenge` and the challenge is one given to it, unexpired and unused (used up
+        whatever the outcome). The old cookie stops working. Raises `RenewRefused`."""
+        dev = self._by_key(key)
+        held = self.challenges.pop(digest(challenge), None) if isinstance(challenge, str) and len(challenge) <= 200 else None
+        if dev is None or dev.sign_key is None or held is None or held[0] != dev.id or held[1] <= now:
+            raise RenewRefused("this renewal is not valid (an unknown, expired or used challenge): try again")
+        if not signature_ok(dev.sign_key, RENEW_CONTEXT + challenge.encode(), signature):
+            raise RenewRefused("the signature does not match this phone's signing key: pair it again with `collie pair`")
+        credential = secrets.token_urlsafe(CREDENTIAL_BYTES)
+        self.db.execute("UPDATE devices SET hash=? WHERE id=?", (digest(credential), dev.id))
+        del self.by_hash[dev.hash]
+        dev.hash = digest(credential)
+        self.by_hash[dev.hash] = dev
+        return dev, credential
+
     def by_id(self, device_id: str) -> Device | None:
         return next((d for d in self.by_hash.values() if d.id == device_id), None)
 
@@ -264,6 +370,7 @@ class Devices:
                 if dev.key_hash is not None:
                     self.by_key.pop(dev.key_hash, None)
                 self.tickets = {h: t for h, t in self.tickets.items() if t[0] != dev.id}
+                self.challenges = {h: t for h, t in self.challenges.items() if t[0] != dev.id}
                 for fn in self.on_revoke:
                     fn(dev.id)
                 return dev

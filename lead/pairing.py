@@ -32,7 +32,8 @@ from urllib.parse import urlsplit
 from quart import jsonify, make_response, request
 
 from crew import logs
-from lead.devices import TICKET_TTL, COOKIE, COOKIE_NAMES, KEY_HEADER, SECURE_COOKIE, Device, Devices, PairingRefused
+from lead.devices import (CHALLENGE_TTL, COOKIE, COOKIE_NAMES, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Device, Devices,
+                          PairingRefused, RenewRefused, parse_sign_key)
 from lead.door import BodyRefused, parse_body
 
 log = logs.get("door")
@@ -166,15 +167,24 @@ button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 <body><h1>Pair this phone</h1>
 <p id="msg">Pairing…</p>
 <script>
-// The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as X-Collie-Device-Key
-function keepKey(key) {
+// The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as
+// X-Collie-Device-Key; beside it a signing key script cannot read out, which renews a replaced cookie
+function keep(values) {
   return new Promise((ok, fail) => {
     const o = indexedDB.open("collie", 1);
     o.onupgradeneeded = () => o.result.createObjectStore("device");
     o.onerror = () => fail(o.error);
-    o.onsuccess = () => { const tx = o.result.transaction("device", "readwrite"); tx.objectStore("device").put(key, "key");
+    o.onsuccess = () => { const tx = o.result.transaction("device", "readwrite");
+      for (const [k, v] of Object.entries(values)) tx.objectStore("device").put(v, k);
       tx.oncomplete = () => ok(); tx.onerror = () => fail(tx.error); };
   });
+}
+const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
+async function signingKey() {
+  try {
+    const pair = await crypto.subtle.generateKey({name: "ECDSA", namedCurve: "P-256"}, false, ["sign", "verify"]);
+    return {pair, pub: b64url(await crypto.subtle.exportKey("raw", pair.publicKey))};
+  } catch (e) { return null; }
 }
 (async () => {
   const msg = document.getElementById("msg");
@@ -182,11 +192,12 @@ function keepKey(key) {
   history.replaceState(null, "", location.pathname);
   if (!code) { msg.textContent = "This pairing link has no code. Run collie pair again."; return; }
   try {
+    const sign = await signingKey();
     const r = await fetch("/pair", {method: "POST", credentials: "same-origin",
       headers: {"Content-Type": "application/json", "X-Collie-CSRF": "1"},
-      body: JSON.stringify({code, name: navigator.platform || "phone"})});
+      body: JSON.stringify({code, name: navigator.platform || "phone", ...(sign ? {sign_key: sign.pub} : {})})});
     const body = await r.json();
-    if (r.ok) { await keepKey(body.key); msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
+    if (r.ok) { await keep(sign ? {key: body.key, sign: sign.pair} : {key: body.key}); msg.textContent = "Paired as " + body.device.name + ". Opening Collie…"; location.replace("/"); }
     else { msg.textContent = body.message; }
   } catch (e) { msg.textContent = "Could not reach Collie. Try again."; }
 })();
@@ -230,7 +241,7 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
 
     @app.after_request
     async def pair_headers(resp):
-        if request.path == "/pair":  # the page and every answer of POST /pair, refusals too
+        if request.path in ("/pair", "/pair/renew"):  # the page and every answer of POST /pair, refusals too
             secure_headers(resp)
             resp.headers.setdefault("Content-Security-Policy", ANSWER_CSP)
         return resp
@@ -252,11 +263,41 @@ def install_pairing(app, door: Door, devices: Devices) -> None:
         if not isinstance(data, dict):
             return error(400, "bad_request", "the body must be a JSON object: {\"code\": \"…\"}")
         try:
-            dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time())
+            sign_key = parse_sign_key(data.get("sign_key"))
+        except ValueError as exc:
+            return error(400, "bad_request", str(exc))
+        try:
+            dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time(), sign_key)
         except PairingRefused as exc:
             return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
         log.info("[bridge] paired a phone: %s", dev.name)
         resp = jsonify({"device": dev.public(), "key": key})
+        resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
+                        samesite="Strict", secure=door.tls, path="/")
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    @app.post("/pair/renew")
+    async def renew():
+        """A replaced cookie renewed (issue 25.1): `{}` with the device key gives a challenge; `{challenge,
+        signature}` (the page's signing key over RENEW_CONTEXT + challenge) gives a new cookie."""
+        if not csrf_ok():
+            return error(403, "csrf", "a write from the phone needs the header X-Collie-CSRF: 1")
+        try:
+            data = parse_body(await request.get_data())
+        except BodyRefused as exc:
+            return error(400, "bad_request", str(exc))
+        if not isinstance(data, dict) or set(data) - {"challenge", "signature"}:
+            return error(400, "bad_request", "the body must be {} or {\"challenge\": …, \"signature\": …}")
+        key, now = request.headers.get(KEY_HEADER), time.time()
+        try:
+            if not data:
+                return jsonify({"challenge": devices.new_challenge(key, now), "expires_in": int(CHALLENGE_TTL)})
+            dev, credential = devices.renew(key, data.get("challenge"), data.get("signature"), now)
+        except RenewRefused as exc:
+            return error(401, "unauthorized", str(exc))
+        log.info("[bridge] renewed a phone's cookie: %s", dev.name)
+        resp = jsonify({"device": dev.public()})
         resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
                         samesite="Strict", secure=door.tls, path="/")
         resp.headers["Cache-Control"] = "no-store"

@@ -26,7 +26,8 @@ from tests.test_durable_e2e import Agents, live, wait_for
 
 pytestmark = pytest.mark.slow
 # Cookies of the credential's names under other paths: sent to the lead first (the longest path leads).
-# (One of the same name and the same path replaces the phone's: docs/threat-model.md "What Collie cannot do".)
+# One of the same name and the same Path replaces the phone's: the page renews it with its signing key.
+REPLACE = ["collie_device=replaced; Path=/", "__Host-collie_device=replaced; Path=/; Secure"]
 PLANTS = ["collie_device=planted-api; Path=/api", "collie_device=planted-events; Path=/api/events",
           "collie_device=planted-deep; Path=/api/dashboard", "__Host-collie_device=planted-host; Path=/api; Secure"]
 
@@ -35,7 +36,7 @@ class Neighbour:
     """Another web server on the same host, another port: keeps every Cookie header it is sent, and plants
     cookies of the credential's names under other paths."""
 
-    def __init__(self) -> None:
+    def __init__(self, plants: list[str] = PLANTS) -> None:
         self.cookies: list[str] = []
         outer = self
 
@@ -47,7 +48,7 @@ class Neighbour:
                 outer.cookies.append(self.headers.get("cookie") or "")
                 body = b"<!doctype html><title>dev preview</title><p>hello"
                 self.send_response(200)
-                for plant in PLANTS:
+                for plant in plants:
                     self.send_header("Set-Cookie", plant)
                 self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(body)))
@@ -152,3 +153,45 @@ def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_l
         assert planted, ctx.cookies()  # the browser did keep the neighbour's cookies: they were sent to the lead
     finally:
         ctx.close()
+
+
+def test_a_cookie_a_neighbour_replaced_is_renewed_by_the_page_without_pairing_again(lead, browser):
+    """Issue 25.1: a neighbour that sets a cookie of the credential's name and Path replaces the phone's (on
+    127.0.0.1 Chromium lets even plain HTTP replace a Secure one). The page renews it with the signing key
+    the pairing page made: the dashboard, the live channel and a send work without pairing again, the
+    cookie is a new one, and the replaced value, sent to the lead, opens nothing."""
+    paths = lead["paths"]
+    replacer = Neighbour(REPLACE)
+    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+    base = link.split("/pair#")[0]
+    ctx = browser.new_context(ignore_https_errors=True, service_workers="block")
+    page = ctx.new_page()
+    channel: list[int] = []
+    page.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None)
+    own = "__Host-collie_device" if lead["tls"] else "collie_device"  # the name the lead sets
+    mine = lambda: {c["value"] for c in ctx.cookies() if c["name"] == own}
+    try:
+        page.goto(link)
+        page.wait_for_selector("main section")
+        pump_until(page, lambda: 200 in channel, what="the live channel open")
+        paired = mine()
+        page.goto(replacer.url)
+        page.wait_for_selector("p")
+        assert mine() == {"replaced"}, ctx.cookies()  # the attack is real: the phone's own cookie is gone
+        channel.clear()
+        page.goto(base + "/")
+        page.wait_for_selector("main section")
+        pump_until(page, lambda: 200 in channel, what="the live channel open again")
+        assert page.locator("text=This phone is not paired").count() == 0
+        renewed = mine()
+        assert len(renewed) == 1 and not renewed & (paired | {"replaced"}), ctx.cookies()
+        sent = page.evaluate("""async () => (await import('/api.js')).write('/api/send', {request_id: crypto.randomUUID(),
+            machine: 'local', agent: 'deployer', conversation: 'deploy', text: 'after renewal'})""")
+        assert sent["outcome"] in ("sent", "refused") and sent.get("reason") != "unauthorized", sent
+        with httpx.Client(base_url=base, verify=lead["verify"], timeout=10) as thief:
+            for name in ("collie_device", "__Host-collie_device"):
+                for value in ("replaced", *paired):
+                    assert thief.get("/api/dashboard", headers={"cookie": f"{name}={value}"}).status_code == 401
+    finally:
+        ctx.close()
+        replacer.close()

@@ -12,19 +12,42 @@ export class Offline extends Unreachable {}  // the phone is offline: the reques
 // "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key. Browsers send
 // the cookie to every port of the host, but another origin cannot read this origin's IndexedDB.
 let deviceKey = null;
-function readKey() {
-  return deviceKey || (deviceKey = new Promise((ok) => {
+function stored(name) {
+  return new Promise((ok) => {
     let o;
-    try { o = indexedDB.open("collie", 1); } catch (_) { ok(""); return; }
+    try { o = indexedDB.open("collie", 1); } catch (_) { ok(null); return; }
     o.onupgradeneeded = () => o.result.createObjectStore("device");
-    o.onerror = () => ok("");
+    o.onerror = () => ok(null);
     o.onsuccess = () => {
       try {
-        const q = o.result.transaction("device").objectStore("device").get("key");
-        q.onsuccess = () => ok(q.result || ""); q.onerror = () => ok("");
-      } catch (_) { ok(""); }
+        const q = o.result.transaction("device").objectStore("device").get(name);
+        q.onsuccess = () => ok(q.result || null); q.onerror = () => ok(null);
+      } catch (_) { ok(null); }
     };
-  }));
+  });
+}
+const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || ""));
+
+// A neighbour on another port of the host can replace the cookie (same name and Path): the page then
+// renews it with the signing key the pairing page made, which script can use here but never read out
+// (docs/threat-model.md). One renewal at a time; false when this phone must pair again.
+let renewing = null;
+const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
+function renew() {
+  return renewing || (renewing = (async () => {
+    try {
+      const [key, sign] = await Promise.all([readKey(), stored("sign")]);
+      if (!key || !sign || !sign.privateKey) return false;
+      const post = (body) => fetch("/pair/renew", { method: "POST", credentials: "same-origin", cache: "no-store",
+        headers: headers("POST", true, key), body: JSON.stringify(body) });
+      const got = await post({});
+      if (!got.ok) return false;
+      const { challenge } = await got.json();
+      const data = new TextEncoder().encode(`collie-renew-v1\n${challenge}`);
+      const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, sign.privateKey, data);
+      return (await post({ challenge, signature: b64url(sig) })).ok;
+    } catch (_) { return false; } finally { setTimeout(() => { renewing = null; }, 0); }
+  })());
 }
 
 // Every request's headers, in one place (a write carries the CSRF header the lead requires).
@@ -64,7 +87,7 @@ function recall(path) {
   catch (_) { return null; }
 }
 
-export async function api(path, { method = "GET", body } = {}) {
+export async function api(path, { method = "GET", body } = {}, again = true) {
   let r, text;
   if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
   try {
@@ -79,7 +102,10 @@ export async function api(path, { method = "GET", body } = {}) {
     if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; for (const fn of net.listeners) fn(); return last.data; }
     throw new Unreachable(String(e));
   }
-  if (r.status === 401) { deviceKey = null; throw new Unpaired(); }
+  if (r.status === 401) {
+    if (again && await renew()) return api(path, { method, body }, false);  // the same request once more
+    deviceKey = null; throw new Unpaired();
+  }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
   setLead(false);
   let data = null;
