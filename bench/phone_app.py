@@ -234,11 +234,11 @@ def page_only(runs: int) -> None:
                 page.goto(base + "/healthz")
                 nav_floor.append(page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd"))
                 bare.append(wire_bytes(ctx, page, lambda: page.reload(), 300)["static"])
-                cookies = ctx.cookies()
+                paired = ctx.storage_state(indexed_db=True)  # the cookie and the device key (issue 25.1)
                 ctx.close()
-                # a fresh context with the cookie only: nothing cached, no service worker yet
-                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
-                ctx.add_cookies(cookies)
+                # a fresh context with the credential only: nothing cached, no service worker yet
+                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block",
+                                          storage_state=paired)
                 ctx.add_init_script(RENDER_STAMP)
                 page = ctx.new_page()
                 first.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
