@@ -367,6 +367,26 @@ def test_a_lost_reply_offers_retry_which_is_the_same_request_and_applies_once(ph
 
 
 @pytest.mark.slow
+def test_allow_from_the_notification_works_after_a_neighbour_replaced_the_cookie(phone):
+    """Issue 25.1 from the lock screen: another server on the lead's host replaced the phone's cookie (same
+    name and Path). Allow on the notification is refused by the door (nothing reaches the agent), the
+    worker renews the cookie with the pairing page's signing key and sends the very same request once
+    more: the agent gets Allow once and the notification says `Allowed`."""
+    phone.ctx.add_cookies([{"name": "collie_device", "value": "replaced", "url": phone.address}])
+    after = phone.tap(phone.notes["deploy"], "allow")
+    assert (after["title"], after["actions"]) == ("Allowed", [])
+    wait_for(lambda: phone.answers(), what="the agent's answer")
+    posts = phone.worker.evaluate("self.POSTS")
+    assert [p["url"].split(phone.address.rstrip("/"))[-1] for p in posts] == [
+        f"/api/ask/{phone.pushes['deploy']['ask']['id']}", "/pair/renew", "/pair/renew",
+        f"/api/ask/{phone.pushes['deploy']['ask']['id']}"]
+    assert posts[0]["receipt"]["error"] == "unauthorized" and posts[3]["receipt"]["outcome"] == "accepted"
+    assert posts[0]["body"] == posts[3]["body"]  # the same request id: once, whatever happened between
+    assert [c["value"] for c in phone.ctx.cookies() if c["name"] == "collie_device"] != ["replaced"]
+    assert phone.answers() == ["answer deploy accepted yes\n"]
+
+
+@pytest.mark.slow
 def test_a_notification_whose_ask_was_answered_elsewhere_offers_no_stale_allow(phone):
     """Issue 31: the clean ask is answered on the card (another request): its push comes again — not shown —
     and closes the notifications of asks no longer open; a tap on one still on screen reaches nothing and

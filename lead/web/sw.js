@@ -29,15 +29,39 @@ self.addEventListener("fetch", (e) => {
   }).catch(() => caches.match(path)));
 });
 
-// The device key the pairing page kept in this origin's IndexedDB (issue 25.1), for the worker's own requests
-function readKey() {
+// The device key the pairing page kept in this origin's IndexedDB (issue 25.1), for the worker's own requests,
+// and its signing key, which renews a cookie a neighbour replaced (as api.js does for the page)
+function stored(name) {
   return new Promise((ok) => {
     const o = indexedDB.open("collie", 1);
     o.onupgradeneeded = () => o.result.createObjectStore("device");
-    o.onerror = () => ok("");
-    o.onsuccess = () => { const q = o.result.transaction("device").objectStore("device").get("key");
-      q.onsuccess = () => ok(q.result || ""); q.onerror = () => ok(""); };
+    o.onerror = () => ok(null);
+    o.onsuccess = () => { const q = o.result.transaction("device").objectStore("device").get(name);
+      q.onsuccess = () => ok(q.result || null); q.onerror = () => ok(null); };
   });
+}
+const readKey = () => stored("key").then((k) => k || "");
+const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
+async function renewCookie() {
+  try {
+    const [key, sign] = await Promise.all([readKey(), stored("sign")]);
+    if (!key || !sign || !sign.privateKey) return false;
+    const post = (body) => fetch("/pair/renew", { method: "POST", credentials: "same-origin", cache: "no-store",
+      headers: { "Content-Type": "application/json", ...CSRF, "X-Collie-Device-Key": key }, body: JSON.stringify(body) });
+    const got = await post({});
+    if (!got.ok) return false;
+    const { challenge } = await got.json();
+    const data = new TextEncoder().encode(`collie-renew-v1\n${challenge}`);
+    const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, sign.privateKey, data);
+    return (await post({ challenge, signature: b64url(sig) })).ok;
+  } catch (_) { return false; }
+}
+// A request with the device key; a 401 (the door let nothing through) renews the cookie and asks once more
+async function keyed(path, init = {}) {
+  const go = async () => fetch(path, { credentials: "same-origin", cache: "no-store", ...init,
+    headers: { ...(init.headers || {}), ...(await readKey().then((k) => (k ? { "X-Collie-Device-Key": k } : {}))) } });
+  const r = await go();
+  return r.status === 401 && await renewCookie() ? go() : r;
 }
 
 // Collie's words on a notification (features Q4, O; issue 31). strings.js is an ES module and this is a
@@ -60,9 +84,7 @@ self.addEventListener("push", (e) => {
     if (d.kind === "ask" && d.ask) {
       try {
         const asked = Date.now();
-        const key = await readKey();
-        const r = await fetch("/api/needs", { credentials: "same-origin", cache: "no-store",
-                                              headers: key ? { "X-Collie-Device-Key": key } : {} });
+        const r = await keyed("/api/needs");
         if (r.ok) {
           const asks = (await r.json()).asks;
           await closeAnswered(new Set(asks.map((a) => `ask:${a.machine}/${a.agent}/${a.ask}`)), asked);
@@ -124,11 +146,9 @@ async function answerOnce(n, action) {
   }
   let rec;
   try {
-    const key = await readKey();
     // bounded: a browser ends a worker's event after a few minutes, and the notification would keep its buttons
-    const r = await fetch(`/api/ask/${encodeURIComponent(ask.id)}`, { method: "POST", credentials: "same-origin",
-      cache: "no-store", body: JSON.stringify(body), signal: AbortSignal.timeout(ANSWER_MS),
-      headers: { "Content-Type": "application/json", ...CSRF, ...(key ? { "X-Collie-Device-Key": key } : {}) } });
+    const r = await keyed(`/api/ask/${encodeURIComponent(ask.id)}`, { method: "POST", body: JSON.stringify(body),
+      signal: AbortSignal.timeout(ANSWER_MS), headers: { "Content-Type": "application/json", ...CSRF } });
     let got = null;
     try { got = await r.json(); } catch (_) { got = null; }
     if (got && got.outcome) rec = got;
