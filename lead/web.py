@@ -20,7 +20,7 @@ from quart import Response, jsonify, request
 
 WEB = Path(__file__).resolve().parent / "web"
 JS = "text/javascript; charset=utf-8"
-MODULES = ['boot', 'app', 'api', 'state', 'dom', 'dashboard', 'agent', 'chat', 'askcard', 'items', 'icons', 'inbox', 'newconv', 'push', 'strings']
+MODULES = ['boot', 'device', 'app', 'api', 'state', 'dom', 'dashboard', 'agent', 'chat', 'askcard', 'items', 'icons', 'inbox', 'newconv', 'push', 'strings']
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     **{f"/{m}.js": (f"{m}.js", JS) for m in MODULES},

@@ -110,19 +110,24 @@ def cookie_values(header: str) -> dict[str, list[str]]:
     return out
 
 
-def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_lock_no_one_out(lead, browser):
-    paths, neighbour = lead["paths"], lead["neighbour"]
-    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
-    base = link.split("/pair#")[0]
+def paired_phone(lead, browser):
+    """A Chromium context paired from `collie pair`'s link, on the dashboard with its live channel open; the
+    statuses of the channel's responses (appended as they come) and the lead's address."""
+    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(lead["paths"], "pair", "--no-qr").stdout).group(1)
     ctx = browser.new_context(ignore_https_errors=True, service_workers="block")
     page = ctx.new_page()
     channel: list[int] = []
     page.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None)
+    page.goto(link)
+    page.wait_for_selector("main section")
+    pump_until(page, lambda: 200 in channel, what="the live channel open")
+    return ctx, page, channel, link.split("/pair#")[0]
 
+
+def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_lock_no_one_out(lead, browser):
+    neighbour = lead["neighbour"]
+    ctx, page, channel, base = paired_phone(lead, browser)
     try:
-        page.goto(link)
-        page.wait_for_selector("main section")
-        pump_until(page, lambda: 200 in channel, what="the live channel open")
         # the phone visits a neighbour's page: the neighbour gets the host's cookies and plants its own
         page.goto(neighbour.url)
         page.wait_for_selector("p")
@@ -160,20 +165,11 @@ def test_a_cookie_a_neighbour_replaced_is_renewed_by_the_page_without_pairing_ag
     127.0.0.1 Chromium lets even plain HTTP replace a Secure one). The page renews it with the signing key
     the pairing page made: the dashboard, the live channel and a send work without pairing again, the
     cookie is a new one, and the replaced value, sent to the lead, opens nothing."""
-    paths = lead["paths"]
     replacer = Neighbour(REPLACE)
-    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
-    base = link.split("/pair#")[0]
-    ctx = browser.new_context(ignore_https_errors=True, service_workers="block")
-    page = ctx.new_page()
-    channel: list[int] = []
-    page.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None)
+    ctx, page, channel, base = paired_phone(lead, browser)
     own = "__Host-collie_device" if lead["tls"] else "collie_device"  # the name the lead sets
     mine = lambda: {c["value"] for c in ctx.cookies() if c["name"] == own}
     try:
-        page.goto(link)
-        page.wait_for_selector("main section")
-        pump_until(page, lambda: 200 in channel, what="the live channel open")
         paired = mine()
         page.goto(replacer.url)
         page.wait_for_selector("p")

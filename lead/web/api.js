@@ -3,6 +3,7 @@
 // It also knows whether the phone is offline or the lead out of reach, and keeps the last answer of each
 // screen's reads so a page opened without the lead shows what was last loaded, marked as such.
 import { S } from "./strings.js";
+import "./device.js";  // globalThis.collieDevice: the keys in IndexedDB, and the cookie's renewal
 
 export class Unpaired extends Error {}
 export class Unreachable extends Error {}  // no answer came: the request may or may not have arrived
@@ -12,20 +13,7 @@ export class Offline extends Unreachable {}  // the phone is offline: the reques
 // "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key. Browsers send
 // the cookie to every port of the host, but another origin cannot read this origin's IndexedDB.
 let deviceKey = null;
-function stored(name) {
-  return new Promise((ok) => {
-    let o;
-    try { o = indexedDB.open("collie", 1); } catch (_) { ok(null); return; }
-    o.onupgradeneeded = () => o.result.createObjectStore("device");
-    o.onerror = () => ok(null);
-    o.onsuccess = () => {
-      try {
-        const q = o.result.transaction("device").objectStore("device").get(name);
-        q.onsuccess = () => ok(q.result || null); q.onerror = () => ok(null);
-      } catch (_) { ok(null); }
-    };
-  });
-}
+const { stored } = globalThis.collieDevice;
 const early = globalThis.collieEarly || {};  // boot.js: the key read and the dashboard asked for first
 deviceKey = early.key || null;
 const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || ""));
@@ -34,22 +22,9 @@ const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || "
 // renews it with the signing key the pairing page made, which script can use here but never read out
 // (docs/threat-model.md). One renewal at a time; false when this phone must pair again.
 let renewing = null;
-const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
 function renew() {
-  return renewing || (renewing = (async () => {
-    try {
-      const [key, sign] = await Promise.all([readKey(), stored("sign")]);
-      if (!key || !sign || !sign.privateKey) return false;
-      const post = (body) => fetch("/pair/renew", { method: "POST", credentials: "same-origin", cache: "no-store",
-        headers: headers("POST", true, key), body: JSON.stringify(body) });
-      const got = await post({});
-      if (!got.ok) return false;
-      const { challenge } = await got.json();
-      const data = new TextEncoder().encode(`collie-renew-v1\n${challenge}`);
-      const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, sign.privateKey, data);
-      return (await post({ challenge, signature: b64url(sig) })).ok;
-    } catch (_) { return false; } finally { setTimeout(() => { renewing = null; }, 0); }
-  })());
+  return renewing || (renewing = readKey().then((key) => globalThis.collieDevice.renew(key))
+    .finally(() => setTimeout(() => { renewing = null; }, 0)));
 }
 
 // Every request's headers, in one place (a write carries the CSRF header the lead requires).

@@ -3,7 +3,7 @@
 // immutable names, so they are read from this cache first; the page itself is asked for first from the network.
 const VERSION = "dev";
 const SHELL = `collie-shell-${VERSION}`;
-const MODULES = ["boot", "app", "api", "state", "dom", "dashboard", "agent", "chat", "askcard", "items", "icons", "inbox",
+const MODULES = ["boot", "device", "app", "api", "state", "dom", "dashboard", "agent", "chat", "askcard", "items", "icons", "inbox",
   "newconv", "push", "strings"];
 const FILES = ["/", ...MODULES.map((m) => `/v/${VERSION}/${m}.js`), `/v/${VERSION}/app.css`,
   `/v/${VERSION}/manifest.webmanifest`, "/icon.svg"];
@@ -30,32 +30,10 @@ self.addEventListener("fetch", (e) => {
 });
 
 // The device key the pairing page kept in this origin's IndexedDB (issue 25.1), for the worker's own requests,
-// and its signing key, which renews a cookie a neighbour replaced (as api.js does for the page)
-function stored(name) {
-  return new Promise((ok) => {
-    const o = indexedDB.open("collie", 1);
-    o.onupgradeneeded = () => o.result.createObjectStore("device");
-    o.onerror = () => ok(null);
-    o.onsuccess = () => { const q = o.result.transaction("device").objectStore("device").get(name);
-      q.onsuccess = () => ok(q.result || null); q.onerror = () => ok(null); };
-  });
-}
-const readKey = () => stored("key").then((k) => k || "");
-const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
-async function renewCookie() {
-  try {
-    const [key, sign] = await Promise.all([readKey(), stored("sign")]);
-    if (!key || !sign || !sign.privateKey) return false;
-    const post = (body) => fetch("/pair/renew", { method: "POST", credentials: "same-origin", cache: "no-store",
-      headers: { "Content-Type": "application/json", ...CSRF, "X-Collie-Device-Key": key }, body: JSON.stringify(body) });
-    const got = await post({});
-    if (!got.ok) return false;
-    const { challenge } = await got.json();
-    const data = new TextEncoder().encode(`collie-renew-v1\n${challenge}`);
-    const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, sign.privateKey, data);
-    return (await post({ challenge, signature: b64url(sig) })).ok;
-  } catch (_) { return false; }
-}
+// and the renewal of a cookie a neighbour replaced (device.js, shared with the page)
+importScripts(`/v/${VERSION}/device.js`);
+const readKey = () => collieDevice.stored("key").then((k) => k || "");
+const renewCookie = () => readKey().then((k) => collieDevice.renew(k));
 // A request with the device key; a 401 (the door let nothing through) renews the cookie and asks once more
 async function keyed(path, init = {}) {
   const go = async () => fetch(path, { credentials: "same-origin", cache: "no-store", ...init,
