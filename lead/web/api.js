@@ -1,5 +1,6 @@
-// The lead's JSON API and its live channel (docs/phone-api.md). The only module that calls fetch or opens
-// the live channel: every request's headers come from headers(), the channel's address from channelUrl().
+// The lead's JSON API and its live channel (docs/phone-api.md). Every request the app makes and the live
+// channel go through here (boot.js's first request is handed over; device.js renews the cookie): every
+// request's headers come from headers(), the channel's address from channelUrl().
 // It also knows whether the phone is offline or the lead out of reach, and keeps the last answer of each
 // screen's reads so a page opened without the lead shows what was last loaded, marked as such.
 import { S } from "./strings.js";

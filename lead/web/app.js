@@ -1,5 +1,6 @@
 // Collie's phone page: the entry module. Plain ES modules, no build step (docs/phone-app.md):
-//   api.js       the lead's API and live channel (the only module that calls fetch)
+//   boot.js      runs first: the device key and the dashboard's request, before the rest arrives
+//   api.js       the lead's API and live channel (every request the app makes) · device.js the phone's keys
 //   state.js     the page's state, routing and the live channel's events
 //   dashboard.js agent.js chat.js inbox.js newconv.js   one module per screen
 //   askcard.js   the ask card · items.js one chat item · push.js Web Push · dom.js h() and friends
