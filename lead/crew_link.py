@@ -1,0 +1,101 @@
+"""A member's link as the lead holds it (crew.md §2): one WebSocket, its sends, its calls and its queue.
+
+`send` never waits on a stalled member longer than its time limit: a link that takes no frame for
+`SEND_WAIT` is ended and `LinkStuck` raised. `call` sends a request or read and waits for the answer
+the reader task hands to `resolve`, within a limit counted from the call. View frames wait in `queue`
+in arrival order for the hub's feeder (a newer small `agent` frame replaces a waiting one for the same
+agent); `queued` counts their characters, so the hub stops reading a link that is too far ahead.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+from crew import crewwire
+
+FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
+SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
+
+
+class LinkStuck(Exception):
+    """A member's link took no frame for the send's time limit; the link is being ended."""
+
+
+class Conn:
+    def __init__(self, ws, label: str, boot: str | None) -> None:
+        self.ws = ws
+        self.label = label
+        self.boot = boot
+        self.send_lock = trio.Lock()
+        self.pending: dict[str, tuple[trio.Event, list]] = {}
+        self.closed = trio.Event()
+        self.close_reason = "closed"
+        self.last_frame = trio.current_time()
+        self.bad_frames = 0
+        self.names: set[str] = set()  # the member's agents, as its last snapshot (and agent frames) said
+        # frames carrying views, in arrival order, waiting for the feeder: ("text", raw) for a large frame
+        # (parsed in the worker), ("parsed", kind, frame) for a small one; `queued` counts their characters
+        self.queue: deque = deque()
+        self.queued = 0
+        self.fresh = trio.Event()
+        self.drained = trio.Event()
+        self.save_after_feed = False
+
+    async def send(self, msg: dict, timeout: float = SEND_WAIT) -> None:
+        """Send one frame. A link that takes no frame for `timeout` (the member stopped reading its
+        socket) is ended, and `LinkStuck` raised: nobody waits on it longer than that."""
+        with trio.move_on_after(timeout) as scope:
+            async with self.send_lock:
+                await self.ws.send(crewwire.encode(msg))
+        if scope.cancelled_caught:
+            if not self.closed.is_set():
+                self.close_reason = f"stalled: it took no frame for {timeout:g} s"
+                self.closed.set()
+            raise LinkStuck(self.label)
+
+    async def call(self, msg: dict, timeout: float):
+        """Send a request or read and wait for its answer: the parsed frame, a FrameError (the member
+        answered with a bad frame), or None on timeout or a dropped link. `timeout` counts from the
+        call, the frame's send included."""
+        done = trio.Event()
+        slot: list = []
+        self.pending[msg["id"]] = (done, slot)
+        deadline = trio.current_time() + timeout
+        try:
+            await self.send(msg, timeout)
+            with trio.move_on_at(deadline):
+                async with trio.open_nursery() as n:
+                    async def closed():
+                        await self.closed.wait()
+                        n.cancel_scope.cancel()
+                    n.start_soon(closed)
+                    await done.wait()
+                    n.cancel_scope.cancel()
+        except Exception:  # the socket went away while sending
+            return None
+        finally:
+            self.pending.pop(msg["id"], None)
+        return slot[0] if slot else None
+
+    def resolve(self, request_id: str, answer) -> None:
+        entry = self.pending.get(request_id)
+        if entry is not None and not entry[0].is_set():
+            entry[1].append(answer)
+            entry[0].set()
+
+    def enqueue(self, entry: tuple, size: int) -> None:
+        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
+            for old in [e for e in self.queue if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
+                self.queue.remove(old)
+                self.queued -= old[3]
+        self.queue.append((*entry, size))
+        self.queued += size
+        self.fresh.set()
+
+    def take(self) -> tuple:
+        entry = self.queue.popleft()
+        self.queued -= entry[-1]
+        self.drained.set()
+        return entry
