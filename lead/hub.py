@@ -43,7 +43,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sqlite3
 import sys
@@ -70,6 +69,7 @@ from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not
 from crew.security import bearer_token
 from crew.views import UNREACHABLE
 from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
+from lead.member_session import Member, hhmm  # noqa: F401
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
                                 digest_text, view_cost)
 from lead.refusals import Refusals
@@ -116,26 +116,6 @@ def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
     answer = req.op == "answer"
     return not_recorded(req.request_id, req.op, exc, channel="program" if answer else None,
                         digest=req.digest if answer else None)
-
-
-def hhmm(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall).strftime("%H:%M")
-
-
-@attrs.define
-class Member:
-    label: str
-    readers: dict[str, AgentReader] = attrs.Factory(dict)
-    conn: Conn | None = None
-    version: str | None = None
-    read_only: bool = False
-    offline_since: float | None = None  # wall clock of the last frame, once offline
-    last_seen: float | None = None  # wall clock
-    rows: dict = attrs.Factory(dict)  # the dashboard's row of each agent, kept by lead.events
-
-    @property
-    def online(self) -> bool:
-        return self.conn is not None
 
 
 class Hub:
