@@ -60,7 +60,7 @@ from crew.receipts import Receipt
 from crew.security import bearer_token
 from crew.views import UNREACHABLE
 from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
-from lead.member_session import Member, hhmm  # noqa: F401
+from lead.member_session import Member, admit_hello, claim, hhmm, keeps_label  # noqa: F401
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
                                 digest_text, view_cost)
 from lead.refusals import Refusals
@@ -258,24 +258,19 @@ class Hub:
 
     async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
         hello = await self._hello(ws)
-        if hello is None:
-            await self._close(ws, crewwire.PROTOCOL)
-            return
-        admission = crewwire.admit(hello.crew_wire)
+        admission = admit_hello(hello, label)
         if not admission.accepted:
-            self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
-                            crewwire.CREW_WIRE)
-            await self._close(ws, crewwire.VERSION)
-            return
-        if hello.label != label:
-            await self._close(ws, crewwire.UNAUTHORIZED)
+            if admission.reason == crewwire.VERSION:
+                self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
+                                crewwire.CREW_WIRE)
+            await self._close(ws, admission.reason)
             return
         member = self.members.setdefault(label, Member(label))
         old = member.conn
         if old is not None:
-            if hello.boot is None or hello.boot != old.boot:  # another machine, or the member restarted
+            if claim(hello.boot, old.boot) == "probe":  # another machine, or the member restarted
                 alive = await self._answers(old)
-                if alive or member.conn not in (old, None):
+                if keeps_label(alive, old, member.conn):
                     self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
                               "connected member (label_in_use)", label, now=trio.current_time())
                     await self._close(ws, crewwire.LABEL_IN_USE)
