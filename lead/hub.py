@@ -58,11 +58,10 @@ from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
-from crew.views import UNREACHABLE
 from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
-from lead.member_session import Member, admit_hello, claim, hhmm, keeps_label  # noqa: F401
+from lead.member_session import Member, admit_hello, apply_frame, claim, hhmm, keeps_label, mark_offline  # noqa: F401
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
-                                digest_text, view_cost)
+                                digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
 from lead.routing import READ_TIMEOUT, RENDER_INLINE, Routing, own_html  # noqa: F401
 
@@ -166,19 +165,8 @@ class Hub:
         self._mark_offline(member)
 
     def _install_views(self, member: Member, raws: list, now: float) -> None:
-        """Parse and feed views on the spot (lead start-up, before trio runs; tests), each as a
-        snapshot would carry it; one that does not fit the wire, or the member's MEMBER_VIEWS_MAX (a
-        views file an older lead wrote), is skipped."""
-        for raw in raws:
-            try:
-                view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
-                reader, text = build_reader(view.trimmed(), now)
-            except (FrameError, RecursionError, ValueError):
-                continue
-            if self.kept(member.label, but=view.name) + view_cost(reader, text) > MEMBER_VIEWS_MAX:
-                continue
-            member.readers[view.name] = reader
-            self.views.setdefault(member.label, {})[view.name] = text
+        """Parse and feed views on the spot (lead start-up, before trio runs; tests): lead.member_views."""
+        install_views(member.readers, self.views.setdefault(member.label, {}), raws, now, MEMBER_VIEWS_MAX)
 
     async def _save_views(self) -> None:
         """Write the dirty members' last views (a worker thread does the JSON and the fsyncs)."""
@@ -195,11 +183,7 @@ class Hub:
             atomic_write(self.views_dir / f"{label}.json", data.encode(), mode=0o600)
 
     def _mark_offline(self, member: Member) -> None:
-        since = member.last_seen or time.time()
-        member.offline_since = since
-        for reader in member.readers.values():
-            reader.status, reader.reason = UNREACHABLE, "machine-offline"
-            reader.detail = f"machine offline since {hhmm(since)}"
+        mark_offline(member, time.time())
 
     def _forget_invite(self, label: str) -> None:
         """The member joined: the plaintext token `collie crew invite` left goes; only its hash stays (§1)."""
@@ -352,60 +336,30 @@ class Hub:
             conn.resolve(request_id, exc)
 
     def _apply(self, member: Member, conn: Conn, kind: str, head, built: list) -> None:
-        """Act on one parsed frame; `built` holds the readers made for the views it carried."""
-        if kind == "snapshot":
-            conn.names = head
-            for gone in set(member.readers) - conn.names:
-                del member.readers[gone]
-                self.views.get(member.label, {}).pop(gone, None)
-                self.dirty.add(member.label)
-            conn.save_after_feed = True  # on disk at once, a crash must not lose it
-        elif kind == "agent":
-            if head not in conn.names and len(conn.names) >= crewwire.MAX_AGENTS:
-                raise FrameError(f"agent: more than {crewwire.MAX_AGENTS} agents")
-            conn.names.add(head)
-        elif kind in ("receipt", "read_result"):
-            conn.resolve(head.id, head)
-            return
-        elif kind == "beat":
-            return
-        else:  # a second hello
-            raise FrameError(f"{kind} after the link was set up")
-        for name, reader, text in built:
-            if reader is None:
-                self._bad_frame(conn, FrameError(f"agent {name}: {shown(text, 120)}"))
-                continue
-            cost = view_cost(reader, text)
-            if self.kept(member.label, but=name) + cost > MEMBER_VIEWS_MAX:
-                self._too_big(member, name, reader, cost)
-                continue
-            member.readers[name] = reader
-            self.views.setdefault(member.label, {})[name] = text
+        """Act on one parsed frame (lead.member_session.apply_frame decides); `built` holds the readers made
+        for the views it carried."""
+        effect = apply_frame(member, conn.names, self.views.setdefault(member.label, {}), kind, head, built,
+                             MEMBER_VIEWS_MAX)
+        if effect.answer is not None:
+            conn.resolve(effect.answer.id, effect.answer)
+        for note in effect.notes:
+            if note[0] == "bad":
+                self._bad_frame(conn, note[1])
+            else:
+                self._link_line("too-big", member.label, "[crew] %s: agent %s: its view (cost %d) would take what "
+                                "the lead keeps of this member's views over %d; not kept, shown Unreachable "
+                                "(view-too-big)", shown(note[1], 40), note[2], MEMBER_VIEWS_MAX)
+        if effect.dirty:
             self.dirty.add(member.label)
-        self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
+        if effect.save:
+            conn.save_after_feed = True
+        if effect.notify:
+            self._notify(member.label, effect.changed)
 
     def kept(self, label: str, but: str | None = None) -> int:
-        """What the lead keeps of one member's views, counted against MEMBER_VIEWS_MAX (`but`: leaving
-        that agent's view out, as a new one would replace it)."""
+        """What the lead keeps of one member's views, counted against MEMBER_VIEWS_MAX (lead.member_views)."""
         member = self.members.get(label)
-        readers = member.readers if member is not None else {}
-        return sum(view_cost(readers.get(name), text) for name, text in self.views.get(label, {}).items()
-                   if name != but)
-
-    def _too_big(self, member: Member, name: str, refused: AgentReader, cost: int) -> None:
-        """A view that would take its member over MEMBER_VIEWS_MAX is not kept: the agent shows Unreachable
-        (`view-too-big`) with its last view kept, or with none; its member's other agents are untouched,
-        and a later view that fits is taken as ever."""
-        reader = member.readers.get(name)
-        if reader is None:  # nothing kept of it yet: an empty view, only to say why
-            reader = member.readers[name] = AgentReader(name, transport=refused.transport, address=refused.address,
-                                                        local=refused.local, token_set=refused.token_set)
-        reader.status, reader.reason = UNREACHABLE, TOO_BIG
-        reader.detail = (f"its view is too big: the lead keeps at most {MEMBER_VIEWS_MAX // 2**20} MiB "
-                         f"of one machine's views")
-        self._link_line("too-big", member.label, "[crew] %s: agent %s: its view (cost %d) would take what the "
-                        "lead keeps of this member's views over %d; not kept, shown Unreachable (view-too-big)", shown(name, 40), cost,
-                        MEMBER_VIEWS_MAX)
+        return views_kept(member.readers if member is not None else {}, self.views.get(label, {}), but)
 
     async def _mark_seen(self, label: str, version: str | None, when: float) -> None:
         """A member's last contact on disk, in a worker thread: a commit's fsync, or the busy wait while a

@@ -9,6 +9,13 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
   label its member token was issued for (else `unauthorized`). One link per label: a newcomer with the
   open link's `boot` is the same member reconnecting and replaces it; any other makes the lead probe the
   open link, and only a dead one is replaced (else `label_in_use`).
+- What a frame changes (`apply_frame`): a `snapshot` names every agent the member has (the others go)
+  and is saved at once; an `agent` frame adds or replaces one agent's view (at most MAX_AGENTS names);
+  a `receipt` or `read_result` is the answer a waiting call gets; a second `hello` is a bad frame. A view
+  is kept only within the member's budget (lead.member_views). A view its reader could not be built
+  for is a bad frame of its own: that agent's last view stays, the frame's other views are taken.
+- Offline (`mark_offline`): every agent of the member shows Unreachable, `machine-offline`, with
+  `machine offline since HH:MM` — the time of its last frame.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import attrs
 
 from bridge.reader import AgentReader
 from crew import crewwire
-from crew.crewwire import Admission, Hello
+from crew.crewwire import Admission, FrameError, Hello, shown
+from crew.views import UNREACHABLE
+from lead.member_views import MEMBER_VIEWS_MAX, keep_view
 
 if TYPE_CHECKING:
     from lead.crew_link import Conn
@@ -67,3 +76,67 @@ def claim(boot: str | None, open_boot: str | None) -> str:
 def keeps_label(alive: bool, open_conn, conn_now) -> bool:
     """After the probe: the open link keeps its label when it answered, or another link took it meanwhile."""
     return alive or conn_now not in (open_conn, None)
+
+
+@attrs.define
+class FrameEffect:
+    """What one applied frame asks of the hub, in order: `answer` to hand to the call waiting for its id;
+    `notes` to log and count, ("bad", FrameError) or ("too_big", agent, cost); `dirty`: the member's views
+    file is out of date; `save`: write it as soon as the queued views are fed; `notify`: tell the live
+    channel, the inbox and push, `changed` naming the only agents whose views changed (None: any)."""
+
+    answer: object | None = None
+    notes: list = attrs.Factory(list)
+    dirty: bool = False
+    save: bool = False
+    notify: bool = False
+    changed: list[str] | None = None
+
+
+def apply_frame(member: Member, names: set[str], views: dict[str, str], kind: str, head, built: list,
+                budget: int = MEMBER_VIEWS_MAX) -> FrameEffect:
+    """Apply one parsed frame to `member` (`names`: its agents as its link last said, changed in place;
+    `views`: its kept views' texts). `built` holds (agent, reader or None, view text or the error) for the
+    views the frame carried. Raises FrameError, changing nothing, for a frame that has no place here."""
+    effect = FrameEffect()
+    if kind == "snapshot":
+        names.clear()
+        names.update(head)
+        for gone in set(member.readers) - names:
+            del member.readers[gone]
+            views.pop(gone, None)
+            effect.dirty = True
+        effect.save = True  # on disk at once, a crash must not lose it
+    elif kind == "agent":
+        if head not in names and len(names) >= crewwire.MAX_AGENTS:
+            raise FrameError(f"agent: more than {crewwire.MAX_AGENTS} agents")
+        names.add(head)
+    elif kind in ("receipt", "read_result"):
+        effect.answer = head
+        return effect
+    elif kind == "beat":
+        return effect
+    else:  # a second hello
+        raise FrameError(f"{kind} after the link was set up")
+    for name, reader, text in built:
+        if reader is None:
+            effect.notes.append(("bad", FrameError(f"agent {name}: {shown(text, 120)}")))
+            continue
+        cost = keep_view(member.readers, views, name, reader, text, budget)
+        if cost is not None:
+            effect.notes.append(("too_big", name, cost))
+            continue
+        effect.dirty = True
+    effect.notify = True
+    effect.changed = [name for name, _, _ in built] if kind == "agent" else None
+    return effect
+
+
+def mark_offline(member: Member, wall: float) -> None:
+    """The member's link is gone: its agents show Unreachable since its last frame (`wall`, the wall clock
+    now, when it never sent one)."""
+    since = member.last_seen or wall
+    member.offline_since = since
+    for reader in member.readers.values():
+        reader.status, reader.reason = UNREACHABLE, "machine-offline"
+        reader.detail = f"machine offline since {hhmm(since)}"

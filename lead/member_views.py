@@ -4,6 +4,11 @@ A member sends the raw hello and state its bridge read; the lead feeds them to a
 digests, trimming and pane state are computed exactly as for its own agents. These functions do no I/O
 and import no trio: they run in a worker thread (`digest_text` parses a large frame there too, so its
 parsed documents never outlive the call) or, for a small view, on the loop.
+
+The budget: what the lead keeps of one member's views never passes `MEMBER_VIEWS_MAX` (`views_kept`
+counts it; `keep_view` and `install_views` enforce it). A view that would pass it is not kept: its agent
+keeps its last view (or an empty one) and shows Unreachable, `view-too-big`; the member's other agents
+are untouched, and a later view that fits is taken as ever.
 """
 
 from __future__ import annotations
@@ -76,3 +81,48 @@ def digest_text(raw: str, now: float) -> tuple[str, object, list]:
     """Parse a large frame and build the readers it carries, in one worker-thread call: its parsed
     documents never outlive the call, so they never pile up for the garbage collector."""
     return digest(*crewwire.parse_member_frame(raw), now)
+
+
+def views_kept(readers: dict[str, AgentReader], views: dict[str, str], but: str | None = None) -> int:
+    """What the lead keeps of one member's views (`readers` and `views`, its JSON texts), counted against
+    MEMBER_VIEWS_MAX (`but`: leaving that agent's view out, as a new one would replace it)."""
+    return sum(view_cost(readers.get(name), text) for name, text in views.items() if name != but)
+
+
+def keep_view(readers: dict[str, AgentReader], views: dict[str, str], name: str, reader: AgentReader, text: str,
+              budget: int = MEMBER_VIEWS_MAX) -> int | None:
+    """Keep a new view of agent `name` if the member's views stay within `budget`: None when kept, else the
+    view's cost, the agent then shown Unreachable (`view-too-big`) with its last view kept, or with none."""
+    cost = view_cost(reader, text)
+    if views_kept(readers, views, but=name) + cost > budget:
+        too_big(readers, name, reader, budget)
+        return cost
+    readers[name] = reader
+    views[name] = text
+    return None
+
+
+def too_big(readers: dict[str, AgentReader], name: str, refused: AgentReader, budget: int = MEMBER_VIEWS_MAX) -> None:
+    """Agent `name` shows Unreachable (`view-too-big`): its last kept view stays, or an empty one says why."""
+    reader = readers.get(name)
+    if reader is None:  # nothing kept of it yet: an empty view, only to say why
+        reader = readers[name] = AgentReader(name, transport=refused.transport, address=refused.address,
+                                             local=refused.local, token_set=refused.token_set)
+    reader.status, reader.reason = UNREACHABLE, TOO_BIG
+    reader.detail = f"its view is too big: the lead keeps at most {budget // 2**20} MiB of one machine's views"
+
+
+def install_views(readers: dict[str, AgentReader], views: dict[str, str], raws: list, now: float,
+                  budget: int = MEMBER_VIEWS_MAX) -> None:
+    """Parse and feed views on the spot (lead start-up; tests), each as a snapshot would carry it; one that
+    does not fit the wire, or the budget (a views file an older lead wrote), is skipped."""
+    for raw in raws:
+        try:
+            view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
+            reader, text = build_reader(view.trimmed(), now)
+        except (crewwire.FrameError, RecursionError, ValueError):
+            continue
+        if views_kept(readers, views, but=view.name) + view_cost(reader, text) > budget:
+            continue
+        readers[view.name] = reader
+        views[view.name] = text
