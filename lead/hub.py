@@ -59,7 +59,8 @@ from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
 from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
-from lead.member_session import Member, admit_hello, apply_frame, claim, hhmm, keeps_label, mark_offline  # noqa: F401
+from lead.member_session import (LINK_LINES, SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello,  # noqa: F401
+                                 apply_frame, claim, hhmm, keeps_label, mark_offline)
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
                                 digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
@@ -80,8 +81,6 @@ MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (
 PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
 DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
 MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
-SAY_AGAIN_AFTER = 60.0
-LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
@@ -114,7 +113,7 @@ class Hub:
         self.feed_limiter = trio.CapacityLimiter(1)  # members' views are fed one at a time, off the loop
         sys.setswitchinterval(FEED_SWITCH_INTERVAL)
         self.save_limiter = trio.CapacityLimiter(1)
-        self.said: dict[str, tuple[float, int]] = {}  # log key -> (when last logged, how many since)
+        self.lines = LineLimiter()  # what is logged of lines a peer can repeat at will
         for row in self.store.members():  # known members show (offline, with their last view) from the start
             member = self.members[row["label"]] = Member(row["label"], last_seen=row["last_seen"],
                                                          version=row["version"], offline_since=row["last_seen"])
@@ -138,16 +137,10 @@ class Hub:
                 fn(label, name)
 
     def _say(self, key: str, line: str, *args, now: float, burst: int = 1) -> None:
-        """Log a line that a peer can repeat at will at most `burst` times a minute; the first one after
-        says how many were held."""
-        start, logged, held = self.said.get(key, (None, 0, 0))
-        if start is None or now - start >= SAY_AGAIN_AFTER:
-            start, logged = now, 0
-        if logged >= burst:
-            self.said[key] = (start, logged, held + 1)
-            return
-        self.said[key] = (start, logged + 1, 0)
-        log.info(line + (f" ({held} more since)" if held else ""), *args)
+        """Log a line that a peer can repeat at will at most `burst` times a minute (LineLimiter)."""
+        held = self.lines.allow(key, now, burst)
+        if held is not None:
+            log.info(line + (f" ({held} more since)" if held else ""), *args)
 
     def _link_line(self, kind: str, label: str, line: str, *args) -> None:
         """A line about one member's link (connected, offline, refused, bad frames): a member that

@@ -14,6 +14,8 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
   a `receipt` or `read_result` is the answer a waiting call gets; a second `hello` is a bad frame. A view
   is kept only within the member's budget (lead.member_views). A view its reader could not be built
   for is a bad frame of its own: that agent's last view stays, the frame's other views are taken.
+- Log lines a peer can repeat at will (`LineLimiter`): at most `burst` of one key a minute, the next one
+  saying how many were held — a member reconnecting in a loop wrote two lines a connection, without end.
 - Offline (`mark_offline`): every agent of the member shows Unreachable, `machine-offline`, with
   `machine offline since HH:MM` — the time of its last frame.
 """
@@ -53,6 +55,9 @@ class Member:
     @property
     def online(self) -> bool:
         return self.conn is not None
+
+SAY_AGAIN_AFTER = 60.0
+LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 
 
 def admit_hello(hello: Hello | None, label: str) -> Admission:
@@ -140,3 +145,22 @@ def mark_offline(member: Member, wall: float) -> None:
     for reader in member.readers.values():
         reader.status, reader.reason = UNREACHABLE, "machine-offline"
         reader.detail = f"machine offline since {hhmm(since)}"
+
+
+class LineLimiter:
+    """How often a line a peer can repeat at will is logged: at most `burst` times in SAY_AGAIN_AFTER seconds
+    from the first; the first one after says how many were held."""
+
+    def __init__(self) -> None:
+        self.said: dict[str, tuple[float | None, int, int]] = {}  # key -> (window start, logged, held since)
+
+    def allow(self, key: str, now: float, burst: int = 1) -> int | None:
+        """None: hold this line; else log it, with this many held before it (0: say nothing of them)."""
+        start, logged, held = self.said.get(key, (None, 0, 0))
+        if start is None or now - start >= SAY_AGAIN_AFTER:
+            start, logged = now, 0
+        if logged >= burst:
+            self.said[key] = (start, logged, held + 1)
+            return None
+        self.said[key] = (start, logged + 1, 0)
+        return held
