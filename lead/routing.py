@@ -8,6 +8,11 @@
   answers that refusal with `replay: true`, as the member's journal would.
 - Reads: an answer is checked against the crew wire (counts first, crew.crewwire); a member's chat items
   never bring their own `html` to the phone — the lead renders their Markdown itself (C1).
+
+The decisions are plain functions (no trio, no I/O): `judge_repeat` (a repeated id), `refusal_before_forward`
+(what the lead refuses itself), `forwarded_receipt` (the receipt a member's answer makes: only one for this
+id and op is believed, anything else is `unknown`), `read_answer` (a read's answer, checked). `Routing`
+holds the lock and the refusals' store and carries them out.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from crew.crewwire import FrameError, shown
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not_recorded, refused
 from lead.crew_link import FORWARD_TIMEOUT, Conn
 from lead.member_session import Member, hhmm
-from lead.refusals import Refusals
+from lead.refusals import Refusals, Seen
 
 log = logs.get("crew")
 
@@ -56,6 +61,59 @@ def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
                         digest=req.digest if answer else None)
 
 
+def offline_text(member: Member) -> str:
+    """`since HH:MM` (the member's last frame), or `(never connected)`."""
+    since = member.offline_since or member.last_seen
+    return f"since {hhmm(since)}" if since else "(never connected)"
+
+
+def judge_repeat(seen: Seen | None, req: WriteRequest) -> Receipt | None:
+    """A session-bound write whose id the lead has seen: the same id with another body is refused
+    `conflict`; one the lead refused itself answers that refusal again (`replay`); None: route it."""
+    if seen is not None and seen.fingerprint != req.fingerprint():
+        return refused(req.request_id, req.op, "conflict")
+    if seen is not None and seen.state == "refused":
+        return attrs.evolve(Receipt(**seen.receipt), replay=True)
+    return None
+
+
+def refusal_before_forward(label: str, member: Member, req: WriteRequest) -> Receipt | None:
+    """What the lead refuses without asking the member: an older Collie (read-only) `older_collie`, a
+    member offline `machine_offline` with since when; None: take the lock and forward."""
+    if member.read_only:
+        return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
+                       text=OLDER_COLLIE)
+    if member.conn is None:
+        return refused(req.request_id, req.op, "machine_offline", f"{label} {offline_text(member)}")
+    return None
+
+
+def forwarded_receipt(req: WriteRequest, got) -> tuple[Receipt, FrameError | None]:
+    """The receipt of a forwarded request from what its call returned (a receipt frame, a FrameError, or
+    None), and the bad frame to count when the member answered for another request. Anything but this
+    id's and op's receipt is `unknown` (B3): `protocol` for a bad answer, `link` for none in time."""
+    bad = None
+    if isinstance(got, crewwire.ReceiptFrame):
+        rec = got.receipt
+        if rec.request_id == req.request_id and rec.op == req.op:
+            return rec, None
+        bad = got = FrameError(f"receipt: for {shown(rec.request_id, 40)}/{shown(rec.op, 12)}, "
+                               f"not the request {req.request_id}/{req.op}")
+    return Receipt(request_id=req.request_id, op=req.op, outcome="unknown",
+                   reason="protocol" if isinstance(got, FrameError) else "link",
+                   text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED), bad
+
+
+def read_answer(what: str, got) -> tuple[dict | None, FrameError | None]:
+    """A read's result from what its call returned, checked against the crew wire (counts first); None when
+    there is none, with the bad frame to count when the answer does not fit."""
+    if not isinstance(got, crewwire.ReadResult) or not got.ok:
+        return None, None
+    try:
+        return crewwire.unstructure(crewwire.parse_read_result(what, got.result)), None
+    except FrameError as exc:
+        return None, exc
+
 
 class Routing:
     """The lead's reads and writes to members' agents: `members` is the hub's own table; `bad_frame(conn,
@@ -79,12 +137,10 @@ class Routing:
         conn = member.conn
         got = await conn.call({"type": "read", "id": str(uuid.uuid4()), "agent": agent, "what": what,
                                "args": args}, READ_TIMEOUT)
-        if not isinstance(got, crewwire.ReadResult) or not got.ok:
-            return None
-        try:
-            result = crewwire.unstructure(crewwire.parse_read_result(what, got.result))
-        except FrameError as exc:
-            self._bad_frame(conn, exc)
+        result, bad = read_answer(what, got)
+        if bad is not None:
+            self._bad_frame(conn, bad)
+        if result is None:
             return None
         if what == "items":  # C1: the phone shows `html` as markup; only the lead's own rendering is shown
             size = sum(len(i.get("text") or "") for i in result["items"] if isinstance(i.get("text"), str))
@@ -93,10 +149,6 @@ class Routing:
             else:
                 result["items"] = await trio.to_thread.run_sync(own_html, result["items"], limiter=self.render_limiter)
         return result
-
-    def offline_text(self, member: Member) -> str:
-        since = member.offline_since or member.last_seen
-        return f"since {hhmm(since)}" if since else "(never connected)"
 
     async def write(self, label: str, req: WriteRequest) -> Receipt:
         """Route one write to a member's agent. A session-bound write the lead refuses before forwarding
@@ -116,10 +168,9 @@ class Routing:
                 seen = await self.refusals.run(self.refusals.get, rid)
             except (sqlite3.Error, OSError) as exc:
                 return _not_recorded(req, exc)
-            if seen is not None and seen.fingerprint != req.fingerprint():
-                return refused(rid, req.op, "conflict")
-            if seen is not None and seen.state == "refused":
-                return attrs.evolve(Receipt(**seen.receipt), replay=True)
+            rec = judge_repeat(seen, req)
+            if rec is not None:
+                return rec
             return await self._route(label, member, req, kept=seen is None)
         finally:
             del self.inflight[rid]
@@ -127,12 +178,8 @@ class Routing:
 
     async def _route(self, label: str, member: Member, req: WriteRequest, *, kept: bool) -> Receipt:
         """`kept`: remember a refusal decided here, and mark the request forwarded before it goes out."""
-        if member.read_only:
-            rec = Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
-                          text=OLDER_COLLIE)
-            return await self._keep(req, rec) if kept else rec
-        if member.conn is None:
-            rec = refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member)}")
+        rec = refusal_before_forward(label, member, req)
+        if rec is not None:
             return await self._keep(req, rec) if kept else rec
         reader = member.readers.get(req.agent)
         key = lock_key(req, reader.conversations if reader is not None else {})  # an answer: its ask's conversation
@@ -166,18 +213,11 @@ class Routing:
         """Send one request to the member (the caller holds the session lock)."""
         member = self.members.get(label)
         if member is None or member.conn is None:
-            return refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member) if member else ''}")
+            return refused(req.request_id, req.op, "machine_offline", f"{label} {offline_text(member) if member else ''}")
         conn = member.conn
         got = await conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
                                "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
-        if isinstance(got, crewwire.ReceiptFrame):
-            rec = got.receipt
-            if rec.request_id == req.request_id and rec.op == req.op:
-                return rec
-            self._bad_frame(conn, FrameError(f"receipt: for {shown(rec.request_id, 40)}/{shown(rec.op, 12)}, "
-                                             f"not the request {req.request_id}/{req.op}"))
-            got = FrameError("mismatch")
-        # no answer in time, the link dropped, or an answer that does not fit: we cannot know (B3)
-        return Receipt(request_id=req.request_id, op=req.op, outcome="unknown",
-                       reason="protocol" if isinstance(got, FrameError) else "link",
-                       text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED)
+        rec, bad = forwarded_receipt(req, got)  # no answer in time, or one that does not fit: `unknown` (B3)
+        if bad is not None:
+            self._bad_frame(conn, bad)
+        return rec
