@@ -9,11 +9,10 @@ agent); `queued` counts their characters, so the hub stops reading a link that i
 
 from __future__ import annotations
 
-from collections import deque
-
 import trio
 
 from crew import crewwire
+from lead.member_session import FrameQueue
 
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
 SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
@@ -37,8 +36,7 @@ class Conn:
         self.names: set[str] = set()  # the member's agents, as its last snapshot (and agent frames) said
         # frames carrying views, in arrival order, waiting for the feeder: ("text", raw) for a large frame
         # (parsed in the worker), ("parsed", kind, frame) for a small one; `queued` counts their characters
-        self.queue: deque = deque()
-        self.queued = 0
+        self.frames = FrameQueue()
         self.fresh = trio.Event()
         self.drained = trio.Event()
         self.save_after_feed = False
@@ -85,17 +83,20 @@ class Conn:
             entry[1].append(answer)
             entry[0].set()
 
+    @property
+    def queue(self):
+        """The view frames waiting for the feeder, oldest first (lead.member_session.FrameQueue)."""
+        return self.frames.entries
+
+    @property
+    def queued(self) -> int:
+        return self.frames.size
+
     def enqueue(self, entry: tuple, size: int) -> None:
-        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
-            for old in [e for e in self.queue if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
-                self.queue.remove(old)
-                self.queued -= old[3]
-        self.queue.append((*entry, size))
-        self.queued += size
+        self.frames.put(entry, size)
         self.fresh.set()
 
     def take(self) -> tuple:
-        entry = self.queue.popleft()
-        self.queued -= entry[-1]
+        entry = self.frames.take()
         self.drained.set()
         return entry

@@ -59,8 +59,9 @@ from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
 from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
-from lead.member_session import (LINK_LINES, SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello,  # noqa: F401
-                                 apply_frame, claim, hhmm, keeps_label, mark_offline)
+from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
+                                 SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim,
+                                 digest_inline, hhmm, intake, keeps_label, mark_offline, silent, too_many_bad)
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
                                 digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
@@ -77,10 +78,6 @@ SAVE_EVERY = 2.0
 # the tokens are also read again at least this often whatever the stat says.
 TOKENS_RELOAD_MAX = 30.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
-MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
-PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
-DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
-MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
@@ -285,20 +282,17 @@ class Hub:
                     conn.last_frame = trio.current_time()
                     member.last_seen = time.time()
                     try:
-                        if isinstance(raw, str) and len(raw) > PARSE_IN_THREAD:
-                            conn.enqueue(("text", raw), len(raw))
+                        taken = intake(raw)
+                        if taken[0] == "queue":
+                            conn.enqueue(taken[1], len(raw))
                         else:
-                            kind, frame = crewwire.parse_member_frame(raw)
-                            if kind in ("snapshot", "agent"):  # views are fed in arrival order, by the feeder
-                                conn.enqueue(("parsed", kind, frame), len(raw))
-                            else:
-                                self._apply(member, conn, kind, frame, [])
+                            self._apply(member, conn, taken[1], taken[2], [])
                     except FrameError as exc:
                         self._bad_frame(conn, exc)
-                    while conn.queued > MAX_QUEUED:  # backpressure: this member waits, nobody else does
+                    while conn.frames.full():  # backpressure: this member waits, nobody else does
                         conn.drained = trio.Event()
                         await conn.drained.wait()
-                    if conn.bad_frames > MAX_BAD_FRAMES:
+                    if too_many_bad(conn.bad_frames):
                         conn.close_reason = crewwire.PROTOCOL
                         n.cancel_scope.cancel()
                         break
@@ -382,7 +376,7 @@ class Hub:
                 continue
             entry = conn.take()
             try:
-                if entry[0] == "parsed" and entry[-1] <= DIGEST_INLINE:  # a small view: a thread hop costs more
+                if digest_inline(entry):  # a small view: a thread hop costs more
                     got = digest(entry[1], entry[2], trio.current_time())
                 elif entry[0] == "text":
                     got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
@@ -410,7 +404,7 @@ class Hub:
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn
-                if conn is not None and now - conn.last_frame > crewwire.OFFLINE_AFTER:
+                if conn is not None and silent(conn.last_frame, now):
                     log.info("[crew] %s: silent for %g s", member.label, crewwire.OFFLINE_AFTER)
                     conn.close_reason = "silent"
                     conn.closed.set()

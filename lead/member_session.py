@@ -9,6 +9,11 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
   label its member token was issued for (else `unauthorized`). One link per label: a newcomer with the
   open link's `boot` is the same member reconnecting and replaces it; any other makes the lead probe the
   open link, and only a dead one is replaced (else `label_in_use`).
+- How a frame is taken (`intake`, `FrameQueue`): frames carrying views wait, in arrival order, for the
+  hub's feeder (a large one is parsed in the feeder's worker thread); a newer small `agent` frame
+  replaces a waiting one for the same agent; a link with more than MAX_QUEUED characters waiting is not
+  read until the feeder catches up. Every other frame is applied on arrival. A link that sent more than
+  MAX_BAD_FRAMES bad frames is closed (`protocol`); one silent for OFFLINE_AFTER is offline (`silent`).
 - What a frame changes (`apply_frame`): a `snapshot` names every agent the member has (the others go)
   and is saved at once; an `agent` frame adds or replaces one agent's view (at most MAX_AGENTS names);
   a `receipt` or `read_result` is the answer a waiting call gets; a second `hello` is a bad frame. A view
@@ -23,6 +28,7 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
 from __future__ import annotations
 
 import datetime as dt
+from collections import deque
 from typing import TYPE_CHECKING
 
 import attrs
@@ -56,6 +62,10 @@ class Member:
     def online(self) -> bool:
         return self.conn is not None
 
+MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
+PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
+DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
+MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
 SAY_AGAIN_AFTER = 60.0
 LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 
@@ -81,6 +91,60 @@ def claim(boot: str | None, open_boot: str | None) -> str:
 def keeps_label(alive: bool, open_conn, conn_now) -> bool:
     """After the probe: the open link keeps its label when it answered, or another link took it meanwhile."""
     return alive or conn_now not in (open_conn, None)
+
+
+def intake(raw) -> tuple:
+    """How the lead takes one frame off a link: ("queue", entry) for the feeder — ("text", raw) for a large
+    frame, parsed in its worker thread; ("parsed", kind, frame) for a small one carrying views — or
+    ("apply", kind, frame) for any other, applied on arrival. Raises FrameError for a bad small frame."""
+    if isinstance(raw, str) and len(raw) > PARSE_IN_THREAD:
+        return "queue", ("text", raw)
+    kind, frame = crewwire.parse_member_frame(raw)
+    if kind in ("snapshot", "agent"):  # views are fed in arrival order, by the feeder
+        return "queue", ("parsed", kind, frame)
+    return "apply", kind, frame
+
+
+def digest_inline(entry: tuple) -> bool:
+    """Is a queued entry's view built on the loop? A small parsed one only: there a thread hop costs more."""
+    return entry[0] == "parsed" and entry[-1] <= DIGEST_INLINE
+
+
+class FrameQueue:
+    """View frames waiting for the feeder, in arrival order, each with its size in characters (`size`
+    counts them all). A newer `agent` frame replaces a waiting parsed one for the same agent: only the
+    latest view of an agent is worth building."""
+
+    def __init__(self) -> None:
+        self.entries: deque = deque()
+        self.size = 0
+
+    def put(self, entry: tuple, size: int) -> None:
+        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
+            for old in [e for e in self.entries if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
+                self.entries.remove(old)
+                self.size -= old[3]
+        self.entries.append((*entry, size))
+        self.size += size
+
+    def take(self) -> tuple:
+        entry = self.entries.popleft()
+        self.size -= entry[-1]
+        return entry
+
+    def full(self) -> bool:
+        """More than MAX_QUEUED characters wait: the link is not read until the feeder catches up."""
+        return self.size > MAX_QUEUED
+
+
+def too_many_bad(bad_frames: int) -> bool:
+    """A link that sent more than MAX_BAD_FRAMES bad frames is closed (`protocol`)."""
+    return bad_frames > MAX_BAD_FRAMES
+
+
+def silent(last_frame: float, now: float) -> bool:
+    """A member whose link sent nothing for OFFLINE_AFTER seconds is offline (its link is closed)."""
+    return now - last_frame > crewwire.OFFLINE_AFTER
 
 
 @attrs.define
