@@ -36,6 +36,7 @@ import attrs
 from bridge.reader import AgentReader
 from crew import crewwire
 from crew.crewwire import Admission, FrameError, Hello, shown
+from crew.wire import WireRange
 from crew.views import UNREACHABLE
 from lead.member_views import MEMBER_VIEWS_MAX, keep_view
 
@@ -70,12 +71,14 @@ SAY_AGAIN_AFTER = 60.0
 LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 
 
-def admit_hello(hello: Hello | None, label: str) -> Admission:
+def admit_hello(hello: Hello | None, label: str, ours: WireRange = crewwire.CREW_WIRE,
+                floor: int = crewwire.READ_ONLY_FLOOR) -> Admission:
     """The lead's answer to a link's first frame, `label` being the one its member token opens: accepted
-    (read-only for an older member), or closed with `protocol`, `version` or `unauthorized`."""
+    (read-only for a member older than `ours` but not below `floor`), or closed with `protocol`, `version`
+    or `unauthorized`."""
     if hello is None:
         return Admission(False, reason=crewwire.PROTOCOL)
-    admission = crewwire.admit(hello.crew_wire)
+    admission = crewwire.admit(hello.crew_wire, ours, floor)
     if admission.accepted and hello.label != label:
         return Admission(False, reason=crewwire.UNAUTHORIZED)
     return admission
