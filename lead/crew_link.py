@@ -5,17 +5,24 @@
 the reader task hands to `resolve`, within a limit counted from the call. View frames wait in `queue`
 in arrival order for the hub's feeder (a newer small `agent` frame replaces a waiting one for the same
 agent); `queued` counts their characters, so the hub stops reading a link that is too far ahead.
+`receive_hello`, `answers` (the probe of an open link) and `close_link` are the link's other steps.
 """
 
 from __future__ import annotations
 
+import uuid
+
 import trio
 
 from crew import crewwire
+from crew.crewwire import FrameError
 from lead.member_session import FrameQueue
 
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
 SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
+HELLO_TIMEOUT = 10.0
+PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
+PROBE_AGENT = "collie-link-probe"  # the read that probes a link names this agent (none has that name)
 
 
 class LinkStuck(Exception):
@@ -100,3 +107,34 @@ class Conn:
         entry = self.frames.take()
         self.drained.set()
         return entry
+
+
+async def close_link(ws, reason: str, code: int = 1008) -> None:
+    """Close a link with a reason the member can show, within a second whatever the socket does."""
+    with trio.move_on_after(1, shield=True):
+        try:
+            await ws.close(code, reason)
+        except Exception:
+            pass
+
+
+async def receive_hello(ws) -> crewwire.Hello | None:
+    """The link's first frame if it is a `hello` within HELLO_TIMEOUT, else None (closed `protocol`)."""
+    with trio.move_on_after(HELLO_TIMEOUT):
+        raw = await ws.receive()
+        try:
+            kind, frame = crewwire.parse_member_frame(raw)
+        except FrameError:
+            return None
+        return frame if kind == "hello" else None
+    return None
+
+
+async def answers(conn: Conn) -> bool:
+    """Does the open link answer within `PING_WAIT`? (A member restarted after a cut link: the lead may
+    still hold its old link, which answers nothing.) ASGI gives the lead no WebSocket ping, so the
+    probe is a read the member must answer (crew.md §2), of an agent no member has: any answer, even
+    "no such agent" or a bad frame, means a live member at the other end."""
+    probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
+             "args": {"conversation": "probe"}}
+    return await conn.call(probe, PING_WAIT) is not None

@@ -41,7 +41,6 @@ import json
 import sqlite3
 import sys
 import time
-import uuid
 from collections.abc import Callable
 
 import trio
@@ -58,7 +57,8 @@ from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
-from lead.crew_link import FORWARD_TIMEOUT, SEND_WAIT, Conn, LinkStuck  # noqa: F401
+from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
+                             LinkStuck, answers, close_link, receive_hello)
 from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
                                  SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim,
                                  digest_inline, hhmm, intake, keeps_label, mark_offline, silent, too_many_bad)
@@ -69,9 +69,6 @@ from lead.routing import READ_TIMEOUT, RENDER_INLINE, Routing, own_html  # noqa:
 
 log = logs.get("crew")
 
-HELLO_TIMEOUT = 10.0
-PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
-PROBE_AGENT = "collie-link-probe"  # the read that probes a link names this agent (none has that name)
 SAVE_EVERY = 2.0
 # A change to the token table made by another process is seen by the files' stat (every SAVE_EVERY); two
 # commits within one tick of the file system's clock that leave the WAL's size as it was look alike, so
@@ -194,60 +191,32 @@ class Hub:
             if label is None:  # crew.md §2: closed with a reason the member can show
                 self._say("unauthorized", "[crew] refused a member link: unauthorized (a wrong or removed member token)",
                           now=trio.current_time())
-                await self._close(ws, crewwire.UNAUTHORIZED)
+                await close_link(ws, crewwire.UNAUTHORIZED)
                 return
             try:
                 await self._session(ws, label, shutdown)
             except Exception as exc:  # the task boundary of this member's link: it ends here, the lead goes on
                 log.warning("[crew] %s: link ended by an error: %s", label, shown(f"{type(exc).__name__}: {exc}", 200))
-                await self._close(ws, "internal")
-
-    @staticmethod
-    async def _close(ws, reason: str, code: int = 1008) -> None:
-        with trio.move_on_after(1, shield=True):
-            try:
-                await ws.close(code, reason)
-            except Exception:
-                pass
-
-    async def _hello(self, ws) -> crewwire.Hello | None:
-        with trio.move_on_after(HELLO_TIMEOUT):
-            raw = await ws.receive()
-            try:
-                kind, frame = crewwire.parse_member_frame(raw)
-            except FrameError:
-                return None
-            return frame if kind == "hello" else None
-        return None
-
-    @staticmethod
-    async def _answers(conn: Conn) -> bool:
-        """Does the open link answer within `PING_WAIT`? (A member restarted after a cut link: the lead may
-        still hold its old link, which answers nothing.) ASGI gives the lead no WebSocket ping, so the
-        probe is a read the member must answer (crew.md §2), of an agent no member has: any answer, even
-        "no such agent" or a bad frame, means a live member at the other end."""
-        probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
-                 "args": {"conversation": "probe"}}
-        return await conn.call(probe, PING_WAIT) is not None
+                await close_link(ws, "internal")
 
     async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
-        hello = await self._hello(ws)
+        hello = await receive_hello(ws)
         admission = admit_hello(hello, label)
         if not admission.accepted:
             if admission.reason == crewwire.VERSION:
                 self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
                                 crewwire.CREW_WIRE)
-            await self._close(ws, admission.reason)
+            await close_link(ws, admission.reason)
             return
         member = self.members.setdefault(label, Member(label))
         old = member.conn
         if old is not None:
             if claim(hello.boot, old.boot) == "probe":  # another machine, or the member restarted
-                alive = await self._answers(old)
+                alive = await answers(old)
                 if keeps_label(alive, old, member.conn):
                     self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
                               "connected member (label_in_use)", label, now=trio.current_time())
-                    await self._close(ws, crewwire.LABEL_IN_USE)
+                    await close_link(ws, crewwire.LABEL_IN_USE)
                     return
                 old.close_reason = "silent: it did not answer a probe when the member connected again"
                 log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
@@ -309,7 +278,7 @@ class Hub:
                 self._notify(label)
                 with trio.CancelScope(shield=True):  # the link may end by cancellation (shutdown)
                     await self._mark_seen(label, None, member.last_seen or time.time())
-            await self._close(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
+            await close_link(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
 
     def _bad_frame(self, conn: Conn, exc: FrameError) -> None:
