@@ -37,7 +37,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import sys
 import time
@@ -53,7 +52,6 @@ from bridge.writes import WriteRequest
 from crew import crewwire, logs
 from crew.crewstore import CrewStore
 from crew.crewwire import FrameError, shown
-from crew.fsutil import atomic_write, ensure_private_dir
 from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
@@ -66,6 +64,7 @@ from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, bui
                                 digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
 from lead.routing import READ_TIMEOUT, RENDER_INLINE, Routing, own_html  # noqa: F401
+from lead.views_file import read_views, remove_views, views_path, write_views
 
 log = logs.get("crew")
 
@@ -142,14 +141,11 @@ class Hub:
         self._say(f"{kind}:{label}", line, label, *args, now=trio.current_time(), burst=LINK_LINES)
 
     def _restore_views(self, member: Member) -> None:
-        """The last views a member sent survive a lead restart: its agents show offline, and sends to
-        them wait in the inbox instead of finding no agent."""
-        try:
-            saved = json.loads((self.views_dir / f"{member.label}.json").read_text())
-        except (FileNotFoundError, ValueError, RecursionError):
-            return
-        self._install_views(member, [raw for raw in saved.values()] if isinstance(saved, dict) else [], 0.0)
-        self._mark_offline(member)
+        """A member's last views from its file (lead.views_file): its agents show, offline."""
+        raws = read_views(views_path(self.views_dir, member.label))
+        if raws is not None:
+            self._install_views(member, raws, 0.0)
+            self._mark_offline(member)
 
     def _install_views(self, member: Member, raws: list, now: float) -> None:
         """Parse and feed views on the spot (lead start-up, before trio runs; tests): lead.member_views."""
@@ -160,14 +156,7 @@ class Hub:
         batch = {label: dict(self.views.get(label, {})) for label in self.dirty if label in self.members}
         self.dirty.clear()
         if batch:
-            await trio.to_thread.run_sync(self._write_views, batch, limiter=self.save_limiter)
-
-    def _write_views(self, batch: dict[str, dict[str, str]]) -> None:
-        # the views are JSON text already: joining them costs a copy, not a 10 MB json.dumps under the GIL
-        ensure_private_dir(self.views_dir)
-        for label, views in batch.items():
-            data = "{" + ",".join(f"{json.dumps(name)}:{text}" for name, text in views.items()) + "}"
-            atomic_write(self.views_dir / f"{label}.json", data.encode(), mode=0o600)
+            await trio.to_thread.run_sync(write_views, self.views_dir, batch, limiter=self.save_limiter)
 
     def _mark_offline(self, member: Member) -> None:
         mark_offline(member, time.time())
@@ -424,7 +413,7 @@ class Hub:
                 member.conn.close_reason = crewwire.UNAUTHORIZED  # its token no longer opens the link
                 member.conn.closed.set()
             self.views.pop(label, None)
-            (self.views_dir / f"{label}.json").unlink(missing_ok=True)
+            remove_views(self.views_dir, label)
             return {"removed": member is not None}
 
         async def tokens_changed(_req):

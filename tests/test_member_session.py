@@ -310,3 +310,19 @@ def test_a_members_chat_items_never_bring_their_own_html():
                       {"kind": "text", "text": "plain", "html": "<script>"}])
     assert "onerror" not in json.dumps(items) and "<script>" not in json.dumps(items)
     assert "<strong>hi</strong>" in items[0]["html"] and "html" not in items[1]
+
+
+def test_a_members_views_file_reads_back_what_was_written_and_is_private(tmp_path):
+    """crew.md §2: a member's last views survive a lead restart, in a 0600 file of its own; a missing or
+    unreadable file is no views, not a failed start."""
+    from lead.views_file import read_views, remove_views, views_path, write_views
+
+    views = {"a": json.dumps(fake_view("a")), "b\"x": json.dumps(fake_view("b\"x"))}
+    write_views(tmp_path / "crew-views", {"laptop": views})
+    path = views_path(tmp_path / "crew-views", "laptop")
+    assert read_views(path) == [fake_view("a"), fake_view("b\"x")]
+    assert path.stat().st_mode & 0o777 == 0o600 and (tmp_path / "crew-views").stat().st_mode & 0o077 == 0
+    path.write_text("{not json")
+    assert read_views(path) is None
+    remove_views(tmp_path / "crew-views", "laptop")
+    assert read_views(path) is None
