@@ -58,8 +58,9 @@ from crew.security import bearer_token
 from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
                              LinkStuck, answers, close_link, receive_hello)
 from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
-                                 SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim,
-                                 digest_inline, hhmm, intake, keeps_label, mark_offline, silent, too_many_bad)
+                                 SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim, connected,
+                                 crew_row, digest_inline, hhmm, intake, keeps_label, link_ended, mark_offline,
+                                 silent, too_many_bad, viewed, viewing)
 from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
                                 digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
@@ -214,20 +215,15 @@ class Hub:
                 old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
             old.closed.set()
         conn = Conn(ws, label, hello.boot)
-        member.conn, member.read_only = conn, admission.read_only
-        member.version = shown(hello.collie, 40)
-        member.offline_since = None
-        member.last_seen = time.time()
+        welcome = connected(member, conn, hello, admission, time.time())
         try:  # from here on, however the link ends, the member is marked offline (finally below)
             await self._mark_seen(label, member.version, member.last_seen)
             self._forget_invite(label)
-            await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
-                             "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
+            await conn.send(welcome)
             self._link_line("connected", label, "[crew] %s: connected (Collie %s%s)", member.version,
                             ", read-only" if admission.read_only else "")
-            for (m, agent), count in list(self.viewers.items()):
-                if m == label and count:
-                    await conn.send({"type": "viewing", "agent": agent, "on": True})
+            for frame in viewed(self.viewers, label):
+                await conn.send(frame)
             async with trio.open_nursery() as n:
                 async def stop_when(event):
                     await event.wait()
@@ -260,9 +256,7 @@ class Hub:
             conn.closed.set()
             if conn.bad_frames > 1:
                 self._link_line("bad-count", label, "[crew] %s: %d bad frames on this link in all", conn.bad_frames)
-            if member.conn is conn:
-                member.conn = None
-                self._mark_offline(member)
+            if link_ended(member, conn, time.time()):
                 self._link_line("offline", label, "[crew] %s: offline since %s", hhmm(member.offline_since))
                 self._notify(label)
                 with trio.CancelScope(shield=True):  # the link may end by cancellation (shutdown)
@@ -369,14 +363,11 @@ class Hub:
 
     # --- viewing -------------------------------------------------------------------
     async def set_viewing(self, label: str, agent: str, on: bool) -> None:
-        key = (label, agent)
-        before = self.viewers.get(key, 0)
-        after = max(0, before + (1 if on else -1))
-        self.viewers[key] = after
+        frame = viewing(self.viewers, label, agent, on)
         member = self.members.get(label)
-        if member and member.conn and (before == 0) != (after == 0):
+        if member and member.conn and frame is not None:
             try:
-                await member.conn.send({"type": "viewing", "agent": agent, "on": after > 0})
+                await member.conn.send(frame)
             except LinkStuck:  # the link is ending; a new one is told what is viewed when it connects
                 pass
 
@@ -401,10 +392,7 @@ class Hub:
     # --- for `collie crew list` ------------------------------------------------------------------
     def control_handlers(self) -> dict:
         async def crew(_req):
-            return {"members": [{"label": m.label, "online": m.online, "version": m.version,
-                                 "last_seen": m.last_seen, "offline_since": m.offline_since,
-                                 "read_only": m.read_only, "agents": len(m.readers), "views_kept": self.kept(m.label)}
-                                for m in self.members.values()]}
+            return {"members": [crew_row(m, self.kept(m.label)) for m in self.members.values()]}
 
         async def crew_remove(req):
             label = str(req.get("label"))

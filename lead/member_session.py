@@ -9,6 +9,10 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
   label its member token was issued for (else `unauthorized`). One link per label: a newcomer with the
   open link's `boot` is the same member reconnecting and replaces it; any other makes the lead probe the
   open link, and only a dead one is replaced (else `label_in_use`).
+- A link let in (`connected`): the member is online, with the version its hello named (escaped, at most 40
+  characters); the lead answers `welcome` and then `viewing` for each of its agents a phone is viewing
+  (`viewing` counts the phones: the member hears only the first on and the last off). A link ended
+  (`link_ended`) makes the member offline only if it was its current link.
 - How a frame is taken (`intake`, `FrameQueue`): frames carrying views wait, in arrival order, for the
   hub's feeder (a large one is parsed in the feeder's worker thread); a newer small `agent` frame
   replaces a waiting one for the same agent; a link with more than MAX_QUEUED characters waiting is not
@@ -94,6 +98,50 @@ def claim(boot: str | None, open_boot: str | None) -> str:
 def keeps_label(alive: bool, open_conn, conn_now) -> bool:
     """After the probe: the open link keeps its label when it answered, or another link took it meanwhile."""
     return alive or conn_now not in (open_conn, None)
+
+
+def connected(member: Member, conn: Conn, hello: Hello, admission: Admission, wall: float,
+              ours: WireRange = crewwire.CREW_WIRE) -> dict:
+    """The member's state once its new link `conn` is let in, and the `welcome` the lead answers."""
+    member.conn, member.read_only = conn, admission.read_only
+    member.version = shown(hello.collie, 40)
+    member.offline_since = None
+    member.last_seen = wall
+    return {"type": "welcome", "lead": "collie", "read_only": admission.read_only,
+            "crew_wire": {"min": ours.min, "max": ours.max}}
+
+
+def viewed(viewers: dict[tuple[str, str], int], label: str) -> list[dict]:
+    """The `viewing` frames a member's new link is told after `welcome`: one for each agent a phone views."""
+    return [{"type": "viewing", "agent": agent, "on": True}
+            for (m, agent), count in list(viewers.items()) if m == label and count]
+
+
+def link_ended(member: Member, conn: Conn, wall: float) -> bool:
+    """A link ended: True (the member is now offline since its last frame) when it was the member's current
+    link; False when another link had replaced it, which the member keeps."""
+    if member.conn is not conn:
+        return False
+    member.conn = None
+    mark_offline(member, wall)
+    return True
+
+
+def viewing(viewers: dict[tuple[str, str], int], label: str, agent: str, on: bool) -> dict | None:
+    """Count a phone starting (`on`) or ending its viewing of an agent: the `viewing` frame to send the
+    member when the agent's first viewer came or its last went, else None (more viewers change nothing)."""
+    key = (label, agent)
+    before = viewers.get(key, 0)
+    after = max(0, before + (1 if on else -1))
+    viewers[key] = after
+    return {"type": "viewing", "agent": agent, "on": after > 0} if (before == 0) != (after == 0) else None
+
+
+def crew_row(member: Member, kept: int) -> dict:
+    """A member as `collie crew list` shows it."""
+    return {"label": member.label, "online": member.online, "version": member.version,
+            "last_seen": member.last_seen, "offline_since": member.offline_since,
+            "read_only": member.read_only, "agents": len(member.readers), "views_kept": kept}
 
 
 def intake(raw) -> tuple:

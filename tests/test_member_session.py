@@ -20,8 +20,8 @@ from crew.crewwire import FrameError, Hello
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt
 from crew.wire import WireRange
 from lead.member_session import (LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD, SAY_AGAIN_AFTER, FrameQueue,
-                                 LineLimiter, Member, admit_hello, apply_frame, claim, intake, keeps_label,
-                                 mark_offline, silent, too_many_bad)
+                                 LineLimiter, Member, admit_hello, apply_frame, claim, connected, crew_row, intake,
+                                 keeps_label, link_ended, mark_offline, silent, too_many_bad, viewed, viewing)
 from lead.member_views import MEMBER_VIEWS_MAX, TOO_BIG, digest, install_views, views_kept
 from lead.refusals import Seen
 from lead.routing import forwarded_receipt, judge_repeat, own_html, read_answer, refusal_before_forward
@@ -85,6 +85,43 @@ def test_one_link_per_label_the_same_boot_replaces_another_must_find_the_open_li
     assert keeps_label(True, old, old)  # it answered the probe
     assert not keeps_label(False, old, old) and not keeps_label(False, old, None)  # dead: replaced
     assert keeps_label(False, old, other)  # a third link took the label while the probe waited
+
+
+def test_a_member_let_in_is_online_with_its_version_and_hears_welcome_then_what_is_viewed():
+    """crew.md §2: `welcome {crew_wire, lead}` answers the hello (read-only said so); then the member is told
+    which of its agents a phone is viewing (it polls those every 2 s). The version it claims is cut to 40
+    characters and its control characters shown escaped (it reaches logs and `collie crew list`)."""
+    member = Member("laptop", offline_since=5.0)
+    conn = object()
+    welcome = connected(member, conn, Hello("laptop", "9.9\x1b[2J" + "x" * 80, WireRange(1, 1)),
+                        crewwire.Admission(True, read_only=True), 1_764_640_000.0)
+    assert welcome == {"type": "welcome", "lead": "collie", "read_only": True, "crew_wire": {"min": 1, "max": 1}}
+    assert member.online and member.read_only and member.offline_since is None and member.last_seen == 1_764_640_000.0
+    assert member.version == "9.9\\x1b[2J" + "x" * 33 + "…"  # its first 40 characters, the escape shown
+    viewers = {("laptop", "a"): 2, ("laptop", "b"): 0, ("desk", "c"): 1}
+    assert viewed(viewers, "laptop") == [{"type": "viewing", "agent": "a", "on": True}]
+
+
+def test_a_member_hears_only_the_first_viewer_come_and_the_last_one_go():
+    """crew.md §2: `viewing {agent, on}` — two phones viewing one agent send one `on`, and `off` only when
+    both left; an extra `off` never goes below zero."""
+    viewers: dict = {}
+    assert viewing(viewers, "laptop", "a", True) == {"type": "viewing", "agent": "a", "on": True}
+    assert viewing(viewers, "laptop", "a", True) is None
+    assert viewing(viewers, "laptop", "a", False) is None
+    assert viewing(viewers, "laptop", "a", False) == {"type": "viewing", "agent": "a", "on": False}
+    assert viewing(viewers, "laptop", "a", False) is None and viewers[("laptop", "a")] == 0
+
+
+def test_only_the_members_current_link_ending_makes_it_offline():
+    """One link per label: an old link that ends after a new one replaced it leaves the member online."""
+    member, _, _ = online(views=[fake_view("a")])
+    old, new = member.conn, object()
+    member.conn = new
+    assert not link_ended(member, old, 100.0) and member.online and member.readers["a"].status == "ready"
+    assert link_ended(member, new, 100.0) and not member.online and member.readers["a"].reason == "machine-offline"
+    row = crew_row(member, 1234)
+    assert (row["online"], row["agents"], row["views_kept"], row["offline_since"]) == (False, 1, 1234, 100.0)
 
 
 # --- how frames are taken (crew.md §2: the lead trusts no frame) --------------------------------------
