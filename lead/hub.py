@@ -1,38 +1,23 @@
-"""The crew hub on the lead: members' links, their agents' views, and routing writes to them (crew.md §2–§3).
+"""The crew hub on the lead (crew.md §2–§3): the adapter between members' `/crew/v1` links and the pieces that decide.
 
-- `/crew/v1` (WebSocket): a wrong member token is accepted and closed at once with the reason
-  `unauthorized`; then `hello` → `welcome`, or a close with the reason `version`, `unauthorized`
-  (the hello names another label) or `label_in_use`. A member older than our crew-wire range but
-  not below the floor is accepted read-only: writes to it get `This machine runs an older Collie …`.
-- One link per label. A second link for a label that is online is refused `label_in_use` — two
-  machines sharing one invite would otherwise push each other off for ever. The one exception keeps
-  a laptop waking from sleep working: a link whose hello carries the same `boot` (one random id per
-  member process) as the open one is the same member reconnecting before the lead noticed the old
-  link die, and replaces it. A link with another `boot` (another machine, or the member restarted) makes
-  the lead probe the open link with a read: if it answers within `PING_WAIT` the newcomer is refused, else the old
-  link is dead and the new one replaces it at once.
-- Untrusted input: every frame from a member is parsed strictly (crew.crewwire, cattrs); a bad one is
-  logged (escaped, once per link and then counted), skipped, and — when it answered a request —
-  makes that request's receipt `unknown`. Too many bad frames close the link (`protocol`). Whatever
-  fails inside one member's link ends that link only, never the lead.
-- Log lines about one member's links (connected, offline, refused, bad frames) are at most `LINK_LINES` of
-  each kind a minute, the next saying how many were held: a member reconnecting in a loop wrote two
-  lines a connection, without end.
-- Views: a member sends the raw hello and state its bridge read; the lead feeds them to a fresh
-  `AgentReader` of its own (digests, trimming and pane state computed exactly as for its own agents).
-  Frames carrying views are parsed (when large) and fed in a worker thread, one frame at a time in
-  arrival order (a newer small `agent` frame replaces a waiting one for the same agent); a link with
-  more than MAX_QUEUED characters waiting is not read until the feeder catches up. The lead keeps
-  each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
-  has less to walk. What it keeps of one member's views is bounded (`MEMBER_VIEWS_MAX`, an estimate of
-  their bytes by `view_cost`): a view that would pass it is not kept, its agent shows Unreachable with
-  the reason `view-too-big`, and a line is logged (at most `LINK_LINES` a minute). The GIL switch
-  interval is 1 ms, so the event loop gets the GIL back quickly while a worker computes. Figures:
-  bench/README.md (issue 9.6).
-- Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
-  `machine-offline` and `machine offline since HH:MM` (the time of its last frame).
-- Reads and writes to members' agents, the lead's session lock and its remembered refusals:
-  lead.routing.
+`Hub` accepts each member's WebSocket, feeds what arrives to the member session and carries out what comes
+back — closes, frames, log lines, the views file, the live channel's and the inbox's wake-ups. It decides
+nothing itself:
+
+- lead.member_session: who may hold a link (hello, version, label, one link per label), how a frame is
+  taken and what it changes, offline, viewing, the log lines a peer can repeat at will;
+- lead.member_views: the reader each view builds, and what one member's views may cost the lead;
+- lead.crew_link: one link's sends, calls (a stalled member holds nobody past the limit) and frame queue;
+- lead.routing: reads and writes to members' agents, the lead's session lock, its remembered refusals;
+- lead.views_file: members' last views on disk, so they survive a lead restart.
+
+Untrusted input: a wrong member token is accepted and closed at once (`unauthorized`); every frame is parsed
+strictly (crew.crewwire); a bad one is logged (escaped, once per link, then counted) and skipped, and when it
+answered a request, that request's receipt is `unknown`. Whatever fails inside one member's link ends that
+link only, never the lead. Frames carrying views are parsed (when large) and fed in a worker thread, one at
+a time in arrival order; views are kept as their JSON text, not parsed documents, so the garbage collector
+(which holds the GIL) has less to walk, and the GIL switch interval is 1 ms, so the event loop gets the GIL
+back quickly while a worker computes. Figures: bench/README.md (issue 9.6).
 """
 
 from __future__ import annotations
@@ -55,6 +40,7 @@ from crew.crewwire import FrameError, shown
 from crew.paths import Paths
 from crew.receipts import Receipt
 from crew.security import bearer_token
+# with every name lead.hub offered before its split (issue 30): tests, bench/ and other modules import them from here
 from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
                              LinkStuck, answers, close_link, receive_hello)
 from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401

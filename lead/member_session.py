@@ -6,9 +6,12 @@ feeds them, and carries out what they return (closes, frames to send, lines to l
 
 - Who may hold a link (`admit_hello`, `claim`): the first frame must be a `hello` (else `protocol`), on
   a crew wire the lead speaks (else `version`; older but not below the floor: read-only), naming the
-  label its member token was issued for (else `unauthorized`). One link per label: a newcomer with the
-  open link's `boot` is the same member reconnecting and replaces it; any other makes the lead probe the
-  open link, and only a dead one is replaced (else `label_in_use`).
+  label its member token was issued for (else `unauthorized`). One link per label — two machines sharing
+  one invite would otherwise push each other off for ever: a newcomer with the open link's `boot` (one
+  random id per member process) is the same member reconnecting before the lead saw its old link die (a
+  laptop waking from sleep), and replaces it; any other (another machine, or the member restarted) makes
+  the lead probe the open link with a read, and only a link that does not answer within PING_WAIT is
+  replaced (else the newcomer is refused `label_in_use`).
 - A link let in (`connected`): the member is online, with the version its hello named (escaped, at most 40
   characters); the lead answers `welcome` and then `viewing` for each of its agents a phone is viewing
   (`viewing` counts the phones: the member hears only the first on and the last off). A link ended
