@@ -5,18 +5,21 @@
 the reader task hands to `resolve`, within a limit counted from the call. View frames wait in `queue`
 in arrival order for the hub's feeder (a newer small `agent` frame replaces a waiting one for the same
 agent); `queued` counts their characters, so the hub stops reading a link that is too far ahead.
-`receive_hello`, `answers` (the probe of an open link) and `close_link` are the link's other steps.
+`receive_hello`, `answers` (the probe of an open link) and `close_link` are the link's other steps;
+`feed` builds the readers for its queued view frames, off the loop.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import trio
 
 from crew import crewwire
 from crew.crewwire import FrameError
-from lead.member_session import FrameQueue
+from lead.member_session import FrameQueue, digest_inline
+from lead.member_views import digest, digest_text
 
 FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
 SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
@@ -138,3 +141,33 @@ async def answers(conn: Conn) -> bool:
     probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
              "args": {"conversation": "probe"}}
     return await conn.call(probe, PING_WAIT) is not None
+
+
+async def feed(conn: Conn, apply: Callable[[tuple], None], save: Callable[[], Awaitable[None]],
+               bad_frame: Callable[[Conn, FrameError], None], current: Callable[[], bool],
+               limiter: trio.CapacityLimiter) -> None:
+    """Build the readers for the link's queued view frames, one frame at a time in arrival order (in a
+    worker thread under `limiter`, but for a small view), and `apply` each while the link is `current`;
+    once the queue is empty after a snapshot, `save` the views file."""
+    while True:
+        if not conn.queue:
+            if conn.save_after_feed:
+                conn.save_after_feed = False
+                await save()
+                continue  # a frame that came during the save set the event about to be replaced: look again
+            conn.fresh = trio.Event()  # no await since the queue was found empty: no frame can slip by
+            await conn.fresh.wait()
+            continue
+        entry = conn.take()
+        try:
+            if digest_inline(entry):  # a small view: a thread hop costs more
+                got = digest(entry[1], entry[2], trio.current_time())
+            elif entry[0] == "text":
+                got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(), limiter=limiter)
+            else:
+                got = await trio.to_thread.run_sync(digest, entry[1], entry[2], trio.current_time(), limiter=limiter)
+            if not current():
+                return
+            apply(got)
+        except FrameError as exc:
+            bad_frame(conn, exc)

@@ -42,7 +42,7 @@ from crew.receipts import Receipt
 from crew.security import bearer_token
 # with every name lead.hub offered before its split (issue 30): tests, bench/ and other modules import them from here
 from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
-                             LinkStuck, answers, close_link, receive_hello)
+                             LinkStuck, answers, close_link, feed, receive_hello)
 from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
                                  SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim, connected,
                                  crew_row, digest_inline, hhmm, intake, keeps_label, link_ended, mark_offline,
@@ -301,32 +301,9 @@ class Hub:
         await trio.to_thread.run_sync(self.store.load_tokens, limiter=self.token_limiter)
 
     async def _feed(self, member: Member, conn: Conn) -> None:
-        """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
-        and swap the new readers in."""
-        while True:
-            if not conn.queue:
-                if conn.save_after_feed:
-                    conn.save_after_feed = False
-                    await self._save_views()
-                    continue  # a frame that came during the save set the event about to be replaced: look again
-                conn.fresh = trio.Event()  # no await since the queue was found empty: no frame can slip by
-                await conn.fresh.wait()
-                continue
-            entry = conn.take()
-            try:
-                if digest_inline(entry):  # a small view: a thread hop costs more
-                    got = digest(entry[1], entry[2], trio.current_time())
-                elif entry[0] == "text":
-                    got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
-                                                        limiter=self.feed_limiter)
-                else:
-                    got = await trio.to_thread.run_sync(digest, entry[1], entry[2], trio.current_time(),
-                                                        limiter=self.feed_limiter)
-                if member.conn is not conn:
-                    return
-                self._apply(member, conn, *got)
-            except FrameError as exc:
-                self._bad_frame(conn, exc)
+        """Feed the link's queued view frames (lead.crew_link.feed) and swap the new readers in."""
+        await feed(conn, lambda got: self._apply(member, conn, *got), lambda: self._save_views(), self._bad_frame,
+                   lambda: member.conn is conn, self.feed_limiter)
 
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
