@@ -22,7 +22,6 @@ back quickly while a worker computes. Figures: bench/README.md (issue 9.6).
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +34,6 @@ from bridge.reader import AgentReader
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import crewwire, logs
-from crew.crewstore import CrewStore
 from crew.crewwire import FrameError, shown
 from crew.paths import Paths
 from crew.receipts import Receipt
@@ -43,6 +41,7 @@ from crew.security import bearer_token
 # with every name lead.hub offered before its split (issue 30): tests, bench/ and other modules import them from here
 from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
                              LinkStuck, answers, close_link, feed, receive_hello)
+from lead.crew_records import TOKENS_RELOAD_MAX, CrewRecords  # noqa: F401
 from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
                                  SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim, connected,
                                  crew_row, digest_inline, hhmm, intake, keeps_label, link_ended, mark_offline,
@@ -56,10 +55,6 @@ from lead.views_file import read_views, remove_views, views_path, write_views
 log = logs.get("crew")
 
 SAVE_EVERY = 2.0
-# A change to the token table made by another process is seen by the files' stat (every SAVE_EVERY); two
-# commits within one tick of the file system's clock that leave the WAL's size as it was look alike, so
-# the tokens are also read again at least this often whatever the stat says.
-TOKENS_RELOAD_MAX = 30.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
@@ -71,8 +66,8 @@ class Hub:
         self.paths = paths
         self.bridge = bridge
         self.writer = writer
-        self.store = CrewStore(paths.state_dir / "crew.sqlite")
-        self.store.load_tokens()  # in memory from here on (start-up, before the loop serves anyone)
+        self.records = CrewRecords(paths.state_dir)  # members' last contact, API tokens, invite files
+        self.store = self.records.store
         self.members: dict[str, Member] = {}
         # reads and writes to members' agents, the lead's lock and its remembered refusals (lead.routing)
         self.routing = Routing(self.members, refusals if refusals is not None
@@ -81,8 +76,6 @@ class Hub:
         self.viewers: dict[tuple[str, str], int] = {}
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
-        self.token_limiter = trio.CapacityLimiter(1)
-        self.tokens_loaded_at = 0.0  # trio time of the last load (the one above counts from when `run` starts)
         # (label, agent): which agent's view changed, None for the whole member (the live channel
         # and push look at that agent only: issue 15.1)
         self.on_view_change: list[Callable[[str, str | None], None]] = []
@@ -99,7 +92,7 @@ class Hub:
                                                          version=row["version"], offline_since=row["last_seen"])
             self._restore_views(member)
             if row["last_seen"] is not None:  # joined before: a plaintext copy left by an older lead goes (§1)
-                self._forget_invite(row["label"])
+                self.records.forget_invite(row["label"])
 
     # --- views ---------------------------------------------------------------------------------
     def reader(self, machine: str, agent: str) -> AgentReader | None:
@@ -147,13 +140,6 @@ class Hub:
 
     def _mark_offline(self, member: Member) -> None:
         mark_offline(member, time.time())
-
-    def _forget_invite(self, label: str) -> None:
-        """The member joined: the plaintext token `collie crew invite` left goes; only its hash stays (§1)."""
-        try:
-            (self.paths.state_dir / "invites" / f"{label}.token").unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("[crew] %s: could not delete its invite file: %s", label, exc.strerror)
 
     # --- the link ----------------------------------------------------------------------------------
     def install(self, app, shutdown: trio.Event) -> None:
@@ -203,8 +189,8 @@ class Hub:
         conn = Conn(ws, label, hello.boot)
         welcome = connected(member, conn, hello, admission, time.time())
         try:  # from here on, however the link ends, the member is marked offline (finally below)
-            await self._mark_seen(label, member.version, member.last_seen)
-            self._forget_invite(label)
+            await self.records.mark_seen(label, member.version, member.last_seen)
+            self.records.forget_invite(label)
             await conn.send(welcome)
             self._link_line("connected", label, "[crew] %s: connected (Collie %s%s)", member.version,
                             ", read-only" if admission.read_only else "")
@@ -246,7 +232,7 @@ class Hub:
                 self._link_line("offline", label, "[crew] %s: offline since %s", hhmm(member.offline_since))
                 self._notify(label)
                 with trio.CancelScope(shield=True):  # the link may end by cancellation (shutdown)
-                    await self._mark_seen(label, None, member.last_seen or time.time())
+                    await self.records.mark_seen(label, None, member.last_seen or time.time())
             await close_link(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
 
@@ -286,19 +272,8 @@ class Hub:
         member = self.members.get(label)
         return views_kept(member.readers if member is not None else {}, self.views.get(label, {}), but)
 
-    async def _mark_seen(self, label: str, version: str | None, when: float) -> None:
-        """A member's last contact on disk, in a worker thread: a commit's fsync, or the busy wait while a
-        `collie` command holds the database, must not stall the loop (issue 16). A failure to write it
-        is logged; the link goes on."""
-        try:
-            await trio.to_thread.run_sync(self.store.seen, label, version, when, limiter=self.token_limiter)
-        except sqlite3.Error as exc:
-            log.warning("[crew] %s: could not record its last contact (%s)", label, type(exc).__name__)
-
     async def reload_tokens(self) -> None:
-        """The API tokens from the database into memory, in a worker thread (issue 16)."""
-        self.tokens_loaded_at = trio.current_time()
-        await trio.to_thread.run_sync(self.store.load_tokens, limiter=self.token_limiter)
+        await self.records.reload_tokens()
 
     async def _feed(self, member: Member, conn: Conn) -> None:
         """Feed the link's queued view frames (lead.crew_link.feed) and swap the new readers in."""
@@ -308,13 +283,13 @@ class Hub:
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
         members' last views, at most every few seconds."""
-        self.tokens_loaded_at = trio.current_time()
+        self.records.loaded_at = trio.current_time()
         while True:
             await trio.sleep(SAVE_EVERY)
             if self.dirty:
                 await self._save_views()
             # a `collie tokens` change the control socket did not carry; idle, this costs one stat a tick
-            if self.store.files_changed() or trio.current_time() - self.tokens_loaded_at >= TOKENS_RELOAD_MAX:
+            if self.records.tokens_due(trio.current_time()):
                 await self.reload_tokens()
             now = trio.current_time()
             for member in self.members.values():
