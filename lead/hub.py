@@ -162,6 +162,7 @@ class Hub:
                 await close_link(ws, "internal")
 
     async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
+        """One member's link from its hello to its end; however it ends, the member is then offline."""
         hello = await receive_hello(ws)
         admission = admit_hello(hello, label)
         if not admission.accepted:
@@ -171,21 +172,8 @@ class Hub:
             await close_link(ws, admission.reason)
             return
         member = self.members.setdefault(label, Member(label))
-        old = member.conn
-        if old is not None:
-            if claim(hello.boot, old.boot) == "probe":  # another machine, or the member restarted
-                alive = await answers(old)
-                if keeps_label(alive, old, member.conn):
-                    self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
-                              "connected member (label_in_use)", label, now=trio.current_time())
-                    await close_link(ws, crewwire.LABEL_IN_USE)
-                    return
-                old.close_reason = "silent: it did not answer a probe when the member connected again"
-                log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
-                         label, PING_WAIT)
-            else:
-                old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
-            old.closed.set()
+        if not await self._claim(ws, member, hello):
+            return
         conn = Conn(ws, label, hello.boot)
         welcome = connected(member, conn, hello, admission, time.time())
         try:  # from here on, however the link ends, the member is marked offline (finally below)
@@ -196,32 +184,7 @@ class Hub:
                             ", read-only" if admission.read_only else "")
             for frame in viewed(self.viewers, label):
                 await conn.send(frame)
-            async with trio.open_nursery() as n:
-                async def stop_when(event):
-                    await event.wait()
-                    n.cancel_scope.cancel()
-                n.start_soon(stop_when, shutdown)
-                n.start_soon(stop_when, conn.closed)
-                n.start_soon(self._feed, member, conn)
-                while True:
-                    raw = await ws.receive()
-                    conn.last_frame = trio.current_time()
-                    member.last_seen = time.time()
-                    try:
-                        taken = intake(raw)
-                        if taken[0] == "queue":
-                            conn.enqueue(taken[1], len(raw))
-                        else:
-                            self._apply(member, conn, taken[1], taken[2], [])
-                    except FrameError as exc:
-                        self._bad_frame(conn, exc)
-                    while conn.frames.full():  # backpressure: this member waits, nobody else does
-                        conn.drained = trio.Event()
-                        await conn.drained.wait()
-                    if too_many_bad(conn.bad_frames):
-                        conn.close_reason = crewwire.PROTOCOL
-                        n.cancel_scope.cancel()
-                        break
+            await self._read(ws, member, conn, shutdown)
         except LinkStuck:  # it took no frame in time (Conn.send set the reason): the link ends here
             pass
         finally:
@@ -235,6 +198,57 @@ class Hub:
                     await self.records.mark_seen(label, None, member.last_seen or time.time())
             await close_link(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
+
+    async def _claim(self, ws, member: Member, hello: crewwire.Hello) -> bool:
+        """One link per label (lead.member_session.claim): False when the newcomer was refused `label_in_use`;
+        True when it may go on, an open link it replaces told to close."""
+        old, label = member.conn, member.label
+        if old is None:
+            return True
+        if claim(hello.boot, old.boot) == "probe":  # another machine, or the member restarted
+            alive = await answers(old)
+            if keeps_label(alive, old, member.conn):
+                self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
+                          "connected member (label_in_use)", label, now=trio.current_time())
+                await close_link(ws, crewwire.LABEL_IN_USE)
+                return False
+            old.close_reason = "silent: it did not answer a probe when the member connected again"
+            log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
+                     label, PING_WAIT)
+        else:
+            old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
+        old.closed.set()
+        return True
+
+    async def _read(self, ws, member: Member, conn: Conn, shutdown: trio.Event) -> None:
+        """Take the link's frames until it closes (lead.member_session.intake): views wait for the feeder,
+        the rest is applied at once; too many bad frames close the link (`protocol`)."""
+        async with trio.open_nursery() as n:
+            async def stop_when(event):
+                await event.wait()
+                n.cancel_scope.cancel()
+            n.start_soon(stop_when, shutdown)
+            n.start_soon(stop_when, conn.closed)
+            n.start_soon(self._feed, member, conn)
+            while True:
+                raw = await ws.receive()
+                conn.last_frame = trio.current_time()
+                member.last_seen = time.time()
+                try:
+                    taken = intake(raw)
+                    if taken[0] == "queue":
+                        conn.enqueue(taken[1], len(raw))
+                    else:
+                        self._apply(member, conn, taken[1], taken[2], [])
+                except FrameError as exc:
+                    self._bad_frame(conn, exc)
+                while conn.frames.full():  # backpressure: this member waits, nobody else does
+                    conn.drained = trio.Event()
+                    await conn.drained.wait()
+                if too_many_bad(conn.bad_frames):
+                    conn.close_reason = crewwire.PROTOCOL
+                    n.cancel_scope.cancel()
+                    break
 
     def _bad_frame(self, conn: Conn, exc: FrameError) -> None:
         """Logged once per link (escaped), counted; a bad answer to a request makes it `unknown`."""
