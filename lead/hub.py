@@ -62,6 +62,9 @@ FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is 
 
 
 class Hub:
+    """Members' links on the lead: `install` serves /crew/v1, `run` ticks (views saved, tokens reloaded, silent
+    links closed); `read`/`write` route to members' agents (lead.routing); `members` is what every reader sees."""
+
     def __init__(self, paths: Paths, bridge: Bridge, writer: Writer, *, refusals: Refusals | None = None) -> None:
         self.paths = paths
         self.bridge = bridge
