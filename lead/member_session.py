@@ -43,8 +43,8 @@ import attrs
 from bridge.reader import AgentReader
 from crew import crewwire
 from crew.crewwire import Admission, FrameError, Hello, shown
-from crew.wire import WireRange
 from crew.views import UNREACHABLE
+from crew.wire import WireRange
 from lead.member_views import MEMBER_VIEWS_MAX, keep_view
 
 if TYPE_CHECKING:
