@@ -1,305 +1,84 @@
-"""The crew hub on the lead: members' links, their agents' views, and routing writes to them (crew.md §2–§3).
+"""The crew hub on the lead (crew.md §2–§3): the adapter between members' `/crew/v1` links and the pieces that decide.
 
-- `/crew/v1` (WebSocket): a wrong member token is accepted and closed at once with the reason
-  `unauthorized`; then `hello` → `welcome`, or a close with the reason `version`, `unauthorized`
-  (the hello names another label) or `label_in_use`. A member older than our crew-wire range but
-  not below the floor is accepted read-only: writes to it get `This machine runs an older Collie …`.
-- One link per label. A second link for a label that is online is refused `label_in_use` — two
-  machines sharing one invite would otherwise push each other off for ever. The one exception keeps
-  a laptop waking from sleep working: a link whose hello carries the same `boot` (one random id per
-  member process) as the open one is the same member reconnecting before the lead noticed the old
-  link die, and replaces it. A link with another `boot` (another machine, or the member restarted) makes
-  the lead probe the open link with a read: if it answers within `PING_WAIT` the newcomer is refused, else the old
-  link is dead and the new one replaces it at once.
-- Untrusted input: every frame from a member is parsed strictly (crew.crewwire, cattrs); a bad one is
-  logged (escaped, once per link and then counted), skipped, and — when it answered a request —
-  makes that request's receipt `unknown`. Too many bad frames close the link (`protocol`). Whatever
-  fails inside one member's link ends that link only, never the lead.
-- Log lines about one member's links (connected, offline, refused, bad frames) are at most `LINK_LINES` of
-  each kind a minute, the next saying how many were held: a member reconnecting in a loop wrote two
-  lines a connection, without end.
-- Views: a member sends the raw hello and state its bridge read; the lead feeds them to a fresh
-  `AgentReader` of its own (digests, trimming and pane state computed exactly as for its own agents).
-  Frames carrying views are parsed (when large) and fed in a worker thread, one frame at a time in
-  arrival order (a newer small `agent` frame replaces a waiting one for the same agent); a link with
-  more than MAX_QUEUED characters waiting is not read until the feeder catches up. The lead keeps
-  each view as its JSON text, not as parsed documents, so the garbage collector (which holds the GIL)
-  has less to walk. What it keeps of one member's views is bounded (`MEMBER_VIEWS_MAX`, an estimate of
-  their bytes by `view_cost`): a view that would pass it is not kept, its agent shows Unreachable with
-  the reason `view-too-big`, and a line is logged (at most `LINK_LINES` a minute). The GIL switch
-  interval is 1 ms, so the event loop gets the GIL back quickly while a worker computes. Figures:
-  bench/README.md (issue 9.6).
-- Reads: an answer is checked against the crew wire (counts first, crew.crewwire); a member's chat items
-  never bring their own `html` to the phone — the lead renders their Markdown itself (C1).
-- Offline: a member silent for 30 s is offline; its agents show Unreachable with reason
-  `machine-offline` and `machine offline since HH:MM` (the time of its last frame).
-- Writes: one lock per session on the lead (busy at once, Stop waits 10 s then goes through); the
-  request is forwarded once; no receipt within the limit → `unknown` (the member's own journal makes
-  a resend of the same id safe). Session-bound writes to an offline member fail fast with
-  `machine_offline`; sends and starters go to the inbox (lead.inbox). A session-bound write the lead
-  refuses itself (busy, offline, older Collie) is remembered (lead.refusals): a repeat of its id
-  answers that refusal with `replay: true`, as the member's journal would.
+`Hub` accepts each member's WebSocket, feeds what arrives to the member session and carries out what comes
+back — closes, frames, log lines, the views file, the live channel's and the inbox's wake-ups. It decides
+nothing itself:
+
+- lead.member_session: who may hold a link (hello, version, label, one link per label), how a frame is
+  taken and what it changes, offline, viewing, the log lines a peer can repeat at will;
+- lead.member_views: the reader each view builds, and what one member's views may cost the lead;
+- lead.crew_link: one link's sends, calls (a stalled member holds nobody past the limit) and frame queue;
+- lead.routing: reads and writes to members' agents, the lead's session lock, its remembered refusals;
+- lead.views_file: members' last views on disk, so they survive a lead restart.
+
+Untrusted input: a wrong member token is accepted and closed at once (`unauthorized`); every frame is parsed
+strictly (crew.crewwire); a bad one is logged (escaped, once per link, then counted) and skipped, and when it
+answered a request, that request's receipt is `unknown`. Whatever fails inside one member's link ends that
+link only, never the lead. Frames carrying views are parsed (when large) and fed in a worker thread, one at
+a time in arrival order; views are kept as their JSON text, not parsed documents, so the garbage collector
+(which holds the GIL) has less to walk, and the GIL switch interval is 1 ms, so the event loop gets the GIL
+back quickly while a worker computes. Figures: bench/README.md (issue 9.6).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import sqlite3
 import sys
 import time
-import uuid
-from collections import deque
 from collections.abc import Callable
 
-import attrs
 import trio
 from quart import websocket
 
 from bridge.bridge import Bridge
-from bridge.locks import Busy, SessionLocks
-from bridge.panes import chat_items
 from bridge.reader import AgentReader
-from bridge.writer import INBOX_OPS, Writer
-from bridge.writes import WriteRequest, lock_key
+from bridge.writer import Writer
+from bridge.writes import WriteRequest
 from crew import crewwire, logs
-from crew.crewstore import CrewStore
-from crew.crewwire import AgentView, FrameError, shown
-from crew.fsutil import atomic_write, ensure_private_dir
+from crew.crewwire import FrameError, shown
 from crew.paths import Paths
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not_recorded, refused
+from crew.receipts import Receipt
 from crew.security import bearer_token
-from crew.views import UNREACHABLE
+# with every name lead.hub offered before its split (issue 30): tests, bench/ and other modules import them from here
+from lead.crew_link import (FORWARD_TIMEOUT, HELLO_TIMEOUT, PING_WAIT, PROBE_AGENT, SEND_WAIT, Conn,  # noqa: F401
+                             LinkStuck, answers, close_link, feed, receive_hello)
+from lead.crew_records import TOKENS_RELOAD_MAX, CrewRecords  # noqa: F401
+from lead.member_session import (DIGEST_INLINE, LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD,  # noqa: F401
+                                 SAY_AGAIN_AFTER, LineLimiter, Member, admit_hello, apply_frame, claim, connected,
+                                 crew_row, digest_inline, hhmm, intake, keeps_label, link_ended, mark_offline,
+                                 silent, too_many_bad, viewed, viewing)
+from lead.member_views import (CONVERSATION_COST, MEMBER_VIEWS_MAX, TOO_BIG, build_reader, digest,  # noqa: F401
+                                digest_text, install_views, view_cost, views_kept)
 from lead.refusals import Refusals
+from lead.routing import READ_TIMEOUT, RENDER_INLINE, Routing, own_html  # noqa: F401
+from lead.views_file import read_views, remove_views, views_path, write_views
 
 log = logs.get("crew")
 
-FORWARD_TIMEOUT = 15.0  # the member's own write timeout (10 s) plus the link
-SEND_WAIT = FORWARD_TIMEOUT  # a frame a member's link takes nothing of for this long ends the link
-READ_TIMEOUT = 12.0
-HELLO_TIMEOUT = 10.0
-PING_WAIT = 5.0  # a link claimed by a new member process must answer a probe this fast to keep its label
-PROBE_AGENT = "collie-link-probe"  # the read that probes a link names this agent (none has that name)
 SAVE_EVERY = 2.0
-# A change to the token table made by another process is seen by the files' stat (every SAVE_EVERY); two
-# commits within one tick of the file system's clock that leave the WAL's size as it was look alike, so
-# the tokens are also read again at least this often whatever the stat says.
-TOKENS_RELOAD_MAX = 30.0
 SESSION_BOUND = ("answer", "steer", "abort", "action", "rename", "close", "reopen")
-MAX_BAD_FRAMES = 100  # bad frames one link may send before the lead closes it (`protocol`)
-PARSE_IN_THREAD = 64 * 1024  # frames larger than this are parsed in a worker thread
-RENDER_INLINE = 16 * 1024  # characters of a member's item text rendered on the loop; more in a worker thread
-DIGEST_INLINE = 16 * 1024  # views in frames up to this size are built on the loop (well under a millisecond)
-MAX_QUEUED = 4 * crewwire.MAX_FRAME  # characters of view frames one link may have waiting; then it is not read
-SAY_AGAIN_AFTER = 60.0
-# What the lead keeps of one member's views, as an estimate of the bytes they hold (`view_cost`: the JSON
-# text, the strings parsed from it, CONVERSATION_COST a conversation). Without a bound one member filling
-# every wire limit (100 agents x a 1 MiB frame; four-byte UTF-8 characters keep as twelve in our ASCII
-# JSON) made the lead hold 300 MB of views, ~490 MiB of RSS (~1 GiB at its peak) and a 300 MB views file
-# (bench/member_views.py). A member at crew.md §6's design scale (10 agents x 100 conversations) costs
-# ~1.5 M with fake_view's sizes (~1.3 MiB of RSS measured) and ~2.5 M at 750 characters a conversation:
-# far inside. One member at the budget keeps ~10 MiB of RSS beyond what taking its frames costs at all
-# (+12-48 MiB measured, mostly the worker threads' malloc arenas, which every member shares), so 100
-# members (235 MiB at the design scale) pass 1 GiB together only when most of them are hostile.
-MEMBER_VIEWS_MAX = 8 * 1024 * 1024
-# The parsed objects of one open conversation beside its strings: 100 x 10 x 100 views held 132 MiB
-# (bench/README.md, issue 15.1), ~1.4 KB a conversation with its ~255 characters of text.
-CONVERSATION_COST = 1024
-TOO_BIG = "view-too-big"  # the reason a member's agent shows Unreachable when its view would pass the budget
-LINK_LINES = 10  # lines of one kind about one member's links logged a minute; the next says how many were held
 # A worker thread feeding views holds the GIL for up to this long before the event loop gets it back
 # (Python's default is 5 ms; every step that makes a system call may wait that long once more).
 FEED_SWITCH_INTERVAL = 0.001  # a repeated refusal (bad token, label in use) is logged at most once a minute
 
 
-def own_html(items: list) -> list:
-    """A member's chat items with the lead's own rendering of their Markdown (C1): the `html` a member
-    sent is never passed on — the phone puts it into the page as markup."""
-    out = []
-    for item in items:
-        if isinstance(item, dict) and "html" in item:
-            item = {k: v for k, v in item.items() if k != "html"}
-        if isinstance(item, dict) and item.get("kind") == "markdown":
-            item = chat_items([item], set())[0]
-        out.append(item)
-    return out
-
-
-def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
-    """Refused `disk_full` (or `not_recorded`): nothing was forwarded, nothing kept — as the writer says it."""
-    answer = req.op == "answer"
-    return not_recorded(req.request_id, req.op, exc, channel="program" if answer else None,
-                        digest=req.digest if answer else None)
-
-
-def hhmm(wall: float) -> str:
-    return dt.datetime.fromtimestamp(wall).strftime("%H:%M")
-
-
-def build_reader(view: AgentView, now: float) -> tuple[AgentReader, str]:
-    """A fresh reader fed one member's view of an agent, and the view as JSON text to persist (no I/O;
-    run in a worker thread: a bounded view's JSON holds the GIL for a few ms at most)."""
-    st = view.status
-    reader = AgentReader(view.name, transport=st.transport, address=st.address, local=st.local,
-                         token_set=st.token_set)
-    if view.hello is not None:
-        reader.on_hello(view.hello, now)
-    if view.state is not None and reader.hello is not None:
-        reader.on_state(view.state, None, now)
-    reader.left_out = min(crewwire.LEFT_OUT_MAX, reader.left_out + view.left_out)  # the list's footer (issue 32)
-    if not (reader.status == UNREACHABLE and reader.reason == "protocol"):  # our own parse failure wins
-        reader.status, reader.reason, reader.detail = st.status, st.reason, st.detail
-    text = crewwire.encode(view.as_wire())
-    reader.raw_hello = reader.raw_state = None  # kept as `text`: fewer live objects for the GC to walk
-    reader._parsed = {}  # nor the raw conversations kept to re-parse only changed ones: a new view gets a new reader
-    return reader, text
-
-
-def view_cost(reader: AgentReader | None, text: str) -> int:
-    """What one kept view counts against its member's MEMBER_VIEWS_MAX: its text twice (the JSON kept, and
-    the strings the reader parsed from it) and CONVERSATION_COST a conversation."""
-    return 2 * len(text) + CONVERSATION_COST * (len(reader.conversations) if reader is not None else 0)
-
-
-def digest(kind: str, frame, now: float) -> tuple[str, object, list]:
-    """(kind, what the loop needs, [(agent, reader or None, view text or the error)]) for one frame:
-    readers built for the views a `snapshot` or `agent` frame carries (worker thread, no I/O)."""
-    if kind == "snapshot":
-        views, head = frame.agents, frame.names()
-    elif kind == "agent":
-        views, head = [frame.agent_view()], frame.name
-    else:
-        return kind, frame, []
-    built = []
-    for view in views:
-        try:
-            built.append((view.name, *build_reader(view.trimmed(), now)))
-        except Exception as exc:  # e.g. an ask nested too deep for its digest: this view only is dropped
-            built.append((view.name, None, f"{type(exc).__name__}: {exc}"))
-    return kind, head, built
-
-
-def digest_text(raw: str, now: float) -> tuple[str, object, list]:
-    """Parse a large frame and build the readers it carries, in one worker-thread call: its parsed
-    documents never outlive the call, so they never pile up for the garbage collector."""
-    return digest(*crewwire.parse_member_frame(raw), now)
-
-
-class LinkStuck(Exception):
-    """A member's link took no frame for the send's time limit; the link is being ended."""
-
-
-class Conn:
-    def __init__(self, ws, label: str, boot: str | None) -> None:
-        self.ws = ws
-        self.label = label
-        self.boot = boot
-        self.send_lock = trio.Lock()
-        self.pending: dict[str, tuple[trio.Event, list]] = {}
-        self.closed = trio.Event()
-        self.close_reason = "closed"
-        self.last_frame = trio.current_time()
-        self.bad_frames = 0
-        self.names: set[str] = set()  # the member's agents, as its last snapshot (and agent frames) said
-        # frames carrying views, in arrival order, waiting for the feeder: ("text", raw) for a large frame
-        # (parsed in the worker), ("parsed", kind, frame) for a small one; `queued` counts their characters
-        self.queue: deque = deque()
-        self.queued = 0
-        self.fresh = trio.Event()
-        self.drained = trio.Event()
-        self.save_after_feed = False
-
-    async def send(self, msg: dict, timeout: float = SEND_WAIT) -> None:
-        """Send one frame. A link that takes no frame for `timeout` (the member stopped reading its
-        socket) is ended, and `LinkStuck` raised: nobody waits on it longer than that."""
-        with trio.move_on_after(timeout) as scope:
-            async with self.send_lock:
-                await self.ws.send(crewwire.encode(msg))
-        if scope.cancelled_caught:
-            if not self.closed.is_set():
-                self.close_reason = f"stalled: it took no frame for {timeout:g} s"
-                self.closed.set()
-            raise LinkStuck(self.label)
-
-    async def call(self, msg: dict, timeout: float):
-        """Send a request or read and wait for its answer: the parsed frame, a FrameError (the member
-        answered with a bad frame), or None on timeout or a dropped link. `timeout` counts from the
-        call, the frame's send included."""
-        done = trio.Event()
-        slot: list = []
-        self.pending[msg["id"]] = (done, slot)
-        deadline = trio.current_time() + timeout
-        try:
-            await self.send(msg, timeout)
-            with trio.move_on_at(deadline):
-                async with trio.open_nursery() as n:
-                    async def closed():
-                        await self.closed.wait()
-                        n.cancel_scope.cancel()
-                    n.start_soon(closed)
-                    await done.wait()
-                    n.cancel_scope.cancel()
-        except Exception:  # the socket went away while sending
-            return None
-        finally:
-            self.pending.pop(msg["id"], None)
-        return slot[0] if slot else None
-
-    def resolve(self, request_id: str, answer) -> None:
-        entry = self.pending.get(request_id)
-        if entry is not None and not entry[0].is_set():
-            entry[1].append(answer)
-            entry[0].set()
-
-    def enqueue(self, entry: tuple, size: int) -> None:
-        if entry[0] == "parsed" and entry[1] == "agent":  # a newer view of the same agent replaces a waiting one
-            for old in [e for e in self.queue if e[0] == "parsed" and e[1] == "agent" and e[2].name == entry[2].name]:
-                self.queue.remove(old)
-                self.queued -= old[3]
-        self.queue.append((*entry, size))
-        self.queued += size
-        self.fresh.set()
-
-    def take(self) -> tuple:
-        entry = self.queue.popleft()
-        self.queued -= entry[-1]
-        self.drained.set()
-        return entry
-
-
-@attrs.define
-class Member:
-    label: str
-    readers: dict[str, AgentReader] = attrs.Factory(dict)
-    conn: Conn | None = None
-    version: str | None = None
-    read_only: bool = False
-    offline_since: float | None = None  # wall clock of the last frame, once offline
-    last_seen: float | None = None  # wall clock
-    rows: dict = attrs.Factory(dict)  # the dashboard's row of each agent, kept by lead.events
-
-    @property
-    def online(self) -> bool:
-        return self.conn is not None
-
-
 class Hub:
+    """Members' links on the lead: `install` serves /crew/v1, `run` ticks (views saved, tokens reloaded, silent
+    links closed); `read`/`write` route to members' agents (lead.routing); `members` is what every reader sees."""
+
     def __init__(self, paths: Paths, bridge: Bridge, writer: Writer, *, refusals: Refusals | None = None) -> None:
         self.paths = paths
         self.bridge = bridge
         self.writer = writer
-        self.store = CrewStore(paths.state_dir / "crew.sqlite")
-        self.store.load_tokens()  # in memory from here on (start-up, before the loop serves anyone)
+        self.records = CrewRecords(paths.state_dir)  # members' last contact, API tokens, invite files
+        self.store = self.records.store
         self.members: dict[str, Member] = {}
-        self.locks = SessionLocks()
-        # the lead's own refusals of writes to members' agents, remembered (lead.refusals)
-        self.refusals = refusals if refusals is not None else Refusals(paths.state_dir / "refusals.sqlite")
-        self.inflight: dict[str, trio.Event] = {}  # request ids being judged or forwarded (session-bound writes)
+        # reads and writes to members' agents, the lead's lock and its remembered refusals (lead.routing)
+        self.routing = Routing(self.members, refusals if refusals is not None
+                               else Refusals(paths.state_dir / "refusals.sqlite"), self._bad_frame)
+        self.locks, self.inflight = self.routing.locks, self.routing.inflight
         self.viewers: dict[tuple[str, str], int] = {}
         self.changed = trio.Event()
         self.on_member_change: list[Callable[[str], None]] = []
-        self.token_limiter = trio.CapacityLimiter(1)
-        self.tokens_loaded_at = 0.0  # trio time of the last load (the one above counts from when `run` starts)
         # (label, agent): which agent's view changed, None for the whole member (the live channel
         # and push look at that agent only: issue 15.1)
         self.on_view_change: list[Callable[[str, str | None], None]] = []
@@ -308,16 +87,15 @@ class Hub:
         self.views: dict[str, dict[str, str]] = {}  # label -> agent -> the last view, as JSON text (persisted)
         self.dirty: set[str] = set()
         self.feed_limiter = trio.CapacityLimiter(1)  # members' views are fed one at a time, off the loop
-        self.render_limiter = trio.CapacityLimiter(1)  # members' items rendered off the loop, one answer at a time
         sys.setswitchinterval(FEED_SWITCH_INTERVAL)
         self.save_limiter = trio.CapacityLimiter(1)
-        self.said: dict[str, tuple[float, int]] = {}  # log key -> (when last logged, how many since)
+        self.lines = LineLimiter()  # what is logged of lines a peer can repeat at will
         for row in self.store.members():  # known members show (offline, with their last view) from the start
             member = self.members[row["label"]] = Member(row["label"], last_seen=row["last_seen"],
                                                          version=row["version"], offline_since=row["last_seen"])
             self._restore_views(member)
             if row["last_seen"] is not None:  # joined before: a plaintext copy left by an older lead goes (§1)
-                self._forget_invite(row["label"])
+                self.records.forget_invite(row["label"])
 
     # --- views ---------------------------------------------------------------------------------
     def reader(self, machine: str, agent: str) -> AgentReader | None:
@@ -335,16 +113,10 @@ class Hub:
                 fn(label, name)
 
     def _say(self, key: str, line: str, *args, now: float, burst: int = 1) -> None:
-        """Log a line that a peer can repeat at will at most `burst` times a minute; the first one after
-        says how many were held."""
-        start, logged, held = self.said.get(key, (None, 0, 0))
-        if start is None or now - start >= SAY_AGAIN_AFTER:
-            start, logged = now, 0
-        if logged >= burst:
-            self.said[key] = (start, logged, held + 1)
-            return
-        self.said[key] = (start, logged + 1, 0)
-        log.info(line + (f" ({held} more since)" if held else ""), *args)
+        """Log a line that a peer can repeat at will at most `burst` times a minute (LineLimiter)."""
+        held = self.lines.allow(key, now, burst)
+        if held is not None:
+            log.info(line + (f" ({held} more since)" if held else ""), *args)
 
     def _link_line(self, kind: str, label: str, line: str, *args) -> None:
         """A line about one member's link (connected, offline, refused, bad frames): a member that
@@ -352,57 +124,25 @@ class Hub:
         self._say(f"{kind}:{label}", line, label, *args, now=trio.current_time(), burst=LINK_LINES)
 
     def _restore_views(self, member: Member) -> None:
-        """The last views a member sent survive a lead restart: its agents show offline, and sends to
-        them wait in the inbox instead of finding no agent."""
-        try:
-            saved = json.loads((self.views_dir / f"{member.label}.json").read_text())
-        except (FileNotFoundError, ValueError, RecursionError):
-            return
-        self._install_views(member, [raw for raw in saved.values()] if isinstance(saved, dict) else [], 0.0)
-        self._mark_offline(member)
+        """A member's last views from its file (lead.views_file): its agents show, offline."""
+        raws = read_views(views_path(self.views_dir, member.label))
+        if raws is not None:
+            self._install_views(member, raws, 0.0)
+            self._mark_offline(member)
 
     def _install_views(self, member: Member, raws: list, now: float) -> None:
-        """Parse and feed views on the spot (lead start-up, before trio runs; tests), each as a
-        snapshot would carry it; one that does not fit the wire, or the member's MEMBER_VIEWS_MAX (a
-        views file an older lead wrote), is skipped."""
-        for raw in raws:
-            try:
-                view = crewwire.parse_member_frame(crewwire.encode({"type": "snapshot", "agents": [raw]}))[1].agents[0]
-                reader, text = build_reader(view.trimmed(), now)
-            except (FrameError, RecursionError, ValueError):
-                continue
-            if self.kept(member.label, but=view.name) + view_cost(reader, text) > MEMBER_VIEWS_MAX:
-                continue
-            member.readers[view.name] = reader
-            self.views.setdefault(member.label, {})[view.name] = text
+        """Parse and feed views on the spot (lead start-up, before trio runs; tests): lead.member_views."""
+        install_views(member.readers, self.views.setdefault(member.label, {}), raws, now, MEMBER_VIEWS_MAX)
 
     async def _save_views(self) -> None:
         """Write the dirty members' last views (a worker thread does the JSON and the fsyncs)."""
         batch = {label: dict(self.views.get(label, {})) for label in self.dirty if label in self.members}
         self.dirty.clear()
         if batch:
-            await trio.to_thread.run_sync(self._write_views, batch, limiter=self.save_limiter)
-
-    def _write_views(self, batch: dict[str, dict[str, str]]) -> None:
-        # the views are JSON text already: joining them costs a copy, not a 10 MB json.dumps under the GIL
-        ensure_private_dir(self.views_dir)
-        for label, views in batch.items():
-            data = "{" + ",".join(f"{json.dumps(name)}:{text}" for name, text in views.items()) + "}"
-            atomic_write(self.views_dir / f"{label}.json", data.encode(), mode=0o600)
+            await trio.to_thread.run_sync(write_views, self.views_dir, batch, limiter=self.save_limiter)
 
     def _mark_offline(self, member: Member) -> None:
-        since = member.last_seen or time.time()
-        member.offline_since = since
-        for reader in member.readers.values():
-            reader.status, reader.reason = UNREACHABLE, "machine-offline"
-            reader.detail = f"machine offline since {hhmm(since)}"
-
-    def _forget_invite(self, label: str) -> None:
-        """The member joined: the plaintext token `collie crew invite` left goes; only its hash stays (§1)."""
-        try:
-            (self.paths.state_dir / "invites" / f"{label}.token").unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("[crew] %s: could not delete its invite file: %s", label, exc.strerror)
+        mark_offline(member, time.time())
 
     # --- the link ----------------------------------------------------------------------------------
     def install(self, app, shutdown: trio.Event) -> None:
@@ -416,131 +156,102 @@ class Hub:
             if label is None:  # crew.md §2: closed with a reason the member can show
                 self._say("unauthorized", "[crew] refused a member link: unauthorized (a wrong or removed member token)",
                           now=trio.current_time())
-                await self._close(ws, crewwire.UNAUTHORIZED)
+                await close_link(ws, crewwire.UNAUTHORIZED)
                 return
             try:
                 await self._session(ws, label, shutdown)
             except Exception as exc:  # the task boundary of this member's link: it ends here, the lead goes on
                 log.warning("[crew] %s: link ended by an error: %s", label, shown(f"{type(exc).__name__}: {exc}", 200))
-                await self._close(ws, "internal")
-
-    @staticmethod
-    async def _close(ws, reason: str, code: int = 1008) -> None:
-        with trio.move_on_after(1, shield=True):
-            try:
-                await ws.close(code, reason)
-            except Exception:
-                pass
-
-    async def _hello(self, ws) -> crewwire.Hello | None:
-        with trio.move_on_after(HELLO_TIMEOUT):
-            raw = await ws.receive()
-            try:
-                kind, frame = crewwire.parse_member_frame(raw)
-            except FrameError:
-                return None
-            return frame if kind == "hello" else None
-        return None
-
-    @staticmethod
-    async def _answers(conn: Conn) -> bool:
-        """Does the open link answer within `PING_WAIT`? (A member restarted after a cut link: the lead may
-        still hold its old link, which answers nothing.) ASGI gives the lead no WebSocket ping, so the
-        probe is a read the member must answer (crew.md §2), of an agent no member has: any answer, even
-        "no such agent" or a bad frame, means a live member at the other end."""
-        probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
-                 "args": {"conversation": "probe"}}
-        return await conn.call(probe, PING_WAIT) is not None
+                await close_link(ws, "internal")
 
     async def _session(self, ws, label: str, shutdown: trio.Event) -> None:
-        hello = await self._hello(ws)
-        if hello is None:
-            await self._close(ws, crewwire.PROTOCOL)
-            return
-        admission = crewwire.admit(hello.crew_wire)
+        """One member's link from its hello to its end; however it ends, the member is then offline."""
+        hello = await receive_hello(ws)
+        admission = admit_hello(hello, label)
         if not admission.accepted:
-            self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
-                            crewwire.CREW_WIRE)
-            await self._close(ws, crewwire.VERSION)
-            return
-        if hello.label != label:
-            await self._close(ws, crewwire.UNAUTHORIZED)
+            if admission.reason == crewwire.VERSION:
+                self._link_line("version", label, "[crew] %s: refused: crew wire %s is outside %s", hello.crew_wire,
+                                crewwire.CREW_WIRE)
+            await close_link(ws, admission.reason)
             return
         member = self.members.setdefault(label, Member(label))
-        old = member.conn
-        if old is not None:
-            if hello.boot is None or hello.boot != old.boot:  # another machine, or the member restarted
-                alive = await self._answers(old)
-                if alive or member.conn not in (old, None):
-                    self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
-                              "connected member (label_in_use)", label, now=trio.current_time())
-                    await self._close(ws, crewwire.LABEL_IN_USE)
-                    return
-                old.close_reason = "silent: it did not answer a probe when the member connected again"
-                log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
-                         label, PING_WAIT)
-            else:
-                old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
-            old.closed.set()
+        if not await self._claim(ws, member, hello):
+            return
         conn = Conn(ws, label, hello.boot)
-        member.conn, member.read_only = conn, admission.read_only
-        member.version = shown(hello.collie, 40)
-        member.offline_since = None
-        member.last_seen = time.time()
+        welcome = connected(member, conn, hello, admission, time.time())
         try:  # from here on, however the link ends, the member is marked offline (finally below)
-            await self._mark_seen(label, member.version, member.last_seen)
-            self._forget_invite(label)
-            await conn.send({"type": "welcome", "lead": "collie", "read_only": admission.read_only,
-                             "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max}})
+            await self.records.mark_seen(label, member.version, member.last_seen)
+            self.records.forget_invite(label)
+            await conn.send(welcome)
             self._link_line("connected", label, "[crew] %s: connected (Collie %s%s)", member.version,
                             ", read-only" if admission.read_only else "")
-            for (m, agent), count in list(self.viewers.items()):
-                if m == label and count:
-                    await conn.send({"type": "viewing", "agent": agent, "on": True})
-            async with trio.open_nursery() as n:
-                async def stop_when(event):
-                    await event.wait()
-                    n.cancel_scope.cancel()
-                n.start_soon(stop_when, shutdown)
-                n.start_soon(stop_when, conn.closed)
-                n.start_soon(self._feed, member, conn)
-                while True:
-                    raw = await ws.receive()
-                    conn.last_frame = trio.current_time()
-                    member.last_seen = time.time()
-                    try:
-                        if isinstance(raw, str) and len(raw) > PARSE_IN_THREAD:
-                            conn.enqueue(("text", raw), len(raw))
-                        else:
-                            kind, frame = crewwire.parse_member_frame(raw)
-                            if kind in ("snapshot", "agent"):  # views are fed in arrival order, by the feeder
-                                conn.enqueue(("parsed", kind, frame), len(raw))
-                            else:
-                                self._apply(member, conn, kind, frame, [])
-                    except FrameError as exc:
-                        self._bad_frame(conn, exc)
-                    while conn.queued > MAX_QUEUED:  # backpressure: this member waits, nobody else does
-                        conn.drained = trio.Event()
-                        await conn.drained.wait()
-                    if conn.bad_frames > MAX_BAD_FRAMES:
-                        conn.close_reason = crewwire.PROTOCOL
-                        n.cancel_scope.cancel()
-                        break
+            for frame in viewed(self.viewers, label):
+                await conn.send(frame)
+            await self._read(ws, member, conn, shutdown)
         except LinkStuck:  # it took no frame in time (Conn.send set the reason): the link ends here
             pass
         finally:
             conn.closed.set()
             if conn.bad_frames > 1:
                 self._link_line("bad-count", label, "[crew] %s: %d bad frames on this link in all", conn.bad_frames)
-            if member.conn is conn:
-                member.conn = None
-                self._mark_offline(member)
+            if link_ended(member, conn, time.time()):
                 self._link_line("offline", label, "[crew] %s: offline since %s", hhmm(member.offline_since))
                 self._notify(label)
                 with trio.CancelScope(shield=True):  # the link may end by cancellation (shutdown)
-                    await self._mark_seen(label, None, member.last_seen or time.time())
-            await self._close(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
+                    await self.records.mark_seen(label, None, member.last_seen or time.time())
+            await close_link(ws, "lead shutting down" if shutdown.is_set() else conn.close_reason,
                               1001 if shutdown.is_set() else 1000)
+
+    async def _claim(self, ws, member: Member, hello: crewwire.Hello) -> bool:
+        """One link per label (lead.member_session.claim): False when the newcomer was refused `label_in_use`;
+        True when it may go on, an open link it replaces told to close."""
+        old, label = member.conn, member.label
+        if old is None:
+            return True
+        if claim(hello.boot, old.boot) == "probe":  # another machine, or the member restarted
+            alive = await answers(old)
+            if keeps_label(alive, old, member.conn):
+                self._say(f"in-use:{label}", "[crew] %s: refused a second link: the label is in use by a "
+                          "connected member (label_in_use)", label, now=trio.current_time())
+                await close_link(ws, crewwire.LABEL_IN_USE)
+                return False
+            old.close_reason = "silent: it did not answer a probe when the member connected again"
+            log.info("[crew] %s: the old link did not answer within %.0f s: the new link replaces it",
+                     label, PING_WAIT)
+        else:
+            old.close_reason = "replaced by the same member's new link"  # it woke up before the old link timed out
+        old.closed.set()
+        return True
+
+    async def _read(self, ws, member: Member, conn: Conn, shutdown: trio.Event) -> None:
+        """Take the link's frames until it closes (lead.member_session.intake): views wait for the feeder,
+        the rest is applied at once; too many bad frames close the link (`protocol`)."""
+        async with trio.open_nursery() as n:
+            async def stop_when(event):
+                await event.wait()
+                n.cancel_scope.cancel()
+            n.start_soon(stop_when, shutdown)
+            n.start_soon(stop_when, conn.closed)
+            n.start_soon(self._feed, member, conn)
+            while True:
+                raw = await ws.receive()
+                conn.last_frame = trio.current_time()
+                member.last_seen = time.time()
+                try:
+                    taken = intake(raw)
+                    if taken[0] == "queue":
+                        conn.enqueue(taken[1], len(raw))
+                    else:
+                        self._apply(member, conn, taken[1], taken[2], [])
+                except FrameError as exc:
+                    self._bad_frame(conn, exc)
+                while conn.frames.full():  # backpressure: this member waits, nobody else does
+                    conn.drained = trio.Event()
+                    await conn.drained.wait()
+                if too_many_bad(conn.bad_frames):
+                    conn.close_reason = crewwire.PROTOCOL
+                    n.cancel_scope.cancel()
+                    break
 
     def _bad_frame(self, conn: Conn, exc: FrameError) -> None:
         """Logged once per link (escaped), counted; a bad answer to a request makes it `unknown`."""
@@ -553,253 +264,90 @@ class Hub:
             conn.resolve(request_id, exc)
 
     def _apply(self, member: Member, conn: Conn, kind: str, head, built: list) -> None:
-        """Act on one parsed frame; `built` holds the readers made for the views it carried."""
-        if kind == "snapshot":
-            conn.names = head
-            for gone in set(member.readers) - conn.names:
-                del member.readers[gone]
-                self.views.get(member.label, {}).pop(gone, None)
-                self.dirty.add(member.label)
-            conn.save_after_feed = True  # on disk at once, a crash must not lose it
-        elif kind == "agent":
-            if head not in conn.names and len(conn.names) >= crewwire.MAX_AGENTS:
-                raise FrameError(f"agent: more than {crewwire.MAX_AGENTS} agents")
-            conn.names.add(head)
-        elif kind in ("receipt", "read_result"):
-            conn.resolve(head.id, head)
-            return
-        elif kind == "beat":
-            return
-        else:  # a second hello
-            raise FrameError(f"{kind} after the link was set up")
-        for name, reader, text in built:
-            if reader is None:
-                self._bad_frame(conn, FrameError(f"agent {name}: {shown(text, 120)}"))
-                continue
-            cost = view_cost(reader, text)
-            if self.kept(member.label, but=name) + cost > MEMBER_VIEWS_MAX:
-                self._too_big(member, name, reader, cost)
-                continue
-            member.readers[name] = reader
-            self.views.setdefault(member.label, {})[name] = text
+        """Act on one parsed frame (lead.member_session.apply_frame decides); `built` holds the readers made
+        for the views it carried."""
+        effect = apply_frame(member, conn.names, self.views.setdefault(member.label, {}), kind, head, built,
+                             MEMBER_VIEWS_MAX)
+        if effect.answer is not None:
+            conn.resolve(effect.answer.id, effect.answer)
+        for note in effect.notes:
+            if note[0] == "bad":
+                self._bad_frame(conn, note[1])
+            else:
+                self._link_line("too-big", member.label, "[crew] %s: agent %s: its view (cost %d) would take what "
+                                "the lead keeps of this member's views over %d; not kept, shown Unreachable "
+                                "(view-too-big)", shown(note[1], 40), note[2], MEMBER_VIEWS_MAX)
+        if effect.dirty:
             self.dirty.add(member.label)
-        self._notify(member.label, [name for name, _, _ in built] if kind == "agent" else None)
+        if effect.save:
+            conn.save_after_feed = True
+        if effect.notify:
+            self._notify(member.label, effect.changed)
 
     def kept(self, label: str, but: str | None = None) -> int:
-        """What the lead keeps of one member's views, counted against MEMBER_VIEWS_MAX (`but`: leaving
-        that agent's view out, as a new one would replace it)."""
+        """What the lead keeps of one member's views, counted against MEMBER_VIEWS_MAX (lead.member_views)."""
         member = self.members.get(label)
-        readers = member.readers if member is not None else {}
-        return sum(view_cost(readers.get(name), text) for name, text in self.views.get(label, {}).items()
-                   if name != but)
-
-    def _too_big(self, member: Member, name: str, refused: AgentReader, cost: int) -> None:
-        """A view that would take its member over MEMBER_VIEWS_MAX is not kept: the agent shows Unreachable
-        (`view-too-big`) with its last view kept, or with none; its member's other agents are untouched,
-        and a later view that fits is taken as ever."""
-        reader = member.readers.get(name)
-        if reader is None:  # nothing kept of it yet: an empty view, only to say why
-            reader = member.readers[name] = AgentReader(name, transport=refused.transport, address=refused.address,
-                                                        local=refused.local, token_set=refused.token_set)
-        reader.status, reader.reason = UNREACHABLE, TOO_BIG
-        reader.detail = (f"its view is too big: the lead keeps at most {MEMBER_VIEWS_MAX // 2**20} MiB "
-                         f"of one machine's views")
-        self._link_line("too-big", member.label, "[crew] %s: agent %s: its view (cost %d) would take what the "
-                        "lead keeps of this member's views over %d; not kept, shown Unreachable (view-too-big)", shown(name, 40), cost,
-                        MEMBER_VIEWS_MAX)
-
-    async def _mark_seen(self, label: str, version: str | None, when: float) -> None:
-        """A member's last contact on disk, in a worker thread: a commit's fsync, or the busy wait while a
-        `collie` command holds the database, must not stall the loop (issue 16). A failure to write it
-        is logged; the link goes on."""
-        try:
-            await trio.to_thread.run_sync(self.store.seen, label, version, when, limiter=self.token_limiter)
-        except sqlite3.Error as exc:
-            log.warning("[crew] %s: could not record its last contact (%s)", label, type(exc).__name__)
+        return views_kept(member.readers if member is not None else {}, self.views.get(label, {}), but)
 
     async def reload_tokens(self) -> None:
-        """The API tokens from the database into memory, in a worker thread (issue 16)."""
-        self.tokens_loaded_at = trio.current_time()
-        await trio.to_thread.run_sync(self.store.load_tokens, limiter=self.token_limiter)
+        await self.records.reload_tokens()
 
     async def _feed(self, member: Member, conn: Conn) -> None:
-        """Parse and feed queued view frames in a worker thread, one frame at a time, in arrival order,
-        and swap the new readers in."""
-        while True:
-            if not conn.queue:
-                if conn.save_after_feed:
-                    conn.save_after_feed = False
-                    await self._save_views()
-                    continue  # a frame that came during the save set the event about to be replaced: look again
-                conn.fresh = trio.Event()  # no await since the queue was found empty: no frame can slip by
-                await conn.fresh.wait()
-                continue
-            entry = conn.take()
-            try:
-                if entry[0] == "parsed" and entry[-1] <= DIGEST_INLINE:  # a small view: a thread hop costs more
-                    got = digest(entry[1], entry[2], trio.current_time())
-                elif entry[0] == "text":
-                    got = await trio.to_thread.run_sync(digest_text, entry[1], trio.current_time(),
-                                                        limiter=self.feed_limiter)
-                else:
-                    got = await trio.to_thread.run_sync(digest, entry[1], entry[2], trio.current_time(),
-                                                        limiter=self.feed_limiter)
-                if member.conn is not conn:
-                    return
-                self._apply(member, conn, *got)
-            except FrameError as exc:
-                self._bad_frame(conn, exc)
+        """Feed the link's queued view frames (lead.crew_link.feed) and swap the new readers in."""
+        await feed(conn, lambda got: self._apply(member, conn, *got), lambda: self._save_views(), self._bad_frame,
+                   lambda: member.conn is conn, self.feed_limiter)
 
     async def run(self) -> None:
         """Watchdog: a member silent for 30 s is offline (its link is closed). Also saves the
         members' last views, at most every few seconds."""
-        self.tokens_loaded_at = trio.current_time()
+        self.records.loaded_at = trio.current_time()
         while True:
             await trio.sleep(SAVE_EVERY)
             if self.dirty:
                 await self._save_views()
             # a `collie tokens` change the control socket did not carry; idle, this costs one stat a tick
-            if self.store.files_changed() or trio.current_time() - self.tokens_loaded_at >= TOKENS_RELOAD_MAX:
+            if self.records.tokens_due(trio.current_time()):
                 await self.reload_tokens()
             now = trio.current_time()
             for member in self.members.values():
                 conn = member.conn
-                if conn is not None and now - conn.last_frame > crewwire.OFFLINE_AFTER:
+                if conn is not None and silent(conn.last_frame, now):
                     log.info("[crew] %s: silent for %g s", member.label, crewwire.OFFLINE_AFTER)
                     conn.close_reason = "silent"
                     conn.closed.set()
 
-    # --- viewing, reads, writes -------------------------------------------------------------------
+    # --- viewing -------------------------------------------------------------------
     async def set_viewing(self, label: str, agent: str, on: bool) -> None:
-        key = (label, agent)
-        before = self.viewers.get(key, 0)
-        after = max(0, before + (1 if on else -1))
-        self.viewers[key] = after
+        frame = viewing(self.viewers, label, agent, on)
         member = self.members.get(label)
-        if member and member.conn and (before == 0) != (after == 0):
+        if member and member.conn and frame is not None:
             try:
-                await member.conn.send({"type": "viewing", "agent": agent, "on": after > 0})
+                await member.conn.send(frame)
             except LinkStuck:  # the link is ending; a new one is told what is viewed when it connects
                 pass
 
+    # --- reads and writes (lead.routing) -----------------------------------------------------------
     async def read(self, label: str, agent: str, what: str, args: dict) -> dict | None:
-        """A read through to the member (`items`, `closed`, `recent_sends`); None when it has no answer."""
-        member = self.members.get(label)
-        if member is None or member.conn is None:
-            return None
-        conn = member.conn
-        got = await conn.call({"type": "read", "id": str(uuid.uuid4()), "agent": agent, "what": what,
-                               "args": args}, READ_TIMEOUT)
-        if not isinstance(got, crewwire.ReadResult) or not got.ok:
-            return None
-        try:
-            result = crewwire.unstructure(crewwire.parse_read_result(what, got.result))
-        except FrameError as exc:
-            self._bad_frame(conn, exc)
-            return None
-        if what == "items":  # C1: the phone shows `html` as markup; only the lead's own rendering is shown
-            size = sum(len(i.get("text") or "") for i in result["items"] if isinstance(i.get("text"), str))
-            if size <= RENDER_INLINE:
-                result["items"] = own_html(result["items"])
-            else:
-                result["items"] = await trio.to_thread.run_sync(own_html, result["items"], limiter=self.render_limiter)
-        return result
-
-    def offline_text(self, member: Member) -> str:
-        since = member.offline_since or member.last_seen
-        return f"since {hhmm(since)}" if since else "(never connected)"
+        return await self.routing.read(label, agent, what, args)
 
     async def write(self, label: str, req: WriteRequest) -> Receipt:
-        """Route one write to a member's agent. A session-bound write the lead refuses before forwarding
-        (busy, offline, older Collie) is remembered, so a repeat of its id answers that refusal (`replay`)
-        and never runs later; sends and starters are the inbox's (lead.refusals)."""
-        member = self.members.get(label)
-        if member is None:
-            return refused(req.request_id, req.op, "not_found", f"no machine {label!r} in this crew")
-        if req.op in INBOX_OPS:
-            return await self._route(label, member, req, kept=False)
-        rid = req.request_id
-        while rid in self.inflight:  # a double tap: wait for the first, then judge the repeat
-            await self.inflight[rid].wait()
-        done = self.inflight[rid] = trio.Event()  # claimed before any await
-        try:
-            try:
-                seen = await self.refusals.run(self.refusals.get, rid)
-            except (sqlite3.Error, OSError) as exc:
-                return _not_recorded(req, exc)
-            if seen is not None and seen.fingerprint != req.fingerprint():
-                return refused(rid, req.op, "conflict")
-            if seen is not None and seen.state == "refused":
-                return attrs.evolve(Receipt(**seen.receipt), replay=True)
-            return await self._route(label, member, req, kept=seen is None)
-        finally:
-            del self.inflight[rid]
-            done.set()
-
-    async def _route(self, label: str, member: Member, req: WriteRequest, *, kept: bool) -> Receipt:
-        """`kept`: remember a refusal decided here, and mark the request forwarded before it goes out."""
-        if member.read_only:
-            rec = Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
-                          text=OLDER_COLLIE)
-            return await self._keep(req, rec) if kept else rec
-        if member.conn is None:
-            rec = refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member)}")
-            return await self._keep(req, rec) if kept else rec
-        reader = member.readers.get(req.agent)
-        key = lock_key(req, reader.conversations if reader is not None else {})  # an answer: its ask's conversation
-        try:
-            async with self.locks.hold((label, *key), stop=req.op == "abort"):
-                if kept:
-                    try:  # on disk before the frame goes out: a later refusal of this id is then not kept
-                        await self.refusals.run(self.refusals.forwarded, req.request_id, req.fingerprint())
-                    except (sqlite3.Error, OSError) as exc:
-                        log.warning("[crew] %s: %s %s: not recorded (%s: %s); refused, nothing was forwarded",
-                                    label, req.op, req.request_id, type(exc).__name__, exc)
-                        return _not_recorded(req, exc)
-                return await self.forward(label, req)
-        except Busy:
-            rec = refused(req.request_id, req.op, "busy")
-            return await self._keep(req, rec) if kept else rec
-
-    async def _keep(self, req: WriteRequest, rec: Receipt) -> Receipt:
-        """Remember a refusal decided before forwarding. When it cannot be written (the disk is full) the
-        write is refused `disk_full` instead — nothing was forwarded, nothing is kept, so a repeat of the
-        id is judged afresh, as that refusal says."""
-        try:
-            await self.refusals.run(self.refusals.refuse, req.request_id, req.fingerprint(), attrs.asdict(rec))
-        except (sqlite3.Error, OSError) as exc:
-            log.warning("[crew] %s %s: the refusal %s could not be recorded (%s: %s)", req.op, req.request_id,
-                        rec.reason, type(exc).__name__, exc)
-            return _not_recorded(req, exc)
-        return rec
+        return await self.routing.write(label, req)
 
     async def forward(self, label: str, req: WriteRequest) -> Receipt:
-        """Send one request to the member (the caller holds the session lock)."""
-        member = self.members.get(label)
-        if member is None or member.conn is None:
-            return refused(req.request_id, req.op, "machine_offline", f"{label} {self.offline_text(member) if member else ''}")
-        conn = member.conn
-        got = await conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
-                               "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
-        if isinstance(got, crewwire.ReceiptFrame):
-            rec = got.receipt
-            if rec.request_id == req.request_id and rec.op == req.op:
-                return rec
-            self._bad_frame(conn, FrameError(f"receipt: for {shown(rec.request_id, 40)}/{shown(rec.op, 12)}, "
-                                             f"not the request {req.request_id}/{req.op}"))
-            got = FrameError("mismatch")
-        # no answer in time, the link dropped, or an answer that does not fit: we cannot know (B3)
-        return Receipt(request_id=req.request_id, op=req.op, outcome="unknown",
-                       reason="protocol" if isinstance(got, FrameError) else "link",
-                       text=NOT_CERTAIN if req.op == "answer" else NOT_CONFIRMED)
+        return await self.routing.forward(label, req)
+
+    @property
+    def refusals(self) -> Refusals:
+        return self.routing.refusals
+
+    @refusals.setter
+    def refusals(self, refusals: Refusals) -> None:  # tests: the lead restarted
+        self.routing.refusals = refusals
 
     # --- for `collie crew list` ------------------------------------------------------------------
     def control_handlers(self) -> dict:
         async def crew(_req):
-            return {"members": [{"label": m.label, "online": m.online, "version": m.version,
-                                 "last_seen": m.last_seen, "offline_since": m.offline_since,
-                                 "read_only": m.read_only, "agents": len(m.readers), "views_kept": self.kept(m.label)}
-                                for m in self.members.values()]}
+            return {"members": [crew_row(m, self.kept(m.label)) for m in self.members.values()]}
 
         async def crew_remove(req):
             label = str(req.get("label"))
@@ -808,7 +356,7 @@ class Hub:
                 member.conn.close_reason = crewwire.UNAUTHORIZED  # its token no longer opens the link
                 member.conn.closed.set()
             self.views.pop(label, None)
-            (self.views_dir / f"{label}.json").unlink(missing_ok=True)
+            remove_views(self.views_dir, label)
             return {"removed": member is not None}
 
         async def tokens_changed(_req):
