@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 
 import attrs
@@ -48,80 +47,12 @@ import trio
 from bridge.panes import agent_row, chat_items, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT
 from crew import logs
+from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
+    BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
+    PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, diff_rows)
 from lead.needs import NeedsList
 
 log = logs.get("events")
-
-LOCAL = "local"
-KEEP = 4096  # events kept for resumption
-QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
-MAX_CHANNELS = 200
-PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
-BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
-HEARTBEAT = 15.0
-SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
-LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
-COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
-READ_TIMEOUT = 5.0
-VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
-ITEMS_WAIT = 0.5  # how long a viewed conversation's refresh waits for the bridge to read the items that moved
-MEMBER_ITEM_RETRIES = (0.005, 0.01, 0.02, 0.04)  # a member's items read again after these pauses (see _changed_items)
-ITEM_PAGES = 10  # pages of changed items a viewed conversation's change reads at most (the rest at the next)
-
-
-@attrs.frozen
-class Event:
-    id: str
-    seq: int
-    kind: str
-    data: dict
-    scope: tuple | None = None  # None: every channel; ("conv", machine, agent, conversation): its viewers
-    wire: bytes = attrs.field(default=b"", repr=False, eq=False)  # encoded once, whatever the number of phones
-
-    def encode(self) -> bytes:
-        if self.wire:
-            return self.wire
-        body = json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
-        return f"id: {self.id}\nevent: {self.kind}\ndata: {body}\n\n".encode()
-
-
-class EventLog:
-    """Numbered events, the last `keep` of them kept so that a reconnecting phone misses nothing."""
-
-    def __init__(self, boot: str | None = None, keep: int = KEEP) -> None:
-        self.boot = boot or secrets.token_hex(4)
-        self.seq = 0
-        self.kept: deque[Event] = deque(maxlen=keep)
-
-    def append(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
-        self.seq += 1
-        ev = Event(f"{self.boot}-{self.seq}", self.seq, kind, data, scope)
-        ev = attrs.evolve(ev, wire=ev.encode())
-        self.kept.append(ev)
-        return ev
-
-    def since(self, last_id: str | None) -> list[Event] | None:
-        """The events after `last_id`, or None when they cannot all be given (restart, too old, bad id)."""
-        if not last_id:
-            return None
-        boot, _, n = last_id.rpartition("-")
-        if boot != self.boot or not n.isdigit():
-            return None
-        seq = int(n)
-        if seq > self.seq:
-            return None
-        if seq == self.seq:
-            return []
-        if not self.kept or self.kept[0].seq > seq + 1:
-            return None
-        return [e for e in self.kept if e.seq > seq]
-
-
-def diff_rows(before: dict, after: dict) -> tuple[list, list]:
-    """(changed or new keys, removed keys) between two {key: row} maps."""
-    changed = [k for k, v in after.items() if before.get(k) != v]
-    removed = [k for k in before if k not in after]
-    return changed, removed
 
 
 # A member's agent row, kept with its JSON text in `member.rows` (name -> [key, row, text, reader]): the hub
@@ -726,119 +657,4 @@ class Feed:
         return {"channels": len(self.channels), "events": self.events_sent, "seq": self.log.seq}
 
 
-# --- the routes ----------------------------------------------------------------------------------------
-def install_events(app, feed: Feed, *, owner_check) -> None:
-    """`GET /api/events` and `POST /api/events/<channel>/view`. `owner_check()` says whether the
-    request's credential (already checked by the API) may read everything (a device or the local one)."""
-    from quart import Response, g, jsonify, request
-
-    def error(status: int, code: str, message: str):
-        return jsonify({"error": code, "message": message}), status
-
-    @app.get("/api/events")
-    async def events():
-        if not owner_check():
-            return error(403, "forbidden", "the live channel is for paired phones and the local credential")
-        try:
-            view = _view_from(request.args)
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        try:
-            ch = feed.open(getattr(g, "device", None))
-        except OverflowError as exc:
-            return error(503, "busy", str(exc))
-        last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
-        try:
-            await feed.set_view(ch, view)
-        except BaseException:
-            await feed.close(ch)
-            raise
-        missed = feed.log.since(last)
-        resp = Response(_stream(feed, ch, missed), mimetype="text/event-stream")
-        resp.headers["Cache-Control"] = "no-store"
-        resp.headers["X-Accel-Buffering"] = "no"
-        resp.timeout = None
-        resp.send_stall_seconds = SEND_STALL
-        return resp
-
-    @app.post("/api/events/<channel>/view")
-    async def events_view(channel: str):
-        ch = feed.channels.get(channel)
-        if ch is None or ch.device != getattr(g, "device", None):
-            return error(404, "not_found", "no such live channel (it may have closed: open /api/events again)")
-        data = await request.get_json(force=True, silent=True)
-        if not isinstance(data, dict):
-            return error(400, "bad_request", "the body must be a JSON object")
-        try:
-            view = _view_from(data)
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        await feed.set_view(ch, view)
-        for ev in await feed.view_events(ch):
-            ch.offer(ev)
-        return jsonify({"ok": True, "view": data if view else None})
-
-
-def _view_from(args) -> tuple | None:
-    machine, agent, conv = args.get("machine"), args.get("agent"), args.get("conversation")
-    if agent in (None, ""):
-        return None
-    for name, value in (("machine", machine or "local"), ("agent", agent), ("conversation", conv)):
-        if value is None:
-            continue
-        if not isinstance(value, str) or not 1 <= len(value) <= 128 or "/" in value or not value.isprintable():
-            raise ValueError(f"{name} must be 1-128 printable characters without '/'")
-    return (machine or "local", agent, conv or None)
-
-
-async def _stream(feed: Feed, ch: Channel, missed):
-    """The body of one live channel: hello, snapshot or missed events, then changes and heartbeats."""
-    try:
-        yield f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{ch.id}\"}}\n\n".encode()
-        if missed is None:
-            yield await _snapshot(feed, ch)
-        else:
-            for ev in missed:
-                if ev.scope is None or ev.scope == ch.conv_key:
-                    yield ev.encode()
-            for ev in await feed.view_events(ch):
-                yield ev.encode()
-        while True:
-            if ch.overflowed:
-                while True:
-                    try:
-                        ch.receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
-                ch.overflowed = False
-                yield await _snapshot(feed, ch)
-            if ch.closed.is_set():
-                break
-            got = None
-            with trio.move_on_after(15.0):
-                try:
-                    got = await ch.receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            if ch.closed.is_set():
-                break
-            if got is None:
-                yield b": ping\n\n"
-                continue
-            batch = [got.encode()]
-            while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
-                try:
-                    batch.append(ch.receive.receive_nowait().encode())
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            yield b"".join(batch)
-        if ch.close_reason == "unauthorized":
-            yield b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
-    finally:
-        await feed.close(ch)
-
-
-async def _snapshot(feed: Feed, ch: Channel) -> bytes:
-    seq_id = f"{feed.log.boot}-{feed.log.seq}"
-    data = await feed.snapshot(ch)
-    return f"id: {seq_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+from lead.events_routes import _snapshot, _stream, _view_from, install_events  # noqa: E402,F401  (re-exported)
