@@ -402,10 +402,9 @@ class Feed:
             self.touch_all()
 
     def _all_rows(self) -> dict:
-        rows = {}
-        for section in dashboard_sections(self.bridge, self.hub):
-            for row in section["agents"]:
-                rows[(section["machine"], row["name"])] = row
+        rows = self._rows_of(LOCAL, None)
+        for label in sorted(self.hub.members if self.hub is not None else {}):
+            rows.update(self._rows_of(label, None))
         return rows
 
     async def pass_once(self) -> None:
