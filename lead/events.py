@@ -50,7 +50,8 @@ from lead.dashboard import (  # noqa: F401  (re-exported)
     dashboard_json, dashboard_sections, member_row, section_head, section_heads)
 from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
-    PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, diff_rows)
+    PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, Leases, admit, agent_key, conv_key,
+    diff_rows, for_viewer, view_change)
 from lead.needs import NeedsList
 
 log = logs.get("events")
@@ -69,16 +70,14 @@ class Channel:
 
     @property
     def agent_key(self) -> tuple | None:
-        return (self.view[0], self.view[1]) if self.view else None
+        return agent_key(self.view)
 
     @property
     def conv_key(self) -> tuple | None:
-        return ("conv", *self.view) if self.view and self.view[2] else None
+        return conv_key(self.view)
 
     def offer(self, ev: Event) -> None:
-        if self.overflowed:
-            return
-        if ev.scope is not None and ev.scope != self.conv_key:
+        if self.overflowed or not for_viewer(ev, self.conv_key):
             return
         try:
             self.send.send_nowait(ev)
@@ -115,7 +114,7 @@ class Feed:
         self._read_wake = trio.Event()
         self.set_viewing = set_viewing
         self.events_sent = 0
-        self.leases: dict[tuple, float] = {}
+        self.leases = Leases()
         self.inbox = None
         self.inbox_dirty: dict = {}  # (machine, agent) -> when the route's viewing lapses
         bridge_hooks = getattr(bridge, "on_agent_change", None)
@@ -153,29 +152,21 @@ class Feed:
 
     # --- channels --------------------------------------------------------------------------------
     def open(self, device: str | None) -> Channel:
-        if device is not None:
-            mine = [c for c in self.channels.values() if c.device == device]
-            if len(mine) >= 2 * PER_DEVICE:  # its ended ones have not finished either: refuse this phone only
-                raise OverflowError(f"this phone has {len(mine)} live channels open already")
-            still = [c for c in mine if not c.closed.is_set()]
-            if len(still) >= PER_DEVICE:
-                self._end(still[0], "replaced")
-        if len(self.channels) >= MAX_CHANNELS:
-            raise OverflowError(f"{MAX_CHANNELS} live channels are open already")
+        mine = [c for c in self.channels.values() if c.device == device] if device is not None else []
+        end, refused = admit(device, [c.closed.is_set() for c in mine], len(self.channels))
+        if end is not None:
+            self._end(mine[end], "replaced")
+        if refused:
+            raise OverflowError(refused)
         send, receive = trio.open_memory_channel(QUEUE)
         ch = Channel(secrets.token_urlsafe(12), device, send, receive)
         self.channels[ch.id] = ch
         return ch
 
     async def set_view(self, ch: Channel, view: tuple | None) -> None:
-        old = ch.agent_key
-        ch.view = view
-        new = ch.agent_key
-        if old != new:
-            if new is not None:
-                await self._viewing(new, True)
-            if old is not None:
-                await self._viewing(old, False)
+        old, ch.view = ch.view, view
+        for key, on in view_change(old, view):
+            await self._viewing(key, on)
 
     async def close(self, ch: Channel) -> None:
         if self.channels.pop(ch.id, None) is None:
@@ -189,24 +180,15 @@ class Feed:
     async def lease_view(self, machine: str, agent: str, on: bool) -> None:
         """The `…/viewing` route: viewing for `LEASE` seconds, renewed by repeating it, so that a
         script or phone that disappears never keeps an agent on 2-second polling."""
-        key = (machine, agent)
-        had = key in self.leases
-        if on:
-            self.leases[key] = trio.current_time() + LEASE
-            if not had:
-                await self._viewing(key, True)
-        elif had:
-            del self.leases[key]
-            await self._viewing(key, False)
+        switch = self.leases.set((machine, agent), on, trio.current_time())
+        if switch is not None:
+            await self._viewing((machine, agent), switch)
 
     async def _expire_leases(self) -> None:
         while True:
             await trio.sleep(LEASE / 6)
-            now = trio.current_time()
-            for key, until in list(self.leases.items()):
-                if until <= now:
-                    del self.leases[key]
-                    await self._viewing(key, False)
+            for key in self.leases.expired(trio.current_time()):
+                await self._viewing(key, False)
 
     def revoke_device(self, device_id: str) -> None:
         for ch in list(self.channels.values()):

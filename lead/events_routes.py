@@ -10,7 +10,7 @@ import json
 
 import trio
 
-from lead.feed_core import BATCH, SEND_STALL
+from lead.feed_core import BATCH, SEND_STALL, replay
 
 
 def install_events(app, feed: Feed, *, owner_check) -> None:
@@ -84,9 +84,8 @@ async def _stream(feed: Feed, ch: Channel, missed):
         if missed is None:
             yield await _snapshot(feed, ch)
         else:
-            for ev in missed:
-                if ev.scope is None or ev.scope == ch.conv_key:
-                    yield ev.encode()
+            for ev in replay(missed, ch.conv_key):
+                yield ev.encode()
             for ev in await feed.view_events(ch):
                 yield ev.encode()
         while True:

@@ -84,3 +84,79 @@ def diff_rows(before: dict, after: dict) -> tuple[list, list]:
     changed = [k for k, v in after.items() if before.get(k) != v]
     removed = [k for k in before if k not in after]
     return changed, removed
+
+
+# --- who gets what, and who is viewed -------------------------------------------------------------------
+def agent_key(view: tuple | None) -> tuple | None:
+    """The (machine, agent) a view keeps on fast polling (W5), or None on the dashboard."""
+    return (view[0], view[1]) if view else None
+
+
+def conv_key(view: tuple | None) -> tuple | None:
+    """The scope of the events of the conversation a view shows, or None when it shows none."""
+    return ("conv", *view) if view and view[2] else None
+
+
+def for_viewer(ev: Event, key: tuple | None) -> bool:
+    """An event without a scope goes to every channel; a conversation's only to the channels viewing it."""
+    return ev.scope is None or ev.scope == key
+
+
+def replay(missed: list[Event], key: tuple | None) -> list[Event]:
+    """What a channel reconnecting with `Last-Event-ID` gets of the events it missed: the same as it
+    would have got live (its pane and items come fresh after them)."""
+    return [ev for ev in missed if for_viewer(ev, key)]
+
+
+def view_change(old: tuple | None, new: tuple | None) -> list[tuple[tuple, bool]]:
+    """W5: the viewing switches a channel's change of view makes, in order: the new agent on first, then
+    the old one off (an agent of both views never drops to slow polling between)."""
+    before, after = agent_key(old), agent_key(new)
+    if before == after:
+        return []
+    return [(key, on) for key, on in ((after, True), (before, False)) if key is not None]
+
+
+def admit(device: str | None, mine_closed: list[bool], total: int) -> tuple[int | None, str | None]:
+    """Issue 11: may one more channel open for `device` (None: the local credential, not capped per
+    phone), given whether each of its channels (oldest first) was ended, and how many are open in all?
+    Gives (the index of its channel to end first, or None; the refusal, or None). A phone keeps at most
+    PER_DEVICE channels: one more ends its oldest still open; while its ended ones do not finish either it
+    alone is refused at 2 x PER_DEVICE. Nobody gets more than MAX_CHANNELS in all."""
+    end = None
+    if device is not None:
+        if len(mine_closed) >= 2 * PER_DEVICE:
+            return None, f"this phone has {len(mine_closed)} live channels open already"
+        still = [i for i, closed in enumerate(mine_closed) if not closed]
+        if len(still) >= PER_DEVICE:
+            end = still[0]
+    if total >= MAX_CHANNELS:
+        return end, f"{MAX_CHANNELS} live channels are open already"
+    return end, None
+
+
+class Leases:
+    """W5: `POST …/viewing {"on": true}` keeps an agent viewed for `length` seconds from its last repeat,
+    so a script or phone that disappears never keeps it on 2-second polling; `on: false` ends it at once.
+    Each change says whether the agent's viewing starts (True), ends (False) or stays as it was (None)."""
+
+    def __init__(self, length: float = LEASE) -> None:
+        self.length = length
+        self.until: dict[tuple, float] = {}
+
+    def set(self, key: tuple, on: bool, now: float) -> bool | None:
+        had = key in self.until
+        if on:
+            self.until[key] = now + self.length
+            return None if had else True
+        if had:
+            del self.until[key]
+            return False
+        return None
+
+    def expired(self, now: float) -> list[tuple]:
+        """The leases that ran out by `now`, forgotten: each agent's viewing ends."""
+        gone = [key for key, until in self.until.items() if until <= now]
+        for key in gone:
+            del self.until[key]
+        return gone
