@@ -49,6 +49,7 @@ from crew import logs
 from lead.dashboard import (  # noqa: F401  (re-exported)
     dashboard_json, dashboard_sections, member_row, section_head, section_heads)
 from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
+    FeedState, inbox_event, items_event, needs_event, pane_event,
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
     PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, Leases, admit, agent_key, conv_key,
     diff_rows, for_viewer, view_change)
@@ -101,14 +102,7 @@ class Feed:
         self.writer = writer
         self.log = log_ or EventLog()
         self.channels: dict[str, Channel] = {}
-        self.rows: dict[tuple, dict] = {}
-        self.heads: list[dict] = []
-        self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
-        self.item_since: dict[tuple, int] = {}  # ("conv", m, a, c) -> the item revision sent up to
-        self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
-        self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
-        self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
-        self.everything = True
+        self.core = FeedState()  # what was sent, what changed since (the decisions)
         self._wake = trio.Event()
         self.to_read: dict[tuple, None] = {}  # members' viewed conversations to read again (see _read_members)
         self._read_wake = trio.Event()
@@ -125,11 +119,11 @@ class Feed:
 
     # --- what changed ----------------------------------------------------------------------------
     def touch(self, machine: str, agent: str | None) -> None:
-        self.dirty.add((machine, agent))
+        self.core.touch(machine, agent)
         self._wake.set()
 
     def touch_all(self) -> None:
-        self.everything = True
+        self.core.everything = True
         self._wake.set()
 
     def follow_inbox(self, inbox) -> None:
@@ -143,8 +137,7 @@ class Feed:
 
     def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
         ev = self.log.append(kind, data, scope)
-        if scope is not None:
-            self.published[scope] = self.published.get(scope, 0) + 1
+        self.core.published_on(scope)
         for ch in list(self.channels.values()):
             ch.offer(ev)
         self.events_sent += 1
@@ -229,7 +222,7 @@ class Feed:
             with trio.move_on_after(READ_TIMEOUT):
                 got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
                 recent = (got or {}).get("lines", [])
-            self.recent[("conv", machine, agent, conv)] = recent
+            self.core.recent[("conv", machine, agent, conv)] = recent
         return self._pane(reader, machine, conv, recent)
 
     def _pane(self, reader, machine: str, conv: str, recent: list) -> dict:
@@ -247,7 +240,7 @@ class Feed:
             top = self._top_rev(machine, agent, conv)
             items = chat_items(self.bridge.items(agent, conv, 0), tapped)
             if key in self._viewed():  # the changes after this full read go as `items` events from here
-                self.item_since.setdefault(key, top)
+                self.core.item_since.setdefault(key, top)
             return items
         got = None
         with trio.move_on_after(READ_TIMEOUT):
@@ -256,7 +249,7 @@ class Feed:
             return None
         items = list(got.get("items") or [])
         if key in self._viewed():
-            self.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
+            self.core.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
                                                        and isinstance(i.get("rev"), int) and i.get("kind") != "gap")]))
         return items
 
@@ -281,24 +274,22 @@ class Feed:
             # conversation was published meanwhile, the channel has it queued already and what was read
             # may be older: read again, or the older full set sent after it would hide the change for good.
             for _ in range(VIEW_READS):
-                before = self.published.get(key, 0)
+                before = self.core.published.get(key, 0)
                 pane = await self.pane_of(machine, agent, conv)
                 items = await self.items_of(machine, agent, conv)
-                if self.published.get(key, 0) == before:
+                if self.core.published.get(key, 0) == before:
                     break
-            out.append(self.log.append("pane", {"machine": machine, "agent": agent, "conversation": conv,
-                                                "pane": pane}, key))
+            out.append(self.log.append(*pane_event(key, pane)))
             if items is not None:
-                out.append(self.log.append("items", {"machine": machine, "agent": agent, "conversation": conv,
-                                                     "items": items, "full": True}, key))
+                out.append(self.log.append(*items_event(key, items, True)))
         return out
 
     # --- the loop ------------------------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self.rows = self._all_rows()
-        self.heads = self._heads()
+        self.core.rows = self._all_rows()
+        self.core.heads = self._heads()
         self._update_needs(set(), True)
-        self.everything = False
+        self.core.everything = False
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
         async with trio.open_nursery() as nursery:
@@ -330,60 +321,35 @@ class Feed:
         if self.inbox_dirty and self.inbox is not None:
             items, self.inbox_dirty = list(self.inbox_dirty.values()), {}
             for view in self.inbox.views(items):
-                self._publish("inbox", {"item": view})
-        dirty, self.dirty = self.dirty, set()
-        everything, self.everything = self.everything, False
+                self._publish(*inbox_event(view))
+        st = self.core
+        dirty, everything = st.take()
         if everything:
-            fresh = self._all_rows()
-            before = self.rows
+            fresh, before = self._all_rows(), st.rows
         else:
-            fresh, before = {}, {}
-            for machine, agent in dirty:
-                for key, row in self._rows_of(machine, agent).items():
-                    fresh[key] = row
-                for key in list(self.rows):
-                    if key[0] == machine and (agent is None or key[1] == agent):
-                        before[key] = self.rows[key]
-        changed, removed = diff_rows(before, fresh)
-        for key in changed:
-            self.rows[key] = fresh[key]
-            self._publish("row", {"machine": key[0], "agent": key[1], "row": fresh[key]})
-        for key in removed:
-            self.rows.pop(key, None)
-            self._publish("row", {"machine": key[0], "agent": key[1], "row": None})
-        heads = self._heads() if (changed or removed or dirty or everything) else self.heads
-        if heads != self.heads:
-            self.heads = heads
-            self._publish("sections", {"sections": heads})
+            fresh = {key: row for machine, agent in dirty for key, row in self._rows_of(machine, agent).items()}
+            before = st.kept_rows(dirty)
+        rows = st.rows_changed(before, fresh)
+        for ev in rows + st.heads_changed(self._heads() if (rows or dirty or everything) else st.heads):
+            self._publish(*ev)
         if self._update_needs(dirty, everything):
-            self._publish("needs", {"asks": self.needs.asks()})
+            self._publish(*needs_event(self.needs.asks()))
         # panes and items: only what some channel views, and only on the agents that changed
         viewed = self._viewed()
-        for key in viewed:
+        for key in st.to_read(viewed, dirty, everything):
             _, machine, agent, conv = key
-            if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
-                continue
             reader = self.reader_of(machine, agent)
-            if key in self.recent and reader is not None and machine != LOCAL:
+            if key in st.recent and reader is not None and machine != LOCAL:
                 # the member's view is here already: show it now with the recent-send lines last read, then
                 # read those (a round trip to the member) and correct the pane if they moved
-                quick = self._pane(reader, machine, conv, self.recent[key])
-                if quick != self.panes.get(key):
-                    self.panes[key] = quick
-                    self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
-                                  key)
+                for ev in st.pane_changed(key, self._pane(reader, machine, conv, st.recent[key])):
+                    self._publish(*ev)
             # the reads run beside this pass, never in it: a member slow to answer (or that never does) must not
             # hold up every other phone's rows and panes; nor the lead's own agent's items, which the bridge
             # reads right after the state that woke this pass (see _refresh)
             self.to_read[key] = None
             self._read_wake.set()
-        for key in list(self.panes):
-            if key not in viewed:
-                self.panes.pop(key, None)
-                self.item_since.pop(key, None)
-                self.published.pop(key, None)
-        for key in [k for k in self.recent if k not in viewed]:
-            del self.recent[key]
+        st.forget(viewed)
 
     def _update_needs(self, dirty: set, everything: bool) -> bool:
         """Look again at the open asks of the agents in `dirty` (all with `everything`); True when the
@@ -431,12 +397,8 @@ class Feed:
             pane, items = got["pane"], got["items"]
         if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
             return
-        if pane != self.panes.get(key):
-            self.panes[key] = pane
-            self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
-        if items:
-            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": items,
-                                    "full": False}, key)
+        for ev in self.core.pane_changed(key, pane) + ([items_event(key, items, False)] if items else []):
+            self._publish(*ev)
 
     async def _changed_items(self, key: tuple) -> list[dict] | None:
         """The items of a viewed conversation whose revision moved past the one sent up to (issue 29).
@@ -449,9 +411,9 @@ class Feed:
         reader = self.reader_of(machine, agent)
         if reader is None or conv not in reader.conversations:
             return None
-        since = self.item_since.get(key)
+        since = self.core.item_since.get(key)
         if since is None:
-            self.item_since[key] = self._top_rev(machine, agent, conv)
+            self.core.item_since[key] = self._top_rev(machine, agent, conv)
             return []
         out: list[dict] = []
         if machine == LOCAL:
@@ -461,7 +423,7 @@ class Feed:
                 since = page["next_since"]
                 if not page["more"]:
                     break
-            self.item_since[key] = since
+            self.core.item_since[key] = since
             if not out:
                 return []
             # the journal (a worker thread) only says which ended asks the phone tapped: most changes (a
@@ -491,8 +453,8 @@ class Feed:
             if since >= target or not retries:  # nothing new: the member may not have read it yet
                 break
             await trio.sleep(retries.pop(0))
-        if key in self.item_since:  # (the view may have ended meanwhile)
-            self.item_since[key] = max(self.item_since[key], since)
+        if key in self.core.item_since:  # (the view may have ended meanwhile)
+            self.core.item_since[key] = max(self.core.item_since[key], since)
         return out
 
     async def _items_read(self, agent: str, conv: str) -> None:
@@ -552,7 +514,7 @@ class Feed:
     def _heads(self) -> list[dict]:
         """The section heads, from the rows this feed keeps current (not every reader's row again)."""
         by_machine: dict[str, list] = {}
-        for (machine, _agent), row in self.rows.items():
+        for (machine, _agent), row in self.core.rows.items():
             by_machine.setdefault(machine, []).append(row)
         heads = [section_head(LOCAL, None, by_machine[LOCAL])] if by_machine.get(LOCAL) else []
         for label, member in sorted((self.hub.members if self.hub is not None else {}).items()):

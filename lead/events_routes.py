@@ -6,11 +6,9 @@ channel (at most `BATCH` events a write) and a comment line when nothing came fo
 
 from __future__ import annotations
 
-import json
-
 import trio
 
-from lead.feed_core import BATCH, SEND_STALL, replay
+from lead.feed_core import BATCH, HEARTBEAT, PING, SEND_STALL, UNAUTHORIZED, hello, replay, snapshot_bytes
 
 
 def install_events(app, feed: Feed, *, owner_check) -> None:
@@ -80,7 +78,7 @@ def _view_from(args) -> tuple | None:
 async def _stream(feed: Feed, ch: Channel, missed):
     """The body of one live channel: hello, snapshot or missed events, then changes and heartbeats."""
     try:
-        yield f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{ch.id}\"}}\n\n".encode()
+        yield hello(ch.id)
         if missed is None:
             yield await _snapshot(feed, ch)
         else:
@@ -100,7 +98,7 @@ async def _stream(feed: Feed, ch: Channel, missed):
             if ch.closed.is_set():
                 break
             got = None
-            with trio.move_on_after(15.0):
+            with trio.move_on_after(HEARTBEAT):
                 try:
                     got = await ch.receive.receive()
                 except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -108,7 +106,7 @@ async def _stream(feed: Feed, ch: Channel, missed):
             if ch.closed.is_set():
                 break
             if got is None:
-                yield b": ping\n\n"
+                yield PING
                 continue
             batch = [got.encode()]
             while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
@@ -118,12 +116,11 @@ async def _stream(feed: Feed, ch: Channel, missed):
                     break
             yield b"".join(batch)
         if ch.close_reason == "unauthorized":
-            yield b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
+            yield UNAUTHORIZED
     finally:
         await feed.close(ch)
 
 
 async def _snapshot(feed: Feed, ch: Channel) -> bytes:
     seq_id = f"{feed.log.boot}-{feed.log.seq}"
-    data = await feed.snapshot(ch)
-    return f"id: {seq_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+    return snapshot_bytes(seq_id, await feed.snapshot(ch))

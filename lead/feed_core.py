@@ -160,3 +160,121 @@ class Leases:
         for key in gone:
             del self.until[key]
         return gone
+
+
+# --- what each event carries ------------------------------------------------------------------------------
+def row_event(key: tuple, row: dict | None) -> tuple:
+    """One agent's dashboard row (None: the agent is gone)."""
+    return "row", {"machine": key[0], "agent": key[1], "row": row}, None
+
+
+def sections_event(heads: list[dict]) -> tuple:
+    return "sections", {"sections": heads}, None
+
+
+def needs_event(asks: list[dict]) -> tuple:
+    """The whole Needs you list, as `GET /api/needs` has it."""
+    return "needs", {"asks": asks}, None
+
+
+def inbox_event(view: dict) -> tuple:
+    return "inbox", {"item": view}, None
+
+
+def pane_event(key: tuple, pane: dict | None) -> tuple:
+    _, machine, agent, conv = key
+    return "pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key
+
+
+def items_event(key: tuple, items: list[dict], full: bool) -> tuple:
+    """A conversation's items: all of them (`full`, after a full read), or the ones that changed."""
+    _, machine, agent, conv = key
+    return "items", {"machine": machine, "agent": agent, "conversation": conv, "items": items, "full": full}, key
+
+
+def hello(channel: str) -> bytes:
+    return f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{channel}\"}}\n\n".encode()
+
+
+def snapshot_bytes(last_id: str, data: dict) -> bytes:
+    return f"id: {last_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+PING = b": ping\n\n"
+UNAUTHORIZED = b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
+
+
+# --- what changed, and what was sent -------------------------------------------------------------------
+class FeedState:
+    """What the phones were last sent, and what changed since: the plain half of `lead.events.Feed`.
+
+    Changes coalesce: however often an agent is touched between two passes, the next pass reads it once
+    (`take`). An event goes out only when what it carries differs from what was last sent: an unchanged
+    row, sections list or pane sends nothing. What was kept of a conversation nobody views any more is
+    dropped (`forget`), so a phone that opens it again gets a full read, never changes against an old one.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple, dict] = {}  # (machine, agent) -> the row last sent
+        self.heads: list[dict] = []
+        self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
+        self.item_since: dict[tuple, int] = {}  # ("conv", m, a, c) -> the item revision sent up to
+        self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
+        self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
+        self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
+        self.everything = True
+
+    def touch(self, machine: str, agent: str | None) -> None:
+        self.dirty.add((machine, agent))
+
+    def take(self) -> tuple[set, bool]:
+        """What changed since the last pass (the agents touched; whether everything is to be read again)."""
+        dirty, self.dirty = self.dirty, set()
+        everything, self.everything = self.everything, False
+        return dirty, everything
+
+    def kept_rows(self, dirty: set) -> dict:
+        """The rows last sent of the agents touched (of every agent of a machine touched whole)."""
+        return {key: row for key, row in self.rows.items()
+                if any(key[0] == m and (a is None or key[1] == a) for m, a in dirty)}
+
+    def rows_changed(self, before: dict, fresh: dict) -> list[tuple]:
+        """A `row` event for each row new or changed between `before` and `fresh`, then for each gone."""
+        changed, removed = diff_rows(before, fresh)
+        out = []
+        for key in changed:
+            self.rows[key] = fresh[key]
+            out.append(row_event(key, fresh[key]))
+        for key in removed:
+            self.rows.pop(key, None)
+            out.append(row_event(key, None))
+        return out
+
+    def heads_changed(self, heads: list[dict]) -> list[tuple]:
+        if heads == self.heads:
+            return []
+        self.heads = heads
+        return [sections_event(heads)]
+
+    def pane_changed(self, key: tuple, pane: dict | None) -> list[tuple]:
+        if pane == self.panes.get(key):
+            return []
+        self.panes[key] = pane
+        return [pane_event(key, pane)]
+
+    def published_on(self, scope: tuple | None) -> None:
+        if scope is not None:
+            self.published[scope] = self.published.get(scope, 0) + 1
+
+    @staticmethod
+    def to_read(viewed: set, dirty: set, everything: bool) -> list[tuple]:
+        """The viewed conversations whose agent changed: only these are read again."""
+        return [key for key in viewed if everything or (key[1], key[2]) in dirty or (key[1], None) in dirty]
+
+    def forget(self, viewed: set) -> None:
+        for key in [k for k in self.panes if k not in viewed]:
+            self.panes.pop(key, None)
+            self.item_since.pop(key, None)
+            self.published.pop(key, None)
+        for key in [k for k in self.recent if k not in viewed]:
+            del self.recent[key]

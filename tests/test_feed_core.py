@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from lead.feed_core import (
-    LEASE, MAX_CHANNELS, PER_DEVICE, EventLog, Leases, admit, agent_key, conv_key, for_viewer, replay,
-    view_change,
+    LEASE, MAX_CHANNELS, PER_DEVICE, EventLog, FeedState, Leases, admit, agent_key, conv_key, for_viewer, hello,
+    inbox_event, items_event, needs_event, replay, row_event, snapshot_bytes, view_change,
 )
 
 CONV = ("conv", "m1", "lab", "c1")
@@ -97,3 +97,77 @@ def test_a_view_without_a_conversation_gets_no_conversation_events(view):
     """The dashboard and an agent's page without a chat open get rows and sections, never a pane."""
     ev = EventLog(boot="b").append("pane", {}, CONV)
     assert not for_viewer(ev, conv_key(view))
+
+
+def test_changes_coalesce_and_only_what_moved_is_sent():
+    """However often agents are touched between two passes, the pass takes each once; a row goes out
+    only when it differs from the one last sent, a gone agent's as `row: null` (D1, D5)."""
+    st = FeedState()
+    assert st.take() == (set(), True)  # the first pass reads everything
+    st.rows_changed({}, {("local", "desk"): {"n": 1}, ("m1", "lab"): {"n": 1}, ("m1", "ops"): {"n": 1}})
+    for _ in range(3):
+        st.touch("m1", "lab")
+    st.touch("m1", None)
+    assert st.take() == ({("m1", "lab"), ("m1", None)}, False)
+    assert st.take() == (set(), False)
+    dirty = {("m1", None)}
+    assert set(st.kept_rows(dirty)) == {("m1", "lab"), ("m1", "ops")}
+    assert set(st.kept_rows({("m1", "lab")})) == {("m1", "lab")}
+    fresh = {("m1", "lab"): {"n": 1}, ("m1", "ops"): {"n": 2}}
+    assert st.rows_changed(st.kept_rows(dirty), fresh) == [
+        ("row", {"machine": "m1", "agent": "ops", "row": {"n": 2}}, None)]
+    assert st.rows_changed(st.kept_rows(dirty), {("m1", "lab"): {"n": 1}}) == [
+        ("row", {"machine": "m1", "agent": "ops", "row": None}, None)]
+    assert set(st.rows) == {("local", "desk"), ("m1", "lab")}
+
+
+def test_sections_and_panes_go_out_only_when_they_change():
+    """An unchanged sections list or pane sends nothing; a changed one is sent once, to its viewers."""
+    st = FeedState()
+    heads = [{"machine": "m1", "online": True}]
+    assert st.heads_changed(heads) == [("sections", {"sections": heads}, None)]
+    assert st.heads_changed([dict(h) for h in heads]) == []
+    pane = {"asks": ["a1"]}
+    assert st.pane_changed(CONV, pane) == [
+        ("pane", {"machine": "m1", "agent": "lab", "conversation": "c1", "pane": pane}, CONV)]
+    assert st.pane_changed(CONV, {"asks": ["a1"]}) == []
+    assert st.pane_changed(CONV, {"asks": []})[0][1]["pane"] == {"asks": []}
+
+
+def test_only_viewed_conversations_of_changed_agents_are_read_and_unviewed_ones_are_forgotten():
+    """A pass reads again the viewed conversations whose agent (or whole machine) changed, all of them
+    after a full change; a conversation nobody views any more is forgotten, so opening it again starts
+    from a full read (its pane is sent again even if it did not change)."""
+    other = ("conv", "local", "desk", "c9")
+    viewed = {CONV, other}
+    assert st_read(viewed, {("m1", "lab")}) == [CONV]
+    assert st_read(viewed, {("m1", None)}) == [CONV]
+    assert st_read(viewed, {("m1", "ops"), ("m2", None)}) == []
+    assert sorted(FeedState.to_read(viewed, set(), True)) == sorted(viewed)
+    st = FeedState()
+    st.pane_changed(CONV, {"p": 1})
+    st.item_since[CONV], st.recent[CONV] = 7, ["sent · hi"]
+    st.published_on(CONV)
+    st.published_on(None)
+    assert st.published == {CONV: 1}
+    st.forget({CONV})
+    assert CONV in st.panes and st.item_since[CONV] == 7
+    st.forget(set())
+    assert st.panes == st.item_since == st.published == st.recent == {}
+    assert st.pane_changed(CONV, {"p": 1}) != []
+
+
+def st_read(viewed, dirty):
+    return FeedState.to_read(viewed, dirty, False)
+
+
+def test_what_each_event_carries():
+    """phone-api.md: a conversation's pane and items name it and are scoped to its viewers; `items`
+    says whether it is the full set; needs, inbox and rows go to every channel."""
+    assert items_event(CONV, [{"seq": 1}], True) == (
+        "items", {"machine": "m1", "agent": "lab", "conversation": "c1", "items": [{"seq": 1}], "full": True}, CONV)
+    assert needs_event([]) == ("needs", {"asks": []}, None)
+    assert inbox_event({"id": "i1"}) == ("inbox", {"item": {"id": "i1"}}, None)
+    assert row_event(("local", "desk"), None) == ("row", {"machine": "local", "agent": "desk", "row": None}, None)
+    assert hello("ch1") == b'retry: 2000\nevent: hello\ndata: {"channel":"ch1"}\n\n'
+    assert snapshot_bytes("b-3", {"view": None}) == b'id: b-3\nevent: snapshot\ndata: {"view":null}\n\n'
