@@ -75,3 +75,9 @@ def section_head(machine: str, member, rows) -> dict:
 
 def section_heads(sections: list[dict]) -> list[dict]:
     return [{k: v for k, v in s.items() if k != "agents"} for s in sections]
+
+
+def machines_of(bridge, hub) -> dict[str, dict]:
+    """{machine: {agent: reader}}: the lead's own agents under LOCAL, each member's under its label."""
+    members = hub.members if hub is not None else {}
+    return {label: member.readers for label, member in members.items()} | {LOCAL: bridge.readers}

@@ -47,7 +47,7 @@ from bridge.panes import agent_row, chat_items, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT
 from crew import logs
 from lead.dashboard import (  # noqa: F401  (re-exported)
-    dashboard_json, dashboard_sections, member_row, section_head, section_heads)
+    dashboard_json, dashboard_sections, machines_of, member_row, section_head, section_heads)
 from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
     FeedState, inbox_event, items_event, needs_event, pane_event,
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
@@ -354,26 +354,8 @@ class Feed:
     def _update_needs(self, dirty: set, everything: bool) -> bool:
         """Look again at the open asks of the agents in `dirty` (all with `everything`); True when the
         Needs you list changed."""
-        now = self.wall()
-        members = self.hub.members if self.hub is not None else {}
-        todo: dict[tuple[str, str], object] = {}
-        machines = {LOCAL, *members} if everything else {m for m, a in dirty if a is None}
-        for machine in machines:  # whole machines: every agent they have, and the ones they no longer have
-            readers = self.bridge.readers if machine == LOCAL else (
-                members[machine].readers if machine in members else {})
-            todo.update({(machine, name): r for name, r in readers.items()})
-            todo.update({k: None for k in self.needs.agents() if k[0] == machine and k not in todo})
-        if everything:
-            todo.update({k: None for k in self.needs.agents() if k not in todo})
-        for machine, agent in dirty:
-            if agent is not None and (machine, agent) not in todo:
-                readers = self.bridge.readers if machine == LOCAL else (
-                    members[machine].readers if machine in members else {})
-                todo[(machine, agent)] = readers.get(agent)
-        changed = False
-        for (machine, agent), reader in todo.items():
-            changed |= self.needs.update(machine, agent, reader, now, redact_on=self.redact_on)
-        return changed
+        return self.needs.read(machines_of(self.bridge, self.hub), self.wall(), dirty=dirty, everything=everything,
+                               redact_on=self.redact_on)
 
     def _viewed(self) -> set:
         return {ch.conv_key for ch in self.channels.values() if ch.conv_key}

@@ -8,12 +8,15 @@ lease lasts, and never after (W5); one phone cannot take every channel (issue 11
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from lead.feed_core import (
     LEASE, MAX_CHANNELS, PER_DEVICE, EventLog, FeedState, Leases, admit, agent_key, conv_key, for_viewer, hello,
     inbox_event, items_event, needs_event, replay, row_event, snapshot_bytes, view_change,
 )
+from lead.needs import agents_to_read
 
 CONV = ("conv", "m1", "lab", "c1")
 
@@ -171,3 +174,39 @@ def test_what_each_event_carries():
     assert row_event(("local", "desk"), None) == ("row", {"machine": "local", "agent": "desk", "row": None}, None)
     assert hello("ch1") == b'retry: 2000\nevent: hello\ndata: {"channel":"ch1"}\n\n'
     assert snapshot_bytes("b-3", {"view": None}) == b'id: b-3\nevent: snapshot\ndata: {"view":null}\n\n'
+
+
+def _reader(*asks, conv="c1"):
+    return SimpleNamespace(conversations={conv: SimpleNamespace(id=conv, title="Deploy", asks=[
+        SimpleNamespace(id=a, title=a, kind="permission", expires_at=None) for a in asks])})
+
+
+def test_the_needs_list_reads_the_agents_that_changed_and_the_ones_gone():
+    """29, D1: a machine changed whole has every agent it has read again, and the ones it no longer has
+    leave the list; an agent changed alone is read alone; read whole, every machine is."""
+    machines = {"local": {"desk": "r-desk"}, "m1": {"lab": "r-lab"}}
+    listed = [("m1", "gone"), ("m2", "old")]
+    assert agents_to_read(machines, listed, {("m1", None)}, False) == {("m1", "lab"): "r-lab", ("m1", "gone"): None}
+    assert agents_to_read(machines, listed, {("local", "desk"), ("m2", "x")}, False) == {
+        ("local", "desk"): "r-desk", ("m2", "x"): None}
+    assert agents_to_read(machines, listed) == {("local", "desk"): "r-desk", ("m1", "lab"): "r-lab",
+                                                ("m1", "gone"): None, ("m2", "old"): None}
+
+
+def test_get_api_needs_keeps_when_it_first_saw_an_ask_and_forgets_closed_ones():
+    """D1: `GET /api/needs` (lead.web.needs_list) is the live channel's list read whole: oldest first, an ask
+    still open keeps the time first seen across requests, a closed one is forgotten (raised again, it is new)."""
+    from lead.web import needs_list
+
+    first_seen: dict = {}
+    bridge = SimpleNamespace(readers={"desk": _reader("a1")})
+    assert [(a["ask"], a["since"]) for a in needs_list(bridge, None, first_seen, 100.0)] == [
+        ("a1", "1970-01-01T00:01:40Z")]
+    bridge.readers["desk"] = _reader("a1", "a2")
+    assert [(a["ask"], a["since"]) for a in needs_list(bridge, None, first_seen, 200.0)] == [
+        ("a1", "1970-01-01T00:01:40Z"), ("a2", "1970-01-01T00:03:20Z")]
+    bridge.readers["desk"] = _reader("a2")
+    assert [a["ask"] for a in needs_list(bridge, None, first_seen, 300.0)] == ["a2"]
+    assert first_seen == {("local", "desk", "a2"): 200.0}
+    bridge.readers.clear()
+    assert needs_list(bridge, None, first_seen, 400.0) == [] and first_seen == {}
