@@ -44,12 +44,11 @@ import attrs
 import trio
 
 from bridge.panes import agent_row, chat_items, masked_pane, pane_state
-from bridge.reader import PAGE_LIMIT
 from crew import logs
 from lead.dashboard import (  # noqa: F401  (re-exported)
     dashboard_json, dashboard_sections, machines_of, member_row, section_head, section_heads)
 from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
-    FeedState, inbox_event, items_event, needs_event, pane_event,
+    FeedState, MemberItems, asks_ended, inbox_event, item_revs, items_event, needs_event, pane_event,
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
     PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, Leases, admit, agent_key, conv_key,
     diff_rows, for_viewer, view_change)
@@ -249,8 +248,7 @@ class Feed:
             return None
         items = list(got.get("items") or [])
         if key in self._viewed():
-            self.core.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
-                                                       and isinstance(i.get("rev"), int) and i.get("kind") != "gap")]))
+            self.core.item_since.setdefault(key, max([0, *item_revs(items)]))
         return items
 
     async def snapshot(self, ch: Channel) -> dict:
@@ -410,34 +408,22 @@ class Feed:
                 return []
             # the journal (a worker thread) only says which ended asks the phone tapped: most changes (a
             # streaming reply) have none, and skip the thread hop
-            ended = any(i.get("kind") == "ask" and i.get("end") in ("decided", "expired") for i in out)
             tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) \
-                if self.writer and ended else set()
+                if self.writer and asks_ended(out) else set()
             return chat_items(out, tapped)
-        # The member sends an agent's view as soon as it read the state, and reads the items right after: a
-        # read that finds the items the view says moved not there yet is tried again a few ms later.
-        target = self._top_rev(machine, agent, conv)
-        retries = list(MEMBER_ITEM_RETRIES)
-        for _ in range(ITEM_PAGES + len(retries)):
+        cur = MemberItems(since, self._top_rev(machine, agent, conv))
+        while cur.reads_left:
             got = None
             with trio.move_on_after(READ_TIMEOUT):
-                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
-            if got is None:
+                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": cur.since})
+            pause = cur.took(got)
+            if pause is None:
                 break
-            page = [i for i in got.get("items") or [] if isinstance(i, dict)]
-            out += page
-            revs = [i["rev"] for i in page if isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
-            if revs and max(revs) > since:
-                since = max(revs)
-                if len(revs) >= PAGE_LIMIT:
-                    continue  # another page
-                break
-            if since >= target or not retries:  # nothing new: the member may not have read it yet
-                break
-            await trio.sleep(retries.pop(0))
+            if pause:
+                await trio.sleep(pause)
         if key in self.core.item_since:  # (the view may have ended meanwhile)
-            self.core.item_since[key] = max(self.core.item_since[key], since)
-        return out
+            self.core.item_since[key] = max(self.core.item_since[key], cur.since)
+        return cur.items
 
     async def _items_read(self, agent: str, conv: str) -> None:
         """Wait (at most ITEMS_WAIT) until the lead's bridge has read the items of one of its agents'

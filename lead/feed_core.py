@@ -14,6 +14,8 @@ from collections import deque
 
 import attrs
 
+from bridge.reader import PAGE_LIMIT
+
 LOCAL = "local"
 KEEP = 4096  # events kept for resumption
 QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
@@ -278,3 +280,46 @@ class FeedState:
             self.published.pop(key, None)
         for key in [k for k in self.recent if k not in viewed]:
             del self.recent[key]
+
+
+# --- a viewed conversation's items ---------------------------------------------------------------------
+def item_revs(items: list) -> list[int]:
+    """The revisions of the items a member sent (dicts with an integer `rev`; gaps are not items)."""
+    return [i["rev"] for i in items if isinstance(i, dict) and isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
+
+
+def asks_ended(items: list[dict]) -> bool:
+    """R3: whether an ask was decided or expired among these items (only then is it worth asking the
+    journal which ended asks the phone tapped)."""
+    return any(i.get("kind") == "ask" and i.get("end") in ("decided", "expired") for i in items)
+
+
+class MemberItems:
+    """Issue 29: a member's changed items, read page by page from the revision sent up to (`since`).
+
+    A full page is followed by the next at once. The member sends an agent's view as soon as it read the
+    state and reads the items right after, so a read that brings nothing new while the view says the
+    conversation reached `target` is tried again after each pause of MEMBER_ITEM_RETRIES, then left to
+    the next change. At most ITEM_PAGES pages plus those retries; a read with no answer ends it."""
+
+    def __init__(self, since: int, target: int) -> None:
+        self.since, self.target = since, target
+        self.items: list[dict] = []
+        self.retries = list(MEMBER_ITEM_RETRIES)
+        self.reads_left = ITEM_PAGES + len(self.retries)
+
+    def took(self, got: dict | None) -> float | None:
+        """One read's answer (None: none came): the pause before the next read (0: at once), or None
+        when the reading is done."""
+        self.reads_left -= 1
+        if got is None:
+            return None
+        page = [i for i in got.get("items") or [] if isinstance(i, dict)]
+        self.items += page
+        revs = item_revs(page)
+        if revs and max(revs) > self.since:
+            self.since = max(revs)
+            return 0.0 if len(revs) >= PAGE_LIMIT else None
+        if self.since >= self.target or not self.retries:  # nothing new: the member may not have read it yet
+            return None
+        return self.retries.pop(0)

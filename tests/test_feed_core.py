@@ -12,9 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from bridge.reader import PAGE_LIMIT
 from lead.feed_core import (
-    LEASE, MAX_CHANNELS, PER_DEVICE, EventLog, FeedState, Leases, admit, agent_key, conv_key, for_viewer, hello,
-    inbox_event, items_event, needs_event, replay, row_event, snapshot_bytes, view_change,
+    ITEM_PAGES, LEASE, MAX_CHANNELS, MEMBER_ITEM_RETRIES, PER_DEVICE, EventLog, FeedState, Leases, MemberItems, admit,
+    agent_key, asks_ended, conv_key, for_viewer, hello, inbox_event, item_revs, items_event, needs_event, replay,
+    row_event, snapshot_bytes, view_change,
 )
 from lead.needs import agents_to_read
 
@@ -210,3 +212,45 @@ def test_get_api_needs_keeps_when_it_first_saw_an_ask_and_forgets_closed_ones():
     assert first_seen == {("local", "desk", "a2"): 200.0}
     bridge.readers.clear()
     assert needs_list(bridge, None, first_seen, 400.0) == [] and first_seen == {}
+
+
+def _page(*revs, kind="text"):
+    return {"items": [{"seq": r, "rev": r, "kind": kind} for r in revs]}
+
+
+def test_a_members_changed_items_are_read_page_by_page_and_retried_until_its_view_is_reached():
+    """Issue 29: a full page is followed by the next at once; a read that brings nothing new while the
+    member's view says the conversation moved is tried again after 5, 10, 20, 40 ms, then left to the
+    next change; what was read is what the phone gets, and the revision read up to moves with it."""
+    cur = MemberItems(since=10, target=12)
+    assert cur.took(_page()) == 0.005  # the member has not read the items yet
+    assert cur.took(_page(10)) == 0.01  # nothing past what was sent
+    assert cur.took(_page(11, 12)) is None and cur.since == 12
+    assert [i["rev"] for i in cur.items] == [10, 11, 12]
+    full = MemberItems(since=0, target=PAGE_LIMIT + 1)
+    assert full.took(_page(*range(1, PAGE_LIMIT + 1))) == 0.0  # a full page: the next at once
+    assert full.took(_page(PAGE_LIMIT + 1)) is None and full.since == PAGE_LIMIT + 1
+    late = MemberItems(since=5, target=9)
+    assert [late.took(_page()) for _ in range(5)] == [0.005, 0.01, 0.02, 0.04, None]
+    assert late.since == 5  # given up until the next change: nothing lost, read from 5 again then
+    assert MemberItems(since=5, target=5).took(_page()) is None  # up to date: no retry
+    assert MemberItems(since=5, target=9).took(None) is None  # no answer (5 s): done
+
+
+def test_a_member_cannot_keep_the_lead_reading_forever():
+    """Every peer is untrusted: full pages that never end stop after ITEM_PAGES reads plus the retries;
+    a gap or an item without an integer revision moves nothing."""
+    cur = MemberItems(since=0, target=10 ** 9)
+    reads = 0
+    while cur.reads_left:
+        reads += 1
+        if cur.took(_page(*range(reads * PAGE_LIMIT, (reads + 1) * PAGE_LIMIT))) is None:
+            break
+    assert reads == ITEM_PAGES + len(MEMBER_ITEM_RETRIES)
+    assert item_revs([{"rev": 3, "kind": "gap"}, {"rev": "7"}, "x", {"rev": 4}]) == [4]
+
+
+def test_only_an_ask_decided_or_expired_needs_the_journal():
+    """R3: the journal is asked which ended asks the phone tapped only when an ask ended among the items."""
+    assert not asks_ended([{"kind": "text"}, {"kind": "ask", "end": None}])
+    assert asks_ended([{"kind": "ask", "end": "expired"}]) and asks_ended([{"kind": "ask", "end": "decided"}])
