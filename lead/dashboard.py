@@ -81,3 +81,16 @@ def machines_of(bridge, hub) -> dict[str, dict]:
     """{machine: {agent: reader}}: the lead's own agents under LOCAL, each member's under its label."""
     members = hub.members if hub is not None else {}
     return {label: member.readers for label, member in members.items()} | {LOCAL: bridge.readers}
+
+
+def heads_of(rows: dict[tuple, dict], members: dict) -> list[dict]:
+    """The section heads for {(machine, agent): row} (the lead's own first, then members by label): a
+    section with no rows has no head."""
+    by_machine: dict[str, list] = {}
+    for (machine, _agent), row in rows.items():
+        by_machine.setdefault(machine, []).append(row)
+    heads = [section_head(LOCAL, None, by_machine[LOCAL])] if by_machine.get(LOCAL) else []
+    for label, member in sorted(members.items()):
+        if by_machine.get(label):
+            heads.append(section_head(label, member, by_machine[label]))
+    return heads

@@ -46,7 +46,7 @@ import trio
 from bridge.panes import agent_row, chat_items, masked_pane, pane_state
 from crew import logs
 from lead.dashboard import (  # noqa: F401  (re-exported)
-    dashboard_json, dashboard_sections, machines_of, member_row, section_head, section_heads)
+    dashboard_json, dashboard_sections, heads_of, machines_of, member_row, section_head, section_heads)
 from lead.feed_core import (  # noqa: F401  (re-exported: lead.events is where callers look)
     FeedState, MemberItems, asks_ended, inbox_event, item_revs, items_event, needs_event, pane_event,
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
@@ -481,14 +481,7 @@ class Feed:
 
     def _heads(self) -> list[dict]:
         """The section heads, from the rows this feed keeps current (not every reader's row again)."""
-        by_machine: dict[str, list] = {}
-        for (machine, _agent), row in self.core.rows.items():
-            by_machine.setdefault(machine, []).append(row)
-        heads = [section_head(LOCAL, None, by_machine[LOCAL])] if by_machine.get(LOCAL) else []
-        for label, member in sorted((self.hub.members if self.hub is not None else {}).items()):
-            if by_machine.get(label):
-                heads.append(section_head(label, member, by_machine[label]))
-        return heads
+        return heads_of(self.core.rows, self.hub.members if self.hub is not None else {})
 
     def _rows_of(self, machine: str, agent: str | None) -> dict:
         if machine == LOCAL:

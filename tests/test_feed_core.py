@@ -254,3 +254,17 @@ def test_only_an_ask_decided_or_expired_needs_the_journal():
     """R3: the journal is asked which ended asks the phone tapped only when an ask ended among the items."""
     assert not asks_ended([{"kind": "text"}, {"kind": "ask", "end": None}])
     assert asks_ended([{"kind": "ask", "end": "expired"}]) and asks_ended([{"kind": "ask", "end": "decided"}])
+
+
+def test_sections_follow_the_rows_the_feed_keeps():
+    """D1, D5: the lead's own section first, then one per member by label, each waiting when one of its
+    rows waits; a member with no rows has no section; an offline member's section says so."""
+    from lead.dashboard import heads_of
+
+    m = {"b": SimpleNamespace(online=False, offline_since="2026-01-01T00:00:00Z"),
+         "a": SimpleNamespace(online=True, offline_since=None), "c": SimpleNamespace(online=True, offline_since=None)}
+    rows = {("b", "x"): {"waiting": 0}, ("local", "desk"): {"waiting": 0}, ("a", "y"): {"waiting": 2}}
+    heads = heads_of(rows, m)
+    assert [(h["machine"], h["label"], h["waiting"], h["online"]) for h in heads] == [
+        ("local", None, False, True), ("a", "a", True, True), ("b", "b", False, False)]
+    assert heads[2]["offline_since"] == "2026-01-01T00:00:00Z" and {h["title"] for h in heads} == {"Durable agents"}
