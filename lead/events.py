@@ -109,7 +109,6 @@ class Feed(ConversationReads):
         self.events_sent = 0
         self.leases = Leases()
         self.inbox = None
-        self.inbox_dirty: dict = {}  # (machine, agent) -> when the route's viewing lapses
         bridge_hooks = getattr(bridge, "on_agent_change", None)
         if bridge_hooks is not None:
             bridge_hooks.append(lambda name: self.touch(LOCAL, name))
@@ -122,7 +121,7 @@ class Feed(ConversationReads):
         self._wake.set()
 
     def touch_all(self) -> None:
-        self.core.everything = True
+        self.core.touch_all()
         self._wake.set()
 
     def follow_inbox(self, inbox) -> None:
@@ -131,7 +130,7 @@ class Feed(ConversationReads):
         inbox.on_change.append(self.inbox_item_changed)
 
     def inbox_item_changed(self, item) -> None:
-        self.inbox_dirty[item.id] = item  # its view is built once per pass, however often it changed
+        self.core.inbox_changed(item)  # its view is built once per pass, however often it changed
         self._wake.set()
 
     def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
@@ -275,11 +274,10 @@ class Feed(ConversationReads):
         return rows
 
     async def pass_once(self) -> None:
-        if self.inbox_dirty and self.inbox is not None:
-            items, self.inbox_dirty = list(self.inbox_dirty.values()), {}
-            for view in self.inbox.views(items):
-                self._publish(*inbox_event(view))
         st = self.core
+        if self.inbox is not None and st.inbox:
+            for view in self.inbox.views(st.take_inbox()):
+                self._publish(*inbox_event(view))
         dirty, everything = st.take()
         if everything:
             fresh, before = self._all_rows(), st.rows

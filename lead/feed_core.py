@@ -211,7 +211,7 @@ class FeedState:
     """What the phones were last sent, and what changed since: the plain half of `lead.events.Feed`.
 
     Changes coalesce: however often an agent is touched between two passes, the next pass reads it once
-    (`take`). An event goes out only when what it carries differs from what was last sent: an unchanged
+    (`take`), and an inbox item that changed many times is sent once, as it is then (`take_inbox`). An event goes out only when what it carries differs from what was last sent: an unchanged
     row, sections list or pane sends nothing. What was kept of a conversation nobody views any more is
     dropped (`forget`), so a phone that opens it again gets a full read, never changes against an old one.
     """
@@ -225,9 +225,20 @@ class FeedState:
         self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
         self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
         self.everything = True
+        self.inbox: dict = {}  # inbox item id -> the item, changed since the last pass
 
     def touch(self, machine: str, agent: str | None) -> None:
         self.dirty.add((machine, agent))
+
+    def touch_all(self) -> None:
+        self.everything = True
+
+    def inbox_changed(self, item) -> None:
+        self.inbox[item.id] = item
+
+    def take_inbox(self) -> list:
+        items, self.inbox = list(self.inbox.values()), {}
+        return items
 
     def take(self) -> tuple[set, bool]:
         """What changed since the last pass (the agents touched; whether everything is to be read again)."""

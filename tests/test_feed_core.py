@@ -268,3 +268,13 @@ def test_sections_follow_the_rows_the_feed_keeps():
     assert [(h["machine"], h["label"], h["waiting"], h["online"]) for h in heads] == [
         ("local", None, False, True), ("a", "a", True, True), ("b", "b", False, False)]
     assert heads[2]["offline_since"] == "2026-01-01T00:00:00Z" and {h["title"] for h in heads} == {"Durable agents"}
+
+
+def test_an_inbox_item_that_changed_many_times_is_sent_once_as_it_is_now():
+    """I7: between two passes an item queued, running and done is one `inbox` event, with its last state."""
+    st = FeedState()
+    for state in ("queued", "running", "done"):
+        st.inbox_changed(SimpleNamespace(id="i1", state=state))
+    st.inbox_changed(SimpleNamespace(id="i2", state="queued"))
+    assert [(i.id, i.state) for i in st.take_inbox()] == [("i1", "done"), ("i2", "queued")]
+    assert st.take_inbox() == []
