@@ -31,7 +31,11 @@ A member's viewed conversation is read (its recent-send lines and items, a round
 beside the pass, one read at a time per conversation: a member slow to answer, or that never answers,
 holds up only the views of its own conversations, never every phone's rows and panes.
 
-`EventLog` and `diff_rows` are plain (no trio); `Feed` moves the data.
+The decisions are plain, with the time passed in (issue 30): what each event carries, when changes
+coalesce, what is sent again and what a reconnecting phone is given (`lead.feed_core`), the Needs you
+list (`lead.needs`), the rows and sections (`lead.dashboard`). `Feed` feeds them what changed and carries
+out what comes back: it reads (the conversations' reads in `lead.feed_reads`), queues and sleeps. The
+routes and the stream are in `lead.events_routes`.
 """
 
 from __future__ import annotations
@@ -88,7 +92,11 @@ class Channel:
 
 
 class Feed(ConversationReads):
-    """Watches the bridge, the hub and the inbox; turns what changed into events for every channel."""
+    """Watches the bridge, the hub and the inbox; turns what changed into events for every channel.
+
+    Only the first change of a burst waits for nothing: after each pass the next waits COALESCE. A pass
+    never waits on a member: the conversations' reads run beside it (`_read_members`). One bad view or
+    peer is logged and ends nothing."""
 
     redact_on = True  # X1: the pane it sends has secrets masked (install_api sets it from COLLIE_REDACT)
 
