@@ -248,8 +248,12 @@ class FeedState:
 
     def kept_rows(self, dirty: set) -> dict:
         """The rows last sent of the agents touched (of every agent of a machine touched whole)."""
-        return {key: row for key, row in self.rows.items()
-                if any(key[0] == m and (a is None or key[1] == a) for m, a in dirty)}
+        before = {}
+        for machine, agent in dirty:
+            for key, row in self.rows.items():
+                if key[0] == machine and (agent is None or key[1] == agent):
+                    before[key] = row
+        return before
 
     def rows_changed(self, before: dict, fresh: dict) -> list[tuple]:
         """A `row` event for each row new or changed between `before` and `fresh`, then for each gone."""
