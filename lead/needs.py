@@ -16,13 +16,14 @@ agent that changed alone. `GET /api/needs` reads the whole list with it; the liv
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 
 
 def _since(seen: float) -> str:
     return datetime.datetime.fromtimestamp(seen, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def agents_to_read(machines: dict[str, dict], listed: list[tuple[str, str]], dirty=frozenset(),
+def agents_to_read(machines: dict[str, dict], listed: Iterable[tuple[str, str]], dirty=frozenset(),
                    everything: bool = True) -> dict[tuple[str, str], object]:
     """{(machine, agent): its reader, or None when it is gone} for the agents `dirty` names —
     (machine, None) for a whole machine — or for every machine with `everything`. `machines` maps each
@@ -53,7 +54,7 @@ class NeedsList:
         """Read again the agents `agents_to_read` names; True when the list changed. Read whole, it also
         forgets when it first saw every ask no longer open (a `first_seen` given from before)."""
         changed = False
-        for (machine, agent), reader in agents_to_read(machines, self.agents(), dirty, everything).items():
+        for (machine, agent), reader in agents_to_read(machines, self.by_agent, dirty, everything).items():
             changed |= self.update(machine, agent, reader, now, redact_on=redact_on)
         if everything:
             alive = {(m, a, e[2]["ask"]) for (m, a), entries in self.by_agent.items() for e in entries}
