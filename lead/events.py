@@ -54,7 +54,8 @@ from lead.dashboard import (  # noqa: F401  (re-exported: lead.events is where c
 from lead.feed_core import (  # noqa: F401  (re-exported)
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
     PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, FeedState, Leases, admit, agent_key,
-    conv_key, diff_rows, for_viewer, inbox_event, items_event, needs_event, pane_event, view_change)
+    conv_key, diff_rows, for_viewer, inbox_event, items_event, needs_event, pane_event, snapshot_data,
+    view_change)
 from lead.feed_reads import ConversationReads
 from lead.needs import NeedsList
 
@@ -218,15 +219,12 @@ class Feed(ConversationReads):
                                       online=member is None or member.online), self.redact_on)
 
     async def snapshot(self, ch: Channel) -> dict:
-        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None,
-                      "needs": self.needs.asks()}
-        if ch.view:
-            machine, agent, conv = ch.view
-            data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
-            if conv:
-                data["pane"] = await self.pane_of(machine, agent, conv)
-                data["items"] = await self.items_of(machine, agent, conv) or []
-        return data
+        view, sections, asks = ch.view, dashboard_sections(self.bridge, self.hub), self.needs.asks()
+        pane = items = None
+        if view and view[2]:
+            pane = await self.pane_of(*view)
+            items = await self.items_of(*view)
+        return snapshot_data(sections, asks, view, pane, items)
 
     async def view_events(self, ch: Channel) -> list[Event]:
         """A fresh pane and all items of what `ch` views, as events of the shared numbering."""

@@ -194,6 +194,19 @@ def items_event(key: tuple, items: list[dict], full: bool) -> tuple:
     return "items", {"machine": machine, "agent": agent, "conversation": conv, "items": items, "full": full}, key
 
 
+def snapshot_data(sections: list[dict], asks: list[dict], view: tuple | None, pane: dict | None = None,
+                  items: list[dict] | None = None) -> dict:
+    """What a fresh channel's `snapshot` carries: the dashboard, the Needs you list and what it views;
+    for a conversation, its pane and all its items."""
+    data: dict = {"dashboard": {"sections": sections}, "view": None, "needs": asks}
+    if view:
+        machine, agent, conv = view
+        data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
+        if conv:
+            data["pane"], data["items"] = pane, items or []
+    return data
+
+
 def hello(channel: str) -> bytes:
     return f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{channel}\"}}\n\n".encode()
 

@@ -278,3 +278,16 @@ def test_an_inbox_item_that_changed_many_times_is_sent_once_as_it_is_now():
     st.inbox_changed(SimpleNamespace(id="i2", state="queued"))
     assert [(i.id, i.state) for i in st.take_inbox()] == [("i1", "done"), ("i2", "queued")]
     assert st.take_inbox() == []
+
+
+def test_a_snapshot_carries_the_dashboard_the_needs_and_what_the_channel_views():
+    """phone-api.md: a fresh channel's snapshot has the dashboard and the Needs you list (29); viewing a
+    conversation, its pane and all its items (none read yet: an empty list, never null)."""
+    from lead.feed_core import snapshot_data
+
+    assert snapshot_data([{"machine": "local"}], [], None) == {
+        "dashboard": {"sections": [{"machine": "local"}]}, "view": None, "needs": []}
+    agent = snapshot_data([], [], ("m1", "lab", None))
+    assert agent["view"] == {"machine": "m1", "agent": "lab", "conversation": None} and "pane" not in agent
+    chat = snapshot_data([], [{"ask": "a1"}], ("m1", "lab", "c1"), {"asks": []}, None)
+    assert chat["pane"] == {"asks": []} and chat["items"] == [] and chat["needs"] == [{"ask": "a1"}]
