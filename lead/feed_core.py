@@ -224,9 +224,10 @@ class FeedState:
     """What the phones were last sent, and what changed since: the plain half of `lead.events.Feed`.
 
     Changes coalesce: however often an agent is touched between two passes, the next pass reads it once
-    (`take`), and an inbox item that changed many times is sent once, as it is then (`take_inbox`). An event goes out only when what it carries differs from what was last sent: an unchanged
-    row, sections list or pane sends nothing. What was kept of a conversation nobody views any more is
-    dropped (`forget`), so a phone that opens it again gets a full read, never changes against an old one.
+    (`take`), and an inbox item that changed many times is sent once, as it is then (`take_inbox`). An
+    event goes out only when what it carries differs from what was last sent: an unchanged row, sections
+    list or pane sends nothing. What was kept of a conversation nobody views any more is dropped
+    (`forget`), so a phone that opens it again gets a full read, never changes against an old one.
     """
 
     def __init__(self) -> None:

@@ -145,9 +145,9 @@ def test_only_viewed_conversations_of_changed_agents_are_read_and_unviewed_ones_
     from a full read (its pane is sent again even if it did not change)."""
     other = ("conv", "local", "desk", "c9")
     viewed = {CONV, other}
-    assert st_read(viewed, {("m1", "lab")}) == [CONV]
-    assert st_read(viewed, {("m1", None)}) == [CONV]
-    assert st_read(viewed, {("m1", "ops"), ("m2", None)}) == []
+    assert FeedState.to_read(viewed, {("m1", "lab")}, False) == [CONV]
+    assert FeedState.to_read(viewed, {("m1", None)}, False) == [CONV]
+    assert FeedState.to_read(viewed, {("m1", "ops"), ("m2", None)}, False) == []
     assert sorted(FeedState.to_read(viewed, set(), True)) == sorted(viewed)
     st = FeedState()
     st.pane_changed(CONV, {"p": 1})
@@ -160,10 +160,6 @@ def test_only_viewed_conversations_of_changed_agents_are_read_and_unviewed_ones_
     st.forget(set())
     assert st.panes == st.item_since == st.published == st.recent == {}
     assert st.pane_changed(CONV, {"p": 1}) != []
-
-
-def st_read(viewed, dirty):
-    return FeedState.to_read(viewed, dirty, False)
 
 
 def test_what_each_event_carries():
@@ -291,3 +287,15 @@ def test_a_snapshot_carries_the_dashboard_the_needs_and_what_the_channel_views()
     assert agent["view"] == {"machine": "m1", "agent": "lab", "conversation": None} and "pane" not in agent
     chat = snapshot_data([], [{"ask": "a1"}], ("m1", "lab", "c1"), {"asks": []}, None)
     assert chat["pane"] == {"asks": []} and chat["items"] == [] and chat["needs"] == [{"ask": "a1"}]
+
+
+def test_the_live_channels_decisions_run_without_trio():
+    """STYLE.md habit 1, issue 30: the pieces that decide (lead.feed_core, lead.dashboard, lead.needs)
+    import no trio, so every rule above is a plain call."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, lead.feed_core, lead.dashboard, lead.needs; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'trio'))")
+    got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    assert got.stdout.strip() == "[]"
