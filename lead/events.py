@@ -31,161 +31,35 @@ A member's viewed conversation is read (its recent-send lines and items, a round
 beside the pass, one read at a time per conversation: a member slow to answer, or that never answers,
 holds up only the views of its own conversations, never every phone's rows and panes.
 
-`EventLog` and `diff_rows` are plain (no trio); `Feed` moves the data.
+The decisions are plain, with the time passed in (issue 30): what each event carries, when changes
+coalesce, what is sent again and what a reconnecting phone is given (`lead.feed_core`), the Needs you
+list (`lead.needs`), the rows and sections (`lead.dashboard`). `Feed` feeds them what changed and carries
+out what comes back: it reads (the conversations' reads in `lead.feed_reads`), queues and sleeps. The
+routes and the stream are in `lead.events_routes`.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 
 import attrs
 import trio
 
-from bridge.panes import agent_row, chat_items, masked_pane, pane_state
-from bridge.reader import PAGE_LIMIT
+from bridge.panes import agent_row, masked_pane, pane_state
 from crew import logs
+from lead.dashboard import (  # noqa: F401  (re-exported: lead.events is where callers look)
+    dashboard_json, dashboard_sections, heads_of, machines_of, member_row, section_head, section_heads)
+from lead.feed_core import (  # noqa: F401  (re-exported)
+    BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
+    PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, FeedState, Leases, admit, agent_key,
+    conv_key, diff_rows, for_viewer, inbox_event, items_event, needs_event, pane_event, snapshot_data,
+    view_change)
+from lead.feed_reads import ConversationReads
 from lead.needs import NeedsList
 
 log = logs.get("events")
-
-LOCAL = "local"
-KEEP = 4096  # events kept for resumption
-QUEUE = 512  # events waiting for one slow phone before it gets a snapshot instead
-MAX_CHANNELS = 200
-PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
-BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
-HEARTBEAT = 15.0
-SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
-LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
-COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
-READ_TIMEOUT = 5.0
-VIEW_READS = 3  # a view's first pane and items are read again at most this often while changes race them
-ITEMS_WAIT = 0.5  # how long a viewed conversation's refresh waits for the bridge to read the items that moved
-MEMBER_ITEM_RETRIES = (0.005, 0.01, 0.02, 0.04)  # a member's items read again after these pauses (see _changed_items)
-ITEM_PAGES = 10  # pages of changed items a viewed conversation's change reads at most (the rest at the next)
-
-
-@attrs.frozen
-class Event:
-    id: str
-    seq: int
-    kind: str
-    data: dict
-    scope: tuple | None = None  # None: every channel; ("conv", machine, agent, conversation): its viewers
-    wire: bytes = attrs.field(default=b"", repr=False, eq=False)  # encoded once, whatever the number of phones
-
-    def encode(self) -> bytes:
-        if self.wire:
-            return self.wire
-        body = json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
-        return f"id: {self.id}\nevent: {self.kind}\ndata: {body}\n\n".encode()
-
-
-class EventLog:
-    """Numbered events, the last `keep` of them kept so that a reconnecting phone misses nothing."""
-
-    def __init__(self, boot: str | None = None, keep: int = KEEP) -> None:
-        self.boot = boot or secrets.token_hex(4)
-        self.seq = 0
-        self.kept: deque[Event] = deque(maxlen=keep)
-
-    def append(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
-        self.seq += 1
-        ev = Event(f"{self.boot}-{self.seq}", self.seq, kind, data, scope)
-        ev = attrs.evolve(ev, wire=ev.encode())
-        self.kept.append(ev)
-        return ev
-
-    def since(self, last_id: str | None) -> list[Event] | None:
-        """The events after `last_id`, or None when they cannot all be given (restart, too old, bad id)."""
-        if not last_id:
-            return None
-        boot, _, n = last_id.rpartition("-")
-        if boot != self.boot or not n.isdigit():
-            return None
-        seq = int(n)
-        if seq > self.seq:
-            return None
-        if seq == self.seq:
-            return []
-        if not self.kept or self.kept[0].seq > seq + 1:
-            return None
-        return [e for e in self.kept if e.seq > seq]
-
-
-def diff_rows(before: dict, after: dict) -> tuple[list, list]:
-    """(changed or new keys, removed keys) between two {key: row} maps."""
-    changed = [k for k, v in after.items() if before.get(k) != v]
-    removed = [k for k in before if k not in after]
-    return changed, removed
-
-
-# A member's agent row, kept with its JSON text in `member.rows` (name -> [key, row, text, reader]): the hub
-# builds a fresh reader for every view a member sends and only ever changes one in place to mark it
-# offline (status, reason, detail: part of the key). With 1,000 members' agents of 100 conversations
-# each, building every row and its JSON afresh cost ~100 ms a dashboard (bench/crew_scale.py).
-def _member_entry(member, name: str, reader) -> list:
-    key = (reader.status, reader.reason, reader.detail)
-    got = member.rows.get(name)
-    if got is None or got[3] is not reader or got[0] != key:
-        if len(member.rows) > len(member.readers):  # agents gone from the member's snapshot
-            member.rows = {n: e for n, e in member.rows.items() if n in member.readers}
-        got = member.rows[name] = [key, agent_row(reader, member=member.label) | {"machine": member.label}, None, reader]
-    return got
-
-
-def member_row(member, name: str, reader) -> dict:
-    return _member_entry(member, name, reader)[1]
-
-
-_dumps = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps with options makes one a call
-
-
-def dashboard_sections(bridge, hub) -> list[dict]:
-    """D1, D5: the lead's own agents (no machine named), then one section per member."""
-    sections = []
-    rows = [agent_row(r) | {"machine": LOCAL} for r in bridge.readers.values()]
-    if rows:
-        sections.append(section_head(LOCAL, None, rows) | {"agents": rows})
-    for label, member in sorted((hub.members if hub is not None else {}).items()):
-        mrows = [member_row(member, n, r) for n, r in member.readers.items()]
-        if mrows:
-            sections.append(section_head(label, member, mrows) | {"agents": mrows})
-    return sections
-
-
-def dashboard_json(bridge, hub) -> str:
-    """`{"sections": dashboard_sections(...)}` as JSON text, each member's row encoded once and reused."""
-    parts = []
-    rows = [agent_row(r) | {"machine": LOCAL} for r in bridge.readers.values()]
-    if rows:
-        parts.append(_dumps(section_head(LOCAL, None, rows) | {"agents": rows}))
-    for label, member in sorted((hub.members if hub is not None else {}).items()):
-        entries = [_member_entry(member, n, r) for n, r in member.readers.items()]
-        if entries:
-            for e in entries:
-                if e[2] is None:
-                    e[2] = _dumps(e[1])
-            head = _dumps(section_head(label, member, [e[1] for e in entries]))
-            parts.append(head[:-1] + ',"agents":[' + ",".join(e[2] for e in entries) + "]}")
-    return '{"sections":[' + ",".join(parts) + "]}"
-
-
-def section_head(machine: str, member, rows) -> dict:
-    """A section without its rows; `member` is None for the lead's own agents."""
-    if member is None:
-        return {"machine": LOCAL, "label": None, "title": "Durable agents",
-                "waiting": any(r["waiting"] for r in rows), "online": True}
-    return {"machine": machine, "label": machine, "title": "Durable agents",
-            "waiting": any(r["waiting"] for r in rows), "online": member.online, "offline_since": member.offline_since}
-
-
-def section_heads(sections: list[dict]) -> list[dict]:
-    return [{k: v for k, v in s.items() if k != "agents"} for s in sections]
 
 
 @attrs.define(eq=False)
@@ -201,16 +75,14 @@ class Channel:
 
     @property
     def agent_key(self) -> tuple | None:
-        return (self.view[0], self.view[1]) if self.view else None
+        return agent_key(self.view)
 
     @property
     def conv_key(self) -> tuple | None:
-        return ("conv", *self.view) if self.view and self.view[2] else None
+        return conv_key(self.view)
 
     def offer(self, ev: Event) -> None:
-        if self.overflowed:
-            return
-        if ev.scope is not None and ev.scope != self.conv_key:
+        if self.overflowed or not for_viewer(ev, self.conv_key):
             return
         try:
             self.send.send_nowait(ev)
@@ -220,8 +92,12 @@ class Channel:
             pass
 
 
-class Feed:
-    """Watches the bridge, the hub and the inbox; turns what changed into events for every channel."""
+class Feed(ConversationReads):
+    """Watches the bridge, the hub and the inbox; turns what changed into events for every channel.
+
+    Only the first change of a burst waits for nothing: after each pass the next waits COALESCE. A pass
+    never waits on a member: the conversations' reads run beside it (`_read_members`). One bad view or
+    peer is logged and ends nothing."""
 
     redact_on = True  # X1: the pane it sends has secrets masked (install_api sets it from COLLIE_REDACT)
 
@@ -234,22 +110,14 @@ class Feed:
         self.writer = writer
         self.log = log_ or EventLog()
         self.channels: dict[str, Channel] = {}
-        self.rows: dict[tuple, dict] = {}
-        self.heads: list[dict] = []
-        self.panes: dict[tuple, dict] = {}  # ("conv", m, a, c) -> last pane sent
-        self.item_since: dict[tuple, int] = {}  # ("conv", m, a, c) -> the item revision sent up to
-        self.published: dict[tuple, int] = {}  # ("conv", m, a, c) -> events published on it so far
-        self.recent: dict[tuple, list] = {}  # ("conv", m, a, c) -> a member's recent-send lines last read
-        self.dirty: set[tuple] = set()  # (machine, agent) or (machine, None) for a whole member
-        self.everything = True
+        self.core = FeedState()  # what was sent, what changed since (the decisions)
         self._wake = trio.Event()
         self.to_read: dict[tuple, None] = {}  # members' viewed conversations to read again (see _read_members)
         self._read_wake = trio.Event()
         self.set_viewing = set_viewing
         self.events_sent = 0
-        self.leases: dict[tuple, float] = {}
+        self.leases = Leases()
         self.inbox = None
-        self.inbox_dirty: dict = {}  # (machine, agent) -> when the route's viewing lapses
         bridge_hooks = getattr(bridge, "on_agent_change", None)
         if bridge_hooks is not None:
             bridge_hooks.append(lambda name: self.touch(LOCAL, name))
@@ -258,11 +126,11 @@ class Feed:
 
     # --- what changed ----------------------------------------------------------------------------
     def touch(self, machine: str, agent: str | None) -> None:
-        self.dirty.add((machine, agent))
+        self.core.touch(machine, agent)
         self._wake.set()
 
     def touch_all(self) -> None:
-        self.everything = True
+        self.core.touch_all()
         self._wake.set()
 
     def follow_inbox(self, inbox) -> None:
@@ -271,13 +139,12 @@ class Feed:
         inbox.on_change.append(self.inbox_item_changed)
 
     def inbox_item_changed(self, item) -> None:
-        self.inbox_dirty[item.id] = item  # its view is built once per pass, however often it changed
+        self.core.inbox_changed(item)  # its view is built once per pass, however often it changed
         self._wake.set()
 
     def _publish(self, kind: str, data: dict, scope: tuple | None = None) -> Event:
         ev = self.log.append(kind, data, scope)
-        if scope is not None:
-            self.published[scope] = self.published.get(scope, 0) + 1
+        self.core.published_on(scope)
         for ch in list(self.channels.values()):
             ch.offer(ev)
         self.events_sent += 1
@@ -285,29 +152,21 @@ class Feed:
 
     # --- channels --------------------------------------------------------------------------------
     def open(self, device: str | None) -> Channel:
-        if device is not None:
-            mine = [c for c in self.channels.values() if c.device == device]
-            if len(mine) >= 2 * PER_DEVICE:  # its ended ones have not finished either: refuse this phone only
-                raise OverflowError(f"this phone has {len(mine)} live channels open already")
-            still = [c for c in mine if not c.closed.is_set()]
-            if len(still) >= PER_DEVICE:
-                self._end(still[0], "replaced")
-        if len(self.channels) >= MAX_CHANNELS:
-            raise OverflowError(f"{MAX_CHANNELS} live channels are open already")
+        mine = [c for c in self.channels.values() if c.device == device] if device is not None else []
+        end, refused = admit(device, [c.closed.is_set() for c in mine], len(self.channels))
+        if end is not None:
+            self._end(mine[end], "replaced")
+        if refused:
+            raise OverflowError(refused)
         send, receive = trio.open_memory_channel(QUEUE)
         ch = Channel(secrets.token_urlsafe(12), device, send, receive)
         self.channels[ch.id] = ch
         return ch
 
     async def set_view(self, ch: Channel, view: tuple | None) -> None:
-        old = ch.agent_key
-        ch.view = view
-        new = ch.agent_key
-        if old != new:
-            if new is not None:
-                await self._viewing(new, True)
-            if old is not None:
-                await self._viewing(old, False)
+        old, ch.view = ch.view, view
+        for key, on in view_change(old, view):
+            await self._viewing(key, on)
 
     async def close(self, ch: Channel) -> None:
         if self.channels.pop(ch.id, None) is None:
@@ -321,24 +180,15 @@ class Feed:
     async def lease_view(self, machine: str, agent: str, on: bool) -> None:
         """The `…/viewing` route: viewing for `LEASE` seconds, renewed by repeating it, so that a
         script or phone that disappears never keeps an agent on 2-second polling."""
-        key = (machine, agent)
-        had = key in self.leases
-        if on:
-            self.leases[key] = trio.current_time() + LEASE
-            if not had:
-                await self._viewing(key, True)
-        elif had:
-            del self.leases[key]
-            await self._viewing(key, False)
+        switch = self.leases.set((machine, agent), on, trio.current_time())
+        if switch is not None:
+            await self._viewing((machine, agent), switch)
 
     async def _expire_leases(self) -> None:
         while True:
             await trio.sleep(LEASE / 6)
-            now = trio.current_time()
-            for key, until in list(self.leases.items()):
-                if until <= now:
-                    del self.leases[key]
-                    await self._viewing(key, False)
+            for key in self.leases.expired(trio.current_time()):
+                await self._viewing(key, False)
 
     def revoke_device(self, device_id: str) -> None:
         for ch in list(self.channels.values()):
@@ -363,63 +213,18 @@ class Feed:
                 log.info("[bridge] viewing %s/%s: %s", key[0], key[1], exc)
 
     # --- what a channel shows ----------------------------------------------------------------------
-    def reader_of(self, machine: str, agent: str):
-        if machine == LOCAL:
-            return self.bridge.readers.get(agent)
-        return self.hub.reader(machine, agent) if self.hub is not None else None
-
-    async def pane_of(self, machine: str, agent: str, conv: str) -> dict | None:
-        reader = self.reader_of(machine, agent)
-        if reader is None:
-            return None
-        if machine == LOCAL:
-            recent = self.writer.recent_sends(agent, conv) if self.writer is not None else []
-        else:
-            recent = []
-            with trio.move_on_after(READ_TIMEOUT):
-                got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
-                recent = (got or {}).get("lines", [])
-            self.recent[("conv", machine, agent, conv)] = recent
-        return self._pane(reader, machine, conv, recent)
-
     def _pane(self, reader, machine: str, conv: str, recent: list) -> dict:
         member = self.hub.members.get(machine) if machine != LOCAL and self.hub is not None else None
         return masked_pane(pane_state(reader, conv, recent_sends=recent, machine=machine,
                                       online=member is None or member.online), self.redact_on)
 
-    async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
-        reader = self.reader_of(machine, agent)
-        if reader is None or conv not in reader.conversations:
-            return None
-        key = ("conv", machine, agent, conv)
-        if machine == LOCAL:
-            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
-            top = self._top_rev(machine, agent, conv)
-            items = chat_items(self.bridge.items(agent, conv, 0), tapped)
-            if key in self._viewed():  # the changes after this full read go as `items` events from here
-                self.item_since.setdefault(key, top)
-            return items
-        got = None
-        with trio.move_on_after(READ_TIMEOUT):
-            got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": 0})
-        if got is None:
-            return None
-        items = list(got.get("items") or [])
-        if key in self._viewed():
-            self.item_since.setdefault(key, max([0, *(i["rev"] for i in items if isinstance(i, dict)
-                                                       and isinstance(i.get("rev"), int) and i.get("kind") != "gap")]))
-        return items
-
     async def snapshot(self, ch: Channel) -> dict:
-        data: dict = {"dashboard": {"sections": dashboard_sections(self.bridge, self.hub)}, "view": None,
-                      "needs": self.needs.asks()}
-        if ch.view:
-            machine, agent, conv = ch.view
-            data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
-            if conv:
-                data["pane"] = await self.pane_of(machine, agent, conv)
-                data["items"] = await self.items_of(machine, agent, conv) or []
-        return data
+        view, sections, asks = ch.view, dashboard_sections(self.bridge, self.hub), self.needs.asks()
+        pane = items = None
+        if view and view[2]:
+            pane = await self.pane_of(*view)
+            items = await self.items_of(*view)
+        return snapshot_data(sections, asks, view, pane, items)
 
     async def view_events(self, ch: Channel) -> list[Event]:
         """A fresh pane and all items of what `ch` views, as events of the shared numbering."""
@@ -431,24 +236,22 @@ class Feed:
             # conversation was published meanwhile, the channel has it queued already and what was read
             # may be older: read again, or the older full set sent after it would hide the change for good.
             for _ in range(VIEW_READS):
-                before = self.published.get(key, 0)
+                before = self.core.published.get(key, 0)
                 pane = await self.pane_of(machine, agent, conv)
                 items = await self.items_of(machine, agent, conv)
-                if self.published.get(key, 0) == before:
+                if self.core.published.get(key, 0) == before:
                     break
-            out.append(self.log.append("pane", {"machine": machine, "agent": agent, "conversation": conv,
-                                                "pane": pane}, key))
+            out.append(self.log.append(*pane_event(key, pane)))
             if items is not None:
-                out.append(self.log.append("items", {"machine": machine, "agent": agent, "conversation": conv,
-                                                     "items": items, "full": True}, key))
+                out.append(self.log.append(*items_event(key, items, True)))
         return out
 
     # --- the loop ------------------------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        self.rows = self._all_rows()
-        self.heads = self._heads()
+        self.core.rows = self._all_rows()
+        self.core.heads = self._heads()
         self._update_needs(set(), True)
-        self.everything = False
+        self.core.everything = False
         task_status.started()
         bridge_changed = getattr(self.bridge, "wait_changed", None)
         async with trio.open_nursery() as nursery:
@@ -471,245 +274,56 @@ class Feed:
             self.touch_all()
 
     def _all_rows(self) -> dict:
-        rows = {}
-        for section in dashboard_sections(self.bridge, self.hub):
-            for row in section["agents"]:
-                rows[(section["machine"], row["name"])] = row
+        rows = self._rows_of(LOCAL, None)
+        for label in sorted(self.hub.members if self.hub is not None else {}):
+            rows.update(self._rows_of(label, None))
         return rows
 
     async def pass_once(self) -> None:
-        if self.inbox_dirty and self.inbox is not None:
-            items, self.inbox_dirty = list(self.inbox_dirty.values()), {}
-            for view in self.inbox.views(items):
-                self._publish("inbox", {"item": view})
-        dirty, self.dirty = self.dirty, set()
-        everything, self.everything = self.everything, False
+        st = self.core
+        if self.inbox is not None and st.inbox:
+            for view in self.inbox.views(st.take_inbox()):
+                self._publish(*inbox_event(view))
+        dirty, everything = st.take()
         if everything:
-            fresh = self._all_rows()
-            before = self.rows
+            fresh, before = self._all_rows(), st.rows
         else:
-            fresh, before = {}, {}
-            for machine, agent in dirty:
-                for key, row in self._rows_of(machine, agent).items():
-                    fresh[key] = row
-                for key in list(self.rows):
-                    if key[0] == machine and (agent is None or key[1] == agent):
-                        before[key] = self.rows[key]
-        changed, removed = diff_rows(before, fresh)
-        for key in changed:
-            self.rows[key] = fresh[key]
-            self._publish("row", {"machine": key[0], "agent": key[1], "row": fresh[key]})
-        for key in removed:
-            self.rows.pop(key, None)
-            self._publish("row", {"machine": key[0], "agent": key[1], "row": None})
-        heads = self._heads() if (changed or removed or dirty or everything) else self.heads
-        if heads != self.heads:
-            self.heads = heads
-            self._publish("sections", {"sections": heads})
+            fresh = {key: row for machine, agent in dirty for key, row in self._rows_of(machine, agent).items()}
+            before = st.kept_rows(dirty)
+        rows = st.rows_changed(before, fresh)
+        for ev in rows + st.heads_changed(self._heads() if (rows or dirty or everything) else st.heads):
+            self._publish(*ev)
         if self._update_needs(dirty, everything):
-            self._publish("needs", {"asks": self.needs.asks()})
+            self._publish(*needs_event(self.needs.asks()))
         # panes and items: only what some channel views, and only on the agents that changed
         viewed = self._viewed()
-        for key in viewed:
+        for key in st.to_read(viewed, dirty, everything):
             _, machine, agent, conv = key
-            if not (everything or (machine, agent) in dirty or (machine, None) in dirty):
-                continue
             reader = self.reader_of(machine, agent)
-            if key in self.recent and reader is not None and machine != LOCAL:
+            if key in st.recent and reader is not None and machine != LOCAL:
                 # the member's view is here already: show it now with the recent-send lines last read, then
                 # read those (a round trip to the member) and correct the pane if they moved
-                quick = self._pane(reader, machine, conv, self.recent[key])
-                if quick != self.panes.get(key):
-                    self.panes[key] = quick
-                    self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": quick},
-                                  key)
+                for ev in st.pane_changed(key, self._pane(reader, machine, conv, st.recent[key])):
+                    self._publish(*ev)
             # the reads run beside this pass, never in it: a member slow to answer (or that never does) must not
             # hold up every other phone's rows and panes; nor the lead's own agent's items, which the bridge
             # reads right after the state that woke this pass (see _refresh)
             self.to_read[key] = None
             self._read_wake.set()
-        for key in list(self.panes):
-            if key not in viewed:
-                self.panes.pop(key, None)
-                self.item_since.pop(key, None)
-                self.published.pop(key, None)
-        for key in [k for k in self.recent if k not in viewed]:
-            del self.recent[key]
+        st.forget(viewed)
 
     def _update_needs(self, dirty: set, everything: bool) -> bool:
         """Look again at the open asks of the agents in `dirty` (all with `everything`); True when the
         Needs you list changed."""
-        now = self.wall()
-        members = self.hub.members if self.hub is not None else {}
-        todo: dict[tuple[str, str], object] = {}
-        machines = {LOCAL, *members} if everything else {m for m, a in dirty if a is None}
-        for machine in machines:  # whole machines: every agent they have, and the ones they no longer have
-            readers = self.bridge.readers if machine == LOCAL else (
-                members[machine].readers if machine in members else {})
-            todo.update({(machine, name): r for name, r in readers.items()})
-            todo.update({k: None for k in self.needs.agents() if k[0] == machine and k not in todo})
-        if everything:
-            todo.update({k: None for k in self.needs.agents() if k not in todo})
-        for machine, agent in dirty:
-            if agent is not None and (machine, agent) not in todo:
-                readers = self.bridge.readers if machine == LOCAL else (
-                    members[machine].readers if machine in members else {})
-                todo[(machine, agent)] = readers.get(agent)
-        changed = False
-        for (machine, agent), reader in todo.items():
-            changed |= self.needs.update(machine, agent, reader, now, redact_on=self.redact_on)
-        return changed
+        return self.needs.read(machines_of(self.bridge, self.hub), self.wall(), dirty=dirty, everything=everything,
+                               redact_on=self.redact_on)
 
     def _viewed(self) -> set:
         return {ch.conv_key for ch in self.channels.values() if ch.conv_key}
 
-    async def _refresh(self, key: tuple) -> None:
-        """Read a viewed conversation's pane and the items that changed since the last read, and
-        publish what moved."""
-        _, machine, agent, conv = key
-        if machine == LOCAL:
-            await self._items_read(agent, conv)
-            pane = await self.pane_of(machine, agent, conv)
-            items = await self._changed_items(key)
-        else:  # two round trips to the member: side by side, not one after the other
-            got: dict = {}
-
-            async def read(name, fn):
-                got[name] = await fn()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(read, "pane", lambda: self.pane_of(machine, agent, conv))
-                nursery.start_soon(read, "items", lambda: self._changed_items(key))
-            pane, items = got["pane"], got["items"]
-        if key not in self._viewed():  # nobody views it any more (the pass forgets its marks)
-            return
-        if pane != self.panes.get(key):
-            self.panes[key] = pane
-            self._publish("pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key)
-        if items:
-            self._publish("items", {"machine": machine, "agent": agent, "conversation": conv, "items": items,
-                                    "full": False}, key)
-
-    async def _changed_items(self, key: tuple) -> list[dict] | None:
-        """The items of a viewed conversation whose revision moved past the one sent up to (issue 29).
-        Reading them by revision costs what changed, not the whole conversation; and it finds every
-        change — the first page by revision (what was read before) ended 200 items in, so in a longer
-        chat a new or streaming item never reached the phone. The first look after a phone started
-        viewing sends nothing: the full read that phone gets (`view_events`, the snapshot) comes after
-        it and holds everything up to then."""
-        _, machine, agent, conv = key
-        reader = self.reader_of(machine, agent)
-        if reader is None or conv not in reader.conversations:
-            return None
-        since = self.item_since.get(key)
-        if since is None:
-            self.item_since[key] = self._top_rev(machine, agent, conv)
-            return []
-        out: list[dict] = []
-        if machine == LOCAL:
-            for _ in range(ITEM_PAGES):
-                page = self.bridge.items_page(agent, conv, since)
-                out += page["items"]
-                since = page["next_since"]
-                if not page["more"]:
-                    break
-            self.item_since[key] = since
-            if not out:
-                return []
-            # the journal (a worker thread) only says which ended asks the phone tapped: most changes (a
-            # streaming reply) have none, and skip the thread hop
-            ended = any(i.get("kind") == "ask" and i.get("end") in ("decided", "expired") for i in out)
-            tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) \
-                if self.writer and ended else set()
-            return chat_items(out, tapped)
-        # The member sends an agent's view as soon as it read the state, and reads the items right after: a
-        # read that finds the items the view says moved not there yet is tried again a few ms later.
-        target = self._top_rev(machine, agent, conv)
-        retries = list(MEMBER_ITEM_RETRIES)
-        for _ in range(ITEM_PAGES + len(retries)):
-            got = None
-            with trio.move_on_after(READ_TIMEOUT):
-                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
-            if got is None:
-                break
-            page = [i for i in got.get("items") or [] if isinstance(i, dict)]
-            out += page
-            revs = [i["rev"] for i in page if isinstance(i.get("rev"), int) and i.get("kind") != "gap"]
-            if revs and max(revs) > since:
-                since = max(revs)
-                if len(revs) >= PAGE_LIMIT:
-                    continue  # another page
-                break
-            if since >= target or not retries:  # nothing new: the member may not have read it yet
-                break
-            await trio.sleep(retries.pop(0))
-        if key in self.item_since:  # (the view may have ended meanwhile)
-            self.item_since[key] = max(self.item_since[key], since)
-        return out
-
-    async def _items_read(self, agent: str, conv: str) -> None:
-        """Wait (at most ITEMS_WAIT) until the lead's bridge has read the items of one of its agents'
-        conversations that its state says moved: the bridge shows a change's state first and reads the
-        items right after, and a pass woken by the state would otherwise find the item not there yet
-        and leave it to the next pass, a COALESCE later (issue 29)."""
-        with trio.move_on_after(ITEMS_WAIT):
-            while True:
-                reader = self.bridge.readers.get(agent)
-                c = reader.conversations.get(conv) if reader is not None else None
-                log = reader.logs.get(conv) if reader is not None else None
-                if c is None or (log.since >= c.items_rev if log is not None else c.items_rev == 0):
-                    return
-                await self.bridge.wait_changed()
-
-    def _top_rev(self, machine: str, agent: str, conv: str) -> int:
-        """The highest item revision of a conversation: what the lead's bridge read of its own agent's, what
-        the member's view says of a member's (the member reads its items right after: a read that asks past
-        them answers from the start, as `reset`)."""
-        reader = self.reader_of(machine, agent)
-        if machine != LOCAL:
-            c = reader.conversations.get(conv) if reader is not None else None
-            return c.items_rev if c is not None else 0
-        log = reader.logs.get(conv) if reader is not None else None
-        return log.since if log is not None else 0
-
-    async def _read_members(self) -> None:
-        """The reads of viewed conversations (members' and the lead's own), each in its own task: at most
-        one at a time per conversation (a change meanwhile reads it once more after), so a member that
-        never answers holds only its own conversations (at most READ_TIMEOUT a read), never the pass or
-        another member."""
-        reading: set = set()
-
-        async def one(key: tuple) -> None:
-            try:
-                while True:
-                    self.to_read.pop(key, None)
-                    try:
-                        await self._refresh(key)
-                    except Exception:  # one bad view must not end the live channel for everyone
-                        log.exception("[bridge] the live channel could not read %s/%s", key[1], key[2])
-                    if key not in self.to_read:
-                        return
-            finally:
-                reading.discard(key)
-
-        async with trio.open_nursery() as nursery:
-            while True:
-                await self._read_wake.wait()
-                self._read_wake = trio.Event()
-                for key in list(self.to_read):
-                    if key not in reading:
-                        reading.add(key)
-                        nursery.start_soon(one, key)
-
     def _heads(self) -> list[dict]:
         """The section heads, from the rows this feed keeps current (not every reader's row again)."""
-        by_machine: dict[str, list] = {}
-        for (machine, _agent), row in self.rows.items():
-            by_machine.setdefault(machine, []).append(row)
-        heads = [section_head(LOCAL, None, by_machine[LOCAL])] if by_machine.get(LOCAL) else []
-        for label, member in sorted((self.hub.members if self.hub is not None else {}).items()):
-            if by_machine.get(label):
-                heads.append(section_head(label, member, by_machine[label]))
-        return heads
+        return heads_of(self.core.rows, self.hub.members if self.hub is not None else {})
 
     def _rows_of(self, machine: str, agent: str | None) -> dict:
         if machine == LOCAL:
@@ -726,119 +340,4 @@ class Feed:
         return {"channels": len(self.channels), "events": self.events_sent, "seq": self.log.seq}
 
 
-# --- the routes ----------------------------------------------------------------------------------------
-def install_events(app, feed: Feed, *, owner_check) -> None:
-    """`GET /api/events` and `POST /api/events/<channel>/view`. `owner_check()` says whether the
-    request's credential (already checked by the API) may read everything (a device or the local one)."""
-    from quart import Response, g, jsonify, request
-
-    def error(status: int, code: str, message: str):
-        return jsonify({"error": code, "message": message}), status
-
-    @app.get("/api/events")
-    async def events():
-        if not owner_check():
-            return error(403, "forbidden", "the live channel is for paired phones and the local credential")
-        try:
-            view = _view_from(request.args)
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        try:
-            ch = feed.open(getattr(g, "device", None))
-        except OverflowError as exc:
-            return error(503, "busy", str(exc))
-        last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
-        try:
-            await feed.set_view(ch, view)
-        except BaseException:
-            await feed.close(ch)
-            raise
-        missed = feed.log.since(last)
-        resp = Response(_stream(feed, ch, missed), mimetype="text/event-stream")
-        resp.headers["Cache-Control"] = "no-store"
-        resp.headers["X-Accel-Buffering"] = "no"
-        resp.timeout = None
-        resp.send_stall_seconds = SEND_STALL
-        return resp
-
-    @app.post("/api/events/<channel>/view")
-    async def events_view(channel: str):
-        ch = feed.channels.get(channel)
-        if ch is None or ch.device != getattr(g, "device", None):
-            return error(404, "not_found", "no such live channel (it may have closed: open /api/events again)")
-        data = await request.get_json(force=True, silent=True)
-        if not isinstance(data, dict):
-            return error(400, "bad_request", "the body must be a JSON object")
-        try:
-            view = _view_from(data)
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        await feed.set_view(ch, view)
-        for ev in await feed.view_events(ch):
-            ch.offer(ev)
-        return jsonify({"ok": True, "view": data if view else None})
-
-
-def _view_from(args) -> tuple | None:
-    machine, agent, conv = args.get("machine"), args.get("agent"), args.get("conversation")
-    if agent in (None, ""):
-        return None
-    for name, value in (("machine", machine or "local"), ("agent", agent), ("conversation", conv)):
-        if value is None:
-            continue
-        if not isinstance(value, str) or not 1 <= len(value) <= 128 or "/" in value or not value.isprintable():
-            raise ValueError(f"{name} must be 1-128 printable characters without '/'")
-    return (machine or "local", agent, conv or None)
-
-
-async def _stream(feed: Feed, ch: Channel, missed):
-    """The body of one live channel: hello, snapshot or missed events, then changes and heartbeats."""
-    try:
-        yield f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{ch.id}\"}}\n\n".encode()
-        if missed is None:
-            yield await _snapshot(feed, ch)
-        else:
-            for ev in missed:
-                if ev.scope is None or ev.scope == ch.conv_key:
-                    yield ev.encode()
-            for ev in await feed.view_events(ch):
-                yield ev.encode()
-        while True:
-            if ch.overflowed:
-                while True:
-                    try:
-                        ch.receive.receive_nowait()
-                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                        break
-                ch.overflowed = False
-                yield await _snapshot(feed, ch)
-            if ch.closed.is_set():
-                break
-            got = None
-            with trio.move_on_after(15.0):
-                try:
-                    got = await ch.receive.receive()
-                except (trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            if ch.closed.is_set():
-                break
-            if got is None:
-                yield b": ping\n\n"
-                continue
-            batch = [got.encode()]
-            while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
-                try:
-                    batch.append(ch.receive.receive_nowait().encode())
-                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                    break
-            yield b"".join(batch)
-        if ch.close_reason == "unauthorized":
-            yield b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
-    finally:
-        await feed.close(ch)
-
-
-async def _snapshot(feed: Feed, ch: Channel) -> bytes:
-    seq_id = f"{feed.log.boot}-{feed.log.seq}"
-    data = await feed.snapshot(ch)
-    return f"id: {seq_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+from lead.events_routes import _snapshot, _stream, _view_from, install_events  # noqa: E402,F401  (re-exported)

@@ -6,23 +6,61 @@ changed (`update`), and sends a `needs` event with the whole list whenever the l
 ask, a closed one, or one closed and another raised in its place, which leaves every count (and so
 every dashboard row) as it was. Updating one agent looks at that agent's conversations only.
 
+`read` is the one rule for which agents to look at again: every agent of a machine that changed whole
+(of every machine, for the whole list), the ones it no longer has but the list still holds, and each
+agent that changed alone. `GET /api/needs` reads the whole list with it; the live channel what changed.
+
 `now` is the wall clock (seconds since the epoch), as `since` is shown to the phone.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Iterable
 
 
 def _since(seen: float) -> str:
     return datetime.datetime.fromtimestamp(seen, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def agents_to_read(machines: dict[str, dict], listed: Iterable[tuple[str, str]], dirty=frozenset(),
+                   everything: bool = True) -> dict[tuple[str, str], object]:
+    """{(machine, agent): its reader, or None when it is gone} for the agents `dirty` names —
+    (machine, None) for a whole machine — or for every machine with `everything`. `machines` maps each
+    machine to its {agent: reader}; `listed` are the agents the list holds asks of."""
+    todo: dict[tuple[str, str], object] = {}
+    whole = set(machines) if everything else {m for m, a in dirty if a is None}
+    for machine in whole:  # whole machines: every agent they have, and the ones they no longer have
+        readers = machines.get(machine, {})
+        todo.update({(machine, name): r for name, r in readers.items()})
+        todo.update({k: None for k in listed if k[0] == machine and k not in todo})
+    if everything:
+        todo.update({k: None for k in listed if k not in todo})
+    for machine, agent in dirty:
+        if agent is not None and (machine, agent) not in todo:
+            todo[(machine, agent)] = machines.get(machine, {}).get(agent)
+    return todo
+
+
 class NeedsList:
-    def __init__(self) -> None:
+    def __init__(self, first_seen: dict | None = None) -> None:
         self.by_agent: dict[tuple[str, str], list[tuple]] = {}  # (machine, agent) -> [(first seen, entry)]
-        self.first_seen: dict[tuple[str, str, str], float] = {}  # (machine, agent, ask id) -> wall clock
+        # (machine, agent, ask id) -> wall clock; given, it is kept across lists (GET /api/needs's own)
+        self.first_seen: dict[tuple[str, str, str], float] = {} if first_seen is None else first_seen
         self._list: list[dict] | None = []
+
+    def read(self, machines: dict[str, dict], now: float, *, dirty=frozenset(), everything: bool = True,
+             redact_on: bool = True) -> bool:
+        """Read again the agents `agents_to_read` names; True when the list changed. Read whole, it also
+        forgets when it first saw every ask no longer open (a `first_seen` given from before)."""
+        changed = False
+        for (machine, agent), reader in agents_to_read(machines, self.by_agent, dirty, everything).items():
+            changed |= self.update(machine, agent, reader, now, redact_on=redact_on)
+        if everything:
+            alive = {(m, a, e[2]["ask"]) for (m, a), entries in self.by_agent.items() for e in entries}
+            for key in [k for k in self.first_seen if k not in alive]:
+                del self.first_seen[key]
+        return changed
 
     def update(self, machine: str, agent: str, reader, now: float, *, redact_on: bool = True) -> bool:
         """Read one agent's open asks again (`reader` None: the agent is gone); True when they changed.

@@ -10,13 +10,15 @@ first saw them), so the dashboard can show one Needs you list above the sections
 
 from __future__ import annotations
 
-import datetime
 import gzip
 import hashlib
 import time
 from pathlib import Path
 
 from quart import Response, jsonify, request
+
+from lead.dashboard import machines_of
+from lead.needs import NeedsList
 
 WEB = Path(__file__).resolve().parent / "web"
 JS = "text/javascript; charset=utf-8"
@@ -35,34 +37,11 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 
 
 def needs_list(bridge, hub, first_seen: dict, now: float, redact_on: bool = True) -> list[dict]:
-    """Every open ask on every machine, oldest first; titles masked like the conversation list's (X1)."""
-    from crew.redact import redact
-
-    def mask(text):
-        return redact(text) if redact_on and isinstance(text, str) else text
-    out = []
-    readers = [("local", r) for r in bridge.readers.values()]
-    for label, member in sorted((hub.members if hub is not None else {}).items()):
-        readers += [(label, r) for r in member.readers.values()]
-    alive = set()
-    for machine, reader in readers:
-        for conv in reader.conversations.values():
-            for ask in conv.asks:
-                key = (machine, reader.name, ask.id)
-                alive.add(key)
-                seen = first_seen.setdefault(key, now)
-                out.append({"machine": machine, "agent": reader.name, "conversation": conv.id,
-                            "conversation_title": mask(conv.title or "Untitled conversation"), "ask": ask.id,
-                            "title": mask(ask.title), "kind": ask.kind, "expires_at": ask.expires_at,
-                            "since": datetime.datetime.fromtimestamp(seen, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                            "_t": seen})
-    for key in list(first_seen):
-        if key not in alive:
-            del first_seen[key]
-    out.sort(key=lambda a: (a["_t"], a["machine"], a["agent"], a["conversation"]))
-    for a in out:
-        del a["_t"]
-    return out
+    """Every open ask on every machine, oldest first; titles masked like the conversation list's (X1):
+    the live channel's rule (lead.needs), read whole, with the times `first_seen` kept from before."""
+    needs = NeedsList(first_seen)
+    needs.read(machines_of(bridge, hub), now, redact_on=redact_on)
+    return needs.asks()
 
 
 def approvals_list(hub) -> list[dict]:

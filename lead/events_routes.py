@@ -1,0 +1,126 @@
+"""The live channel's routes: `GET /api/events` (the stream) and `POST /api/events/<channel>/view`.
+
+The stream only moves bytes: hello, the snapshot or the missed events, then what the feed queued for the
+channel (at most `BATCH` events a write) and a comment line when nothing came for `HEARTBEAT` seconds.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from lead.feed_core import BATCH, HEARTBEAT, PING, SEND_STALL, UNAUTHORIZED, hello, replay, snapshot_bytes
+
+
+def install_events(app, feed: Feed, *, owner_check) -> None:
+    """`GET /api/events` and `POST /api/events/<channel>/view`. `owner_check()` says whether the
+    request's credential (already checked by the API) may read everything (a device or the local one)."""
+    from quart import Response, g, jsonify, request
+
+    def error(status: int, code: str, message: str):
+        return jsonify({"error": code, "message": message}), status
+
+    @app.get("/api/events")
+    async def events():
+        if not owner_check():
+            return error(403, "forbidden", "the live channel is for paired phones and the local credential")
+        try:
+            view = _view_from(request.args)
+        except ValueError as exc:
+            return error(400, "bad_request", str(exc))
+        try:
+            ch = feed.open(getattr(g, "device", None))
+        except OverflowError as exc:
+            return error(503, "busy", str(exc))
+        last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
+        try:
+            await feed.set_view(ch, view)
+        except BaseException:
+            await feed.close(ch)
+            raise
+        missed = feed.log.since(last)
+        resp = Response(_stream(feed, ch, missed), mimetype="text/event-stream")
+        resp.headers["Cache-Control"] = "no-store"
+        resp.headers["X-Accel-Buffering"] = "no"
+        resp.timeout = None
+        resp.send_stall_seconds = SEND_STALL
+        return resp
+
+    @app.post("/api/events/<channel>/view")
+    async def events_view(channel: str):
+        ch = feed.channels.get(channel)
+        if ch is None or ch.device != getattr(g, "device", None):
+            return error(404, "not_found", "no such live channel (it may have closed: open /api/events again)")
+        data = await request.get_json(force=True, silent=True)
+        if not isinstance(data, dict):
+            return error(400, "bad_request", "the body must be a JSON object")
+        try:
+            view = _view_from(data)
+        except ValueError as exc:
+            return error(400, "bad_request", str(exc))
+        await feed.set_view(ch, view)
+        for ev in await feed.view_events(ch):
+            ch.offer(ev)
+        return jsonify({"ok": True, "view": data if view else None})
+
+
+def _view_from(args) -> tuple | None:
+    machine, agent, conv = args.get("machine"), args.get("agent"), args.get("conversation")
+    if agent in (None, ""):
+        return None
+    for name, value in (("machine", machine or "local"), ("agent", agent), ("conversation", conv)):
+        if value is None:
+            continue
+        if not isinstance(value, str) or not 1 <= len(value) <= 128 or "/" in value or not value.isprintable():
+            raise ValueError(f"{name} must be 1-128 printable characters without '/'")
+    return (machine or "local", agent, conv or None)
+
+
+async def _stream(feed: Feed, ch: Channel, missed):
+    """The body of one live channel: hello, snapshot or missed events, then changes and heartbeats."""
+    try:
+        yield hello(ch.id)
+        if missed is None:
+            yield await _snapshot(feed, ch)
+        else:
+            for ev in replay(missed, ch.conv_key):
+                yield ev.encode()
+            for ev in await feed.view_events(ch):
+                yield ev.encode()
+        while True:
+            if ch.overflowed:
+                while True:
+                    try:
+                        ch.receive.receive_nowait()
+                    except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                        break
+                ch.overflowed = False
+                yield await _snapshot(feed, ch)
+            if ch.closed.is_set():
+                break
+            got = None
+            with trio.move_on_after(HEARTBEAT):
+                try:
+                    got = await ch.receive.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            if ch.closed.is_set():
+                break
+            if got is None:
+                yield PING
+                continue
+            batch = [got.encode()]
+            while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
+                try:
+                    batch.append(ch.receive.receive_nowait().encode())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            yield b"".join(batch)
+        if ch.close_reason == "unauthorized":
+            yield UNAUTHORIZED
+    finally:
+        await feed.close(ch)
+
+
+async def _snapshot(feed: Feed, ch: Channel) -> bytes:
+    seq_id = f"{feed.log.boot}-{feed.log.seq}"
+    return snapshot_bytes(seq_id, await feed.snapshot(ch))
