@@ -28,9 +28,10 @@ import re
 import socket
 from urllib.parse import urlsplit
 
-from quart import jsonify, request
+from quart import request
 
 from lead.devices import COOKIE_NAMES, KEY_HEADER, Device, Devices
+from lead.routes.common import error  # the one error shape
 
 CSRF_HEADER = "X-Collie-CSRF"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -100,10 +101,6 @@ class Door:
         except ValueError:
             pass
         return f"{'https' if self.tls else 'http'}://{shown}:{self.port}"
-
-
-def error(status: int, code: str, message: str):
-    return jsonify({"error": code, "message": message}), status
 
 
 def guard(door: Door):

@@ -18,7 +18,8 @@ from werkzeug.routing import RequestRedirect
 from crew import logs
 from crew.security import bearer_token, same_secret
 from lead.door import BodyRefused, opens_to_senders, parse_body
-from lead.routes.common import MAX_BODY, OWNER, BadRequest, error, is_api
+from lead.routes.common import OWNER, BadRequest, error, is_api
+from lead.routes.rules import http_failure, route_refusal
 
 log = logs.get("api")
 
@@ -72,14 +73,16 @@ def register(app, credential: str, hub=None, *, door=None, devices=None) -> None
                 why = PHONE_NOT_SIGNED_IN  # a phone's cookie without its own device key: the phone must pair again
             return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
         trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
-        if isinstance(request.routing_exception, RequestRedirect):  # `//` or a trailing `/`: no such route
-            return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
-        if request.routing_exception is not None:
-            return None  # Quart raises it next: a JSON 404 or 405 below
-        if g.sender != OWNER and not opens_to_senders(app.view_functions.get(request.endpoint)):
-            return error(403, "forbidden", "an API token opens only the inbox routes (features I10)")
-        if request.content_length is not None and request.content_length > MAX_BODY:
-            return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
+        unrouted = request.routing_exception is not None  # Quart raises it next: a JSON 404 or 405 below
+        refused = route_refusal(owner=g.sender == OWNER,
+                                redirected=isinstance(request.routing_exception, RequestRedirect),
+                                unrouted=unrouted, content_length=request.content_length,
+                                opens_to_senders=not unrouted and opens_to_senders(app.view_functions.get(request.endpoint)),
+                                method=request.method, path=request.path)
+        if refused is not None:
+            return error(*refused)
+        if unrouted:
+            return None
         try:
             g.body = parse_body(await request.get_data())  # the one parse: handlers read g.body (issue 25.9)
         except BodyRefused as exc:
@@ -90,27 +93,15 @@ def register(app, credential: str, hub=None, *, door=None, devices=None) -> None
     async def bad_request(exc):
         return error(400, "bad_request", str(exc))
 
-    http_codes = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
-
     @app.errorhandler(HTTPException)
     async def http_error(exc: HTTPException):
         if not has_request_context():
             return exc  # a websocket (the members' link): Quart's own answer
+        resp, status = error(*http_failure(exc.code, request.method, request.path, exc.description, exc.name))
         if not is_api(request.path):  # a page or /pair: JSON too, with the pages' guard headers (issue 25)
-            resp, status = error(exc.code or 500, http_codes.get(exc.code, "http_error"),
-                                 f"no page {request.path[:200]!r}" if exc.code == 404 else
-                                 f"the body is over {MAX_BODY} bytes" if exc.code == 413 else
-                                 (exc.description or exc.name))
             secure_headers(resp)
             resp.headers["Content-Security-Policy"] = "default-src 'none'; frame-ancestors 'none'"
-            return resp, status
-        if exc.code == 404:
-            return error(404, "not_found", f"no route {request.method} {request.path[:200]!r}: see docs/phone-api.md")
-        if exc.code == 405:
-            return error(405, "method_not_allowed", f"{request.path[:200]!r} does not take {request.method}")
-        if exc.code == 413:
-            return error(413, "too_large", f"the body is over {MAX_BODY} bytes")
-        return error(exc.code or 500, http_codes.get(exc.code, "http_error"), exc.description or exc.name)
+        return resp, status
 
     @app.errorhandler(Exception)
     async def internal_error(exc: Exception):

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from quart import g, jsonify, request
 
-from lead.routes.rules import ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn  # noqa: F401
+from lead.routes.rules import ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn, error_body, is_api  # noqa: F401
 
 
 def error(status: int, code: str, message: str):
-    return jsonify({"error": code, "message": message}), status
-
-
-def is_api(path: str) -> bool:
-    return path == "/api" or path.startswith("/api/")
+    """The one error response: `rules.error_body` as JSON, with its status."""
+    return jsonify(error_body(code, message)), status
 
 
 async def body() -> dict:

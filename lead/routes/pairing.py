@@ -11,7 +11,8 @@ from quart import jsonify, make_response, request
 from crew import logs
 from lead.devices import COOKIE, SECURE_COOKIE, TICKET_TTL, Devices, PairingRefused
 from lead.door import BodyRefused, parse_body
-from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, Door, error, secure_headers
+from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, Door, secure_headers
+from lead.routes.common import error
 
 log = logs.get("door")
 

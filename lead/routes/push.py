@@ -8,14 +8,12 @@ import time
 import trio
 
 from lead.push import Pusher, canonical_endpoint, parse_subscription
+from lead.routes.common import error
 
 
 def register(app, pusher: Pusher) -> None:
     """`GET /api/push/key`, `POST /api/push/subscribe`, `DELETE /api/push/subscribe` (phone-api.md)."""
-    from quart import g, jsonify, request
-
-    def error(status: int, code: str, message: str):
-        return jsonify({"error": code, "message": message}), status
+    from quart import g, jsonify
 
     @app.get("/api/push/key")
     async def push_key():

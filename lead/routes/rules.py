@@ -1,6 +1,11 @@
-"""The rules a request's parts must follow before anything is looked up: plain functions, no Quart, no trio.
+"""The rules a request's parts must follow, and the one shape of every refusal: plain functions, no Quart, no trio.
 
-A part that breaks a rule raises `BadRequest`, whose message says what to send instead (a 400).
+- A part that breaks a rule raises `BadRequest`, whose message says what to send instead (a 400).
+- Every refusal the lead's routes give — the door's, a handler's, an HTTP failure Quart raised (an
+  unknown route, a wrong method, a body too large) — is `error_body(code, message)`:
+  `{"error": code, "message": message}`, with a message a person can act on (STYLE.md habit 4).
+- The door's order (issue 9.2): no credential is 401 before routing is revealed; then an unknown route is
+  404 (a 405 for a wrong method), a route an API token does not open is 403, a body over `MAX_BODY` 413.
 """
 
 from __future__ import annotations
@@ -11,8 +16,61 @@ MAX_BODY = 256 * 1024
 ID_MAX = 128
 
 
+HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
+
+
 class BadRequest(Exception):
     pass
+
+
+def error_body(code: str, message: str) -> dict:
+    """The one error shape (phone-api.md): `{"error": code, "message": message}`."""
+    return {"error": code, "message": message}
+
+
+def is_api(path: str) -> bool:
+    return path == "/api" or path.startswith("/api/")
+
+
+def no_route(method: str, path: str) -> str:
+    return f"no route {method} {path[:200]!r}: see docs/phone-api.md"
+
+
+def too_large() -> str:
+    return f"the body is over {MAX_BODY} bytes"
+
+
+def route_refusal(*, owner: bool, redirected: bool, unrouted: bool, opens_to_senders: bool,
+                  content_length: int | None, method: str, path: str) -> tuple[int, str, str] | None:
+    """The door's answer once a credential got in: (status, code, message), or None to go on. `redirected`:
+    the path would need a redirect (`//`, a trailing `/`), which is no route; `unrouted`: no route matched at
+    all — None, so Quart raises its 404 or 405 and `http_failure` shapes it."""
+    if redirected:
+        return 404, "not_found", no_route(method, path)
+    if unrouted:
+        return None
+    if not owner and not opens_to_senders:
+        return 403, "forbidden", "an API token opens only the inbox routes (features I10)"
+    if content_length is not None and content_length > MAX_BODY:
+        return 413, "too_large", too_large()
+    return None
+
+
+def http_failure(code: int | None, method: str, path: str, description: str | None,
+                 name: str) -> tuple[int, str, str]:
+    """What an HTTP failure Quart raised answers: (status, code, message), the status always the failure's
+    own. On an /api path a 404 names the method and route and a 405 the method the route does not take;
+    a page's 404 names the page."""
+    status, code_name = code or 500, HTTP_CODES.get(code, "http_error")
+    if code == 413:
+        return status, code_name, too_large()
+    if not is_api(path):
+        return status, code_name, f"no page {path[:200]!r}" if code == 404 else (description or name)
+    if code == 404:
+        return 404, "not_found", no_route(method, path)
+    if code == 405:
+        return 405, "method_not_allowed", f"{path[:200]!r} does not take {method}"
+    return status, code_name, description or name
 
 
 def _id(value, what: str) -> str:
