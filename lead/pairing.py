@@ -11,7 +11,7 @@ Guards, in the order a request meets them:
 3. **Credential**: a paired device's cookie together with its device key in the header
    `X-Collie-Device-Key` (`lead.devices`: the cookie alone reaches every port of the host, the key
    only this origin's page; the live channel takes a ticket instead of the header), or
-   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.api`).
+   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.routes.auth`).
 4. **CSRF**: a write (POST, PUT, PATCH, DELETE) authenticated by the cookie must carry the header
    `X-Collie-CSRF: 1`, which a cross-site form or image cannot send. Bearer requests need none.
 

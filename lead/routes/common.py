@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from quart import g, jsonify, request
 
+from lead.routes.bodies import json_object
 from lead.routes.rules import ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn, error_body, is_api  # noqa: F401
 
 
@@ -18,10 +19,13 @@ def error(status: int, code: str, message: str):
 
 
 async def body() -> dict:
-    data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
-    if not isinstance(data, dict):
-        raise BadRequest("the body must be a JSON object")
-    return data
+    """The body the door parsed, strictly (lead.door.parse_body), as a dict (lead.routes.bodies.json_object)."""
+    return json_object(g.get("body"))
+
+
+def no_agent(machine: str, agent: str):
+    """The 404 of a machine or agent this lead does not know."""
+    return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
 
 
 def _query_int(name: str, default: int, low: int, high: int | None = None) -> int:

@@ -10,21 +10,19 @@ from __future__ import annotations
 import attrs
 from quart import g, jsonify
 
-from bridge.writes import WriteRequest
 from lead.door import open_to_senders
 from lead.inbox import STORE_ERRORS, TextTooLong
 from lead.inbox import item_id as scoped_id
-from lead.routes.common import OWNER, BadRequest, _id, body, error
+from lead.routes.bodies import inbox_request, message_text, move_index
+from lead.routes import rules
+from lead.routes.common import OWNER, _id, body, error, no_agent
 
 
 def register(app, hub, inbox) -> None:
     """Features I3–I10: the inbox for the owner and for external senders (I10)."""
 
     def sender_name() -> str | None:
-        return None if g.sender == OWNER else g.sender[0]
-
-    def allowed(item) -> bool:
-        return g.sender == OWNER or (item is not None and item.sender == g.sender[0])
+        return rules.sender_name(g.sender)
 
     @app.get("/api/agents/<machine>/<agent>/inbox")
     @open_to_senders
@@ -38,15 +36,8 @@ def register(app, hub, inbox) -> None:
     async def inbox_submit(machine: str, agent: str):
         data = await body()
         if not inbox.knows(machine, agent):
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        starter = data.get("starter")
-        text = data.get("text")
-        if starter is None and not isinstance(text, str):
-            raise BadRequest("give text (and conversation) for a send, or a starter id")
-        req = WriteRequest(request_id=_id(data.get("request_id"), "request_id"),
-                           op="starter" if starter is not None else "send", agent=_id(agent, "agent"),
-                           conversation=_id(data.get("conversation"), "conversation") if starter is None else None,
-                           text=text, turn=None, starter_id=_id(starter, "starter") if starter is not None else None)
+            return no_agent(machine, agent)
+        req = inbox_request(data, agent)
         rec = await inbox.submit(machine, req, sender=sender_name(), approval=g.sender[1])
         return jsonify({**attrs.asdict(rec), "item": scoped_id(sender_name(), req.request_id)})
 
@@ -56,10 +47,9 @@ def register(app, hub, inbox) -> None:
         if g.sender != OWNER:  # a sender may name its items by its own request ids
             item = await inbox.get(scoped_id(sender_name(), item_id))
         item = item or await inbox.get(item_id)
-        if item is None or not allowed(item):  # another sender's item is not even said to exist
-            return error(404, "not_found", f"no inbox item {item_id!r}")
-        if owner_only and g.sender != OWNER:
-            return error(403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that")
+        refused = rules.inbox_refusal(g.sender, item, item_id, owner_only=owner_only)
+        if refused is not None:  # another sender's item is not even said to exist
+            return error(*refused)
         try:
             return await fn(item)
         except STORE_ERRORS:
@@ -93,24 +83,20 @@ def register(app, hub, inbox) -> None:
 
     @app.post("/api/inbox/<item_id>/move")
     async def inbox_move(item_id: str):
-        data = await body()
-        if type(data.get("index")) is not int:
-            raise BadRequest("index must be an integer (0 = first in the queue)")
+        index = move_index(await body())
 
         async def fn(item):
-            return jsonify(inbox.view(await inbox.move(item, data["index"])))
+            return jsonify(inbox.view(await inbox.move(item, index)))
         return await act(item_id, fn, owner_only=True)
 
     @app.post("/api/inbox/<item_id>/message")
     @open_to_senders
     async def inbox_message(item_id: str):
-        data = await body()
-        if not isinstance(data.get("text"), str) or not data["text"].strip():
-            raise BadRequest("text must be a non-empty string")
+        text = message_text(await body())
 
         async def fn(item):
             try:
-                changed = await inbox.message(item, data["text"])
+                changed = await inbox.message(item, text)
             except TextTooLong as exc:
                 return error(400, "bad_request", str(exc))
             if changed is None:

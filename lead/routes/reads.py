@@ -10,7 +10,8 @@ from bridge.client import AgentUnreachable
 from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from crew.receipts import NO_STARTERS
-from lead.routes.common import LOCAL, BadRequest, _id, _query_int, body, error, masked_rows, reader_lookup
+from lead.routes.bodies import viewing_on
+from lead.routes.common import LOCAL, _id, _query_int, body, error, masked_rows, no_agent, reader_lookup
 
 
 def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True) -> None:
@@ -28,7 +29,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
     async def conversations(machine: str, agent: str):
         reader = reader_of(machine, agent)
         if reader is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         if request.args.get("closed"):
             if machine != LOCAL:
                 got = await hub.read(machine, agent, "closed", {"cursor": request.args.get("cursor")})
@@ -52,7 +53,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
         reader = reader_of(machine, agent)
         conv = _id(conv, "conversation")
         if reader is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         if machine == LOCAL:
             recent = writer.recent_sends(agent, conv)
         else:
@@ -69,7 +70,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
         reader = reader_of(machine, agent)
         conv = _id(conv, "conversation")
         if reader is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         since = _query_int("since", 0, 0)
         limit = _query_int("limit", PAGE_LIMIT, 1, PAGE_LIMIT_MAX)
         if machine != LOCAL:
@@ -99,7 +100,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
     async def starters(machine: str, agent: str):
         reader = reader_of(machine, agent)
         if reader is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         offered = reader.hello is not None and "starters" in reader.hello.caps and bool(reader.starters)
         return jsonify({"title": "New conversation", "starters": reader.starters if offered else [],
                         "empty": None if offered else NO_STARTERS})
@@ -107,10 +108,8 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
     @app.post("/api/agents/<machine>/<agent>/viewing")
     async def viewing(machine: str, agent: str):
         if reader_of(machine, agent) is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        on = (await body()).get("on")
-        if not isinstance(on, bool):  # {}, "yes", 1, null: a wrong type is a 400, never a silent "off" (issue 25)
-            raise BadRequest('on must be true or false: {"on": true}')
+            return no_agent(machine, agent)
+        on = viewing_on(await body())  # {}, "yes", 1, null: a wrong type is a 400, never a silent "off" (issue 25)
         if feed is not None:  # a lease: it lapses unless repeated (W5), see lead.events.LEASE
             await feed.lease_view(machine, agent, on)
             return jsonify({"ok": True, "lease_seconds": 60})

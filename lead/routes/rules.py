@@ -40,6 +40,22 @@ def too_large() -> str:
     return f"the body is over {MAX_BODY} bytes"
 
 
+def sender_name(sender: tuple) -> str | None:
+    """The name an API token's items carry (features I10); None for the owner."""
+    return None if sender == OWNER else sender[0]
+
+
+def inbox_refusal(sender: tuple, item, item_id: str, *, owner_only: bool) -> tuple[int, str, str] | None:
+    """Who may touch an inbox item (I3-I10): the owner any; an API token only its own — another sender's item
+    is not even said to exist (404) — and then only to read, cancel or add a message (`owner_only`: 403)."""
+    owner = sender == OWNER
+    if item is None or not (owner or item.sender == sender[0]):
+        return 404, "not_found", f"no inbox item {item_id!r}"
+    if owner_only and not owner:
+        return 403, "forbidden", "only the owner (or the item's sender, to cancel or add a message) may do that"
+    return None
+
+
 def route_refusal(*, owner: bool, redirected: bool, unrouted: bool, opens_to_senders: bool,
                   content_length: int | None, method: str, path: str) -> tuple[int, str, str] | None:
     """The door's answer once a credential got in: (status, code, message), or None to go on. `redirected`:

@@ -10,7 +10,8 @@ import attrs
 from quart import jsonify
 
 from bridge.writes import WriteRequest
-from lead.routes.common import LOCAL, BadRequest, _id, _int, _turn, body, error, reader_lookup
+from lead.routes.bodies import answer_request, send_request, session_request, starter_request, target
+from lead.routes.common import LOCAL, _id, body, no_agent, reader_lookup
 
 
 def register(app, bridge, writer, hub=None) -> None:
@@ -27,24 +28,13 @@ def register(app, bridge, writer, hub=None) -> None:
             rec = await hub.write(machine, req)
         return jsonify(attrs.asdict(rec))
 
-    def target(data: dict) -> tuple[str, str]:
-        machine = _id(data.get("machine", LOCAL), "machine")
-        agent = _id(data.get("agent"), "agent")
-        return machine, agent
-
     @app.post("/api/send")
     async def send():
         data = await body()
         machine, agent = target(data)
         if reader_of(machine, agent) is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        text = data.get("text")
-        if not isinstance(text, str):
-            raise BadRequest("text must be a string")
-        return await run_write(WriteRequest(
-            request_id=_id(data.get("request_id"), "request_id"), op="send", agent=agent,
-            conversation=_id(data.get("conversation"), "conversation"), text=text, turn=_int(data.get("turn"), "turn")),
-            machine)
+            return no_agent(machine, agent)
+        return await run_write(send_request(data, agent), machine)
 
     @app.post("/api/ask/<ask_id>")
     async def answer(ask_id: str):
@@ -52,44 +42,15 @@ def register(app, bridge, writer, hub=None) -> None:
         data = await body()
         machine, agent = target(data)
         if reader_of(machine, agent) is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
-        ans = data.get("answer")
-        if not isinstance(ans, dict):
-            raise BadRequest('answer must be an object: {"option_ids": [...]}, {"text": "..."} or {"fields": {...}}')
-        option_ids = ans.get("option_ids")
-        if option_ids is not None and (not isinstance(option_ids, list) or not all(isinstance(o, str) for o in option_ids)):
-            raise BadRequest("answer.option_ids must be a list of strings")
-        if ans.get("text") is not None and not isinstance(ans.get("text"), str):
-            raise BadRequest("answer.text must be a string")
-        if ans.get("fields") is not None and not isinstance(ans.get("fields"), dict):
-            raise BadRequest("answer.fields must be an object")
-        digest = data.get("digest")
-        if not isinstance(digest, str):
-            raise BadRequest("digest must be the digest of the ask you saw")
-        return await run_write(WriteRequest(
-            request_id=_id(data.get("request_id"), "request_id"), op="answer", agent=agent,
-            ask_id=ask_id, digest=digest, option_ids=option_ids, answer_text=ans.get("text"),
-            fields=ans.get("fields"), confirmed=data.get("confirmed") is True), machine)
+            return no_agent(machine, agent)
+        return await run_write(answer_request(data, agent, ask_id), machine)
 
     async def session_write(machine: str, agent: str, conv: str, op: str, **extra):
         conv = _id(conv, "conversation")
         if reader_of(machine, agent) is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         data = await body()
-        fields = {}
-        if op in ("steer", "abort", "action"):
-            fields["turn"] = _turn(data.get("turn"))
-        if op in ("steer",):
-            if not isinstance(data.get("text"), str):
-                raise BadRequest("text must be a string")
-            fields["text"] = data["text"]
-        if op == "rename":
-            if not isinstance(data.get("title"), str):
-                raise BadRequest("title must be a string")
-            fields["title"] = data["title"]
-        return await run_write(WriteRequest(
-            request_id=_id(data.get("request_id"), "request_id"), op=op, agent=agent, conversation=conv,
-            **fields, **extra), machine)
+        return await run_write(session_request(op, data, agent, conv, **extra), machine)
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
     async def steer(machine: str, agent: str, conv: str):
@@ -120,7 +81,6 @@ def register(app, bridge, writer, hub=None) -> None:
     async def start(machine: str, agent: str, starter_id: str):
         starter_id = _id(starter_id, "starter")
         if reader_of(machine, agent) is None:
-            return error(404, "not_found", f"no durable agent {agent!r} on {machine!r}")
+            return no_agent(machine, agent)
         data = await body()
-        return await run_write(WriteRequest(request_id=_id(data.get("request_id"), "request_id"), op="starter",
-                                            agent=agent, starter_id=starter_id), machine)
+        return await run_write(starter_request(data, agent, starter_id), machine)
