@@ -1,6 +1,6 @@
 """The phone API's request rules, each route's body and its one error shape, as plain function calls
-(lead.routes.rules, lead.routes.bodies; issue 30). Through HTTP they are proved by tests/test_door.py and tests/test_api_*.py; here each runs in
-microseconds, with no app, no trio and no socket.
+(lead.routes.rules, lead.routes.bodies; issue 30). Through HTTP they are proved by tests/test_door.py and
+tests/test_api_*.py; here each runs in microseconds, with no app, no trio and no socket.
 
 Invariants:
 - every refusal is `{"error": code, "message": message}` and nothing else (docs/phone-api.md);
@@ -165,7 +165,8 @@ def test_an_answer_is_bound_to_the_digest_and_confirmed_only_by_true():
     """Features O, digest binding: the answer names the ask and the digest the phone saw; `confirmed` (the
     second tap of always_allow) counts only when it is exactly true."""
     req = bodies.answer_request(ANSWER, "desk", "a1")
-    assert (req.op, req.ask_id, req.digest, req.option_ids, req.confirmed) == ("answer", "a1", "sha256:ab", ["yes"], False)
+    assert (req.op, req.ask_id, req.digest, req.option_ids, req.confirmed) == (
+        "answer", "a1", "sha256:ab", ["yes"], False)
     assert bodies.answer_request({**ANSWER, "confirmed": True}, "desk", "a1").confirmed is True
     for almost in (1, "true", "yes", [True]):
         assert bodies.answer_request({**ANSWER, "confirmed": almost}, "desk", "a1").confirmed is False
@@ -200,10 +201,12 @@ def test_each_session_route_carries_only_its_own_fields():
     """B6, C7, L3: steer its text, rename its title, close and reopen only their request id."""
     steer = bodies.session_request("steer", {"request_id": "r", "turn": 1, "text": "faster"}, "desk", "c1")
     assert (steer.op, steer.conversation, steer.text, steer.turn) == ("steer", "c1", "faster", 1)
-    assert refused(bodies.session_request, "steer", {"request_id": "r", "turn": 1}, "desk", "c1") == "text must be a string"
+    no_text = {"request_id": "r", "turn": 1}
+    assert refused(bodies.session_request, "steer", no_text, "desk", "c1") == "text must be a string"
     rename = bodies.session_request("rename", {"request_id": "r", "title": "Deploy"}, "desk", "c1")
     assert (rename.title, rename.turn) == ("Deploy", None)
-    assert refused(bodies.session_request, "rename", {"request_id": "r", "title": 3}, "desk", "c1") == "title must be a string"
+    no_title = {"request_id": "r", "title": 3}
+    assert refused(bodies.session_request, "rename", no_title, "desk", "c1") == "title must be a string"
     for op in ("close", "reopen"):
         req = bodies.session_request(op, {"request_id": "r", "text": "ignored", "turn": "ignored"}, "desk", "c1")
         assert (req.op, req.text, req.turn) == (op, None, None)
@@ -277,3 +280,22 @@ def test_approving_and_moving_are_the_owners_alone():
         assert rules.inbox_refusal(rules.OWNER, item, "i1", owner_only=True) is None
     assert rules.inbox_refusal(rules.OWNER, None, "i1", owner_only=True)[0] == 404
     assert (rules.sender_name(rules.OWNER), rules.sender_name(SLACK)) == (None, "slack")
+
+
+def test_a_page_of_items_takes_whole_numbers_and_is_clamped_to_the_readers_limit():
+    """Issues 8.8, 9.6: `since` and `limit` are digits only; `limit` above the reader's maximum is clamped, not
+    refused, and below 1 is a 400; absent, each has its default."""
+    assert rules.whole_number(None, "limit", 200, 1, 1000) == 200
+    assert rules.whole_number("0", "since", 0, 0) == 0
+    assert rules.whole_number("5000", "limit", 200, 1, 1000) == 1000
+    assert rules.whole_number("9" * 18, "since", 0, 0) == int("9" * 18)
+    assert refused(rules.whole_number, "0", "limit", 200, 1, 1000) == "limit must be at least 1"
+    for raw in ("", "-1", "+1", "1.5", " 1", "1e3", "٣", "9" * 19):
+        assert refused(rules.whole_number, raw, "since", 0, 0) == "since must be a whole number", raw
+
+
+def test_unsubscribing_names_the_endpoint():
+    """Features P: `DELETE /api/push/subscribe` takes the endpoint it removes; anything else is a 400."""
+    assert bodies.push_endpoint({"endpoint": "https://push.example/x"}) == "https://push.example/x"
+    for bad in (None, {}, {"endpoint": None}, {"endpoint": ["https://push.example/x"]}, ["x"]):
+        assert refused(bodies.push_endpoint, bad) == 'give the subscription\'s endpoint: {"endpoint": "https://…"}'

@@ -74,11 +74,11 @@ def register(app, credential: str, hub=None, *, door=None, devices=None) -> None
             return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
         trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
         unrouted = request.routing_exception is not None  # Quart raises it next: a JSON 404 or 405 below
+        view = None if unrouted else app.view_functions.get(request.endpoint)
         refused = route_refusal(owner=g.sender == OWNER,
                                 redirected=isinstance(request.routing_exception, RequestRedirect),
-                                unrouted=unrouted, content_length=request.content_length,
-                                opens_to_senders=not unrouted and opens_to_senders(app.view_functions.get(request.endpoint)),
-                                method=request.method, path=request.path)
+                                unrouted=unrouted, opens_to_senders=opens_to_senders(view),
+                                content_length=request.content_length, method=request.method, path=request.path)
         if refused is not None:
             return error(*refused)
         if unrouted:

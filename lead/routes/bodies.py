@@ -114,3 +114,11 @@ def message_text(data: dict) -> str:
     if not isinstance(data.get("text"), str) or not data["text"].strip():
         raise BadRequest("text must be a non-empty string")
     return data["text"]
+
+
+def push_endpoint(data) -> str:
+    """`DELETE /api/push/subscribe` (features P): the endpoint of the subscription to remove."""
+    endpoint = data.get("endpoint") if isinstance(data, dict) else None
+    if not isinstance(endpoint, str):
+        raise BadRequest("give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
+    return endpoint

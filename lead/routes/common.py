@@ -10,7 +10,8 @@ from __future__ import annotations
 from quart import g, jsonify, request
 
 from lead.routes.bodies import json_object
-from lead.routes.rules import ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn, error_body, is_api  # noqa: F401
+from lead.routes.rules import (ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn,  # noqa: F401
+                               error_body, is_api, whole_number)
 
 
 def error(status: int, code: str, message: str):
@@ -29,16 +30,8 @@ def no_agent(machine: str, agent: str):
 
 
 def _query_int(name: str, default: int, low: int, high: int | None = None) -> int:
-    """A whole-number query parameter within [low, high] (clamped above), or 400."""
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
-        raise BadRequest(f"{name} must be a whole number")
-    value = int(raw)
-    if value < low:
-        raise BadRequest(f"{name} must be at least {low}")
-    return min(value, high) if high is not None else value
+    """A whole-number query parameter within [low, high] (clamped above), or 400 (rules.whole_number)."""
+    return whole_number(request.args.get(name), name, default, low, high)
 
 
 def masked_rows(rows: list, on: bool) -> list:

@@ -8,7 +8,8 @@ import time
 import trio
 
 from lead.push import Pusher, canonical_endpoint, parse_subscription
-from lead.routes.common import error
+from lead.routes.bodies import push_endpoint
+from lead.routes.common import BadRequest, error
 
 
 def register(app, pusher: Pusher) -> None:
@@ -31,10 +32,10 @@ def register(app, pusher: Pusher) -> None:
 
     @app.delete("/api/push/subscribe")
     async def push_unsubscribe():
-        data = g.get("body")
-        endpoint = data.get("endpoint") if isinstance(data, dict) else None
-        if not isinstance(endpoint, str):
-            return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
+        try:
+            endpoint = push_endpoint(g.get("body"))
+        except BadRequest as exc:
+            return error(400, "bad_request", str(exc))
         canonical = canonical_endpoint(endpoint, loopback_ok=True)[0]  # as stored at subscribe time (issue 25 D3)
         endpoint = endpoint if endpoint in pusher.store.subs else (canonical or endpoint)
         sub = pusher.store.subs.get(endpoint)

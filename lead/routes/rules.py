@@ -40,6 +40,19 @@ def too_large() -> str:
     return f"the body is over {MAX_BODY} bytes"
 
 
+def whole_number(raw: str | None, name: str, default: int, low: int, high: int | None = None) -> int:
+    """A query parameter's text as a whole number: `default` when absent, at least `low` (else 400), at most
+    `high` (clamped, so a page is never larger than the reader allows). Digits only, at most 18 of them."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise BadRequest(f"{name} must be a whole number")
+    value = int(raw)
+    if value < low:
+        raise BadRequest(f"{name} must be at least {low}")
+    return min(value, high) if high is not None else value
+
+
 def sender_name(sender: tuple) -> str | None:
     """The name an API token's items carry (features I10); None for the owner."""
     return None if sender == OWNER else sender[0]
