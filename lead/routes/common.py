@@ -1,4 +1,5 @@
-"""What every route group shares: the id and number rules, the one body reader, the one error shape.
+"""What every route group shares around the plain rules (lead.routes.rules, lead.routes.bodies): the one
+body reader, the one error response, the lookup of an agent's reader.
 
 Every `/api` answer that is not a success is JSON `{"error": code, "message": text}` built by `error`;
 a malformed request is `BadRequest` (a 400 with its message). Handlers read the body the door parsed

@@ -13,8 +13,8 @@ from quart import g, jsonify
 from lead.door import open_to_senders
 from lead.inbox import STORE_ERRORS, TextTooLong
 from lead.inbox import item_id as scoped_id
-from lead.routes.bodies import inbox_request, message_text, move_index
 from lead.routes import rules
+from lead.routes.bodies import inbox_request, message_text, move_index
 from lead.routes.common import OWNER, _id, body, error, no_agent
 
 

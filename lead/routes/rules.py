@@ -3,7 +3,7 @@
 - A part that breaks a rule raises `BadRequest`, whose message says what to send instead (a 400).
 - Every refusal the lead's routes give — the door's, a handler's, an HTTP failure Quart raised (an
   unknown route, a wrong method, a body too large) — is `error_body(code, message)`:
-  `{"error": code, "message": message}`, with a message a person can act on (STYLE.md habit 4).
+  `{"error": code, "message": message}`, with a message a person can act on.
 - The door's order (issue 9.2): no credential is 401 before routing is revealed; then an unknown route is
   404 (a 405 for a wrong method), a route an API token does not open is 403, a body over `MAX_BODY` 413.
 """
@@ -14,8 +14,6 @@ LOCAL = "local"  # the lead's own machine in routes; members use their labels (c
 OWNER = ("owner", "standing")
 MAX_BODY = 256 * 1024
 ID_MAX = 128
-
-
 HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 408: "timeout", 413: "too_large"}
 
 
