@@ -11,7 +11,7 @@ Guards, in the order a request meets them:
 3. **Credential**: a paired device's cookie together with its device key in the header
    `X-Collie-Device-Key` (`lead.devices`: the cookie alone reaches every port of the host, the key
    only this origin's page; the live channel takes a ticket instead of the header), or
-   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.api`).
+   `Authorization: Bearer` with the local credential or an inbox API token (checked in `lead.routes.auth`).
 4. **CSRF**: a write (POST, PUT, PATCH, DELETE) authenticated by the cookie must carry the header
    `X-Collie-CSRF: 1`, which a cross-site form or image cannot send. Bearer requests need none.
 
@@ -26,17 +26,12 @@ import hashlib
 import ipaddress
 import re
 import socket
-import time
 from urllib.parse import urlsplit
 
-from quart import jsonify, make_response, request
+from quart import request
 
-from crew import logs
-from lead.devices import (CHALLENGE_TTL, COOKIE, COOKIE_NAMES, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Device, Devices,
-                          PairingRefused, RenewRefused, parse_sign_key)
-from lead.door import BodyRefused, parse_body
-
-log = logs.get("door")
+from lead.devices import COOKIE_NAMES, KEY_HEADER, Device, Devices
+from lead.routes.common import error  # the one error shape
 
 CSRF_HEADER = "X-Collie-CSRF"
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
@@ -106,10 +101,6 @@ class Door:
         except ValueError:
             pass
         return f"{'https' if self.tls else 'http'}://{shown}:{self.port}"
-
-
-def error(status: int, code: str, message: str):
-    return jsonify({"error": code, "message": message}), status
 
 
 def guard(door: Door):
@@ -228,79 +219,8 @@ def secure_headers(resp) -> None:
 
 def install_pairing(app, door: Door, devices: Devices) -> None:
     """The pairing page (`/pair`), the route that trades a code for a device cookie and key (`POST /pair`),
-    and `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1)."""
-    from quart import g
+    and `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1).
+    The routes are lead.routes.pairing's; this is their old name."""
+    from lead.routes.pairing import register
 
-    @app.post("/api/events/ticket")
-    async def events_ticket():
-        dev = devices.by_id(g.device) if g.get("device") else None
-        if dev is None:  # the local credential (the door let only owners in): its header opens the channel
-            return jsonify({"ticket": None, "expires_in": 0,
-                            "message": "the local credential needs no ticket: send it to /api/events as Authorization"})
-        return jsonify({"ticket": devices.new_ticket(dev, time.time()), "expires_in": int(TICKET_TTL)})
-
-    @app.after_request
-    async def pair_headers(resp):
-        if request.path in ("/pair", "/pair/renew"):  # the page and every answer of POST /pair, refusals too
-            secure_headers(resp)
-            resp.headers.setdefault("Content-Security-Policy", ANSWER_CSP)
-        return resp
-
-    @app.get("/pair")
-    async def pair_page():
-        resp = await make_response(PAIR_PAGE)
-        resp.headers["Content-Type"] = "text/html; charset=utf-8"
-        resp.headers["Cache-Control"] = "no-store"
-        resp.headers["Content-Security-Policy"] = PAIR_CSP
-        return resp
-
-    @app.post("/pair")
-    async def pair():
-        try:
-            data = parse_body(await request.get_data())
-        except BodyRefused as exc:
-            return error(400, "bad_request", str(exc))
-        if not isinstance(data, dict):
-            return error(400, "bad_request", "the body must be a JSON object: {\"code\": \"…\"}")
-        try:
-            sign_key = parse_sign_key(data.get("sign_key"))
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        try:
-            dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time(), sign_key)
-        except PairingRefused as exc:
-            return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
-        log.info("[bridge] paired a phone: %s", dev.name)
-        resp = jsonify({"device": dev.public(), "key": key})
-        resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
-                        samesite="Strict", secure=door.tls, path="/")
-        resp.headers["Cache-Control"] = "no-store"
-        return resp
-
-    @app.post("/pair/renew")
-    async def renew():
-        """A replaced cookie renewed (issue 25.1): `{}` with the device key gives a challenge; `{challenge,
-        signature}` (the page's signing key over RENEW_CONTEXT + challenge) gives a new cookie."""
-        if not csrf_ok():
-            return error(403, "csrf", "a write from the phone needs the header X-Collie-CSRF: 1")
-        try:
-            data = parse_body(await request.get_data())
-        except BodyRefused as exc:
-            return error(400, "bad_request", str(exc))
-        if not isinstance(data, dict) or set(data) - {"challenge", "signature"}:
-            return error(400, "bad_request", "the body must be {} or {\"challenge\": …, \"signature\": …}")
-        key, now = request.headers.get(KEY_HEADER), time.time()
-        try:
-            if not data:
-                return jsonify({"challenge": devices.new_challenge(key, now), "expires_in": int(CHALLENGE_TTL)})
-            dev, credential = devices.renew(key, data.get("challenge"), data.get("signature"), now)
-        except RenewRefused as exc:
-            return error(401, "unauthorized", str(exc))
-        log.info("[bridge] renewed a phone's cookie: %s", dev.name)
-        resp = jsonify({"device": dev.public()})
-        resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
-                        samesite="Strict", secure=door.tls, path="/")
-        resp.headers["Cache-Control"] = "no-store"
-        return resp
-
-
+    register(app, door, devices)

@@ -682,36 +682,8 @@ class Pusher:
 
 
 def install_push(app, pusher: Pusher) -> None:
-    """`GET /api/push/key`, `POST /api/push/subscribe`, `DELETE /api/push/subscribe` (phone-api.md)."""
-    from quart import g, jsonify, request
+    """`GET /api/push/key`, `POST /api/push/subscribe`, `DELETE /api/push/subscribe` (phone-api.md).
+    The routes are lead.routes.push's; this is their old name."""
+    from lead.routes.push import register
 
-    def error(status: int, code: str, message: str):
-        return jsonify({"error": code, "message": message}), status
-
-    @app.get("/api/push/key")
-    async def push_key():
-        return jsonify({"key": pusher.public_key})
-
-    @app.post("/api/push/subscribe")
-    async def push_subscribe():
-        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
-        try:
-            sub = parse_subscription(data, getattr(g, "device", None), loopback_ok=pusher.loopback_ok)
-        except ValueError as exc:
-            return error(400, "bad_request", str(exc))
-        await trio.to_thread.run_sync(pusher.store.add, sub, time.time())
-        return jsonify({"ok": True})
-
-    @app.delete("/api/push/subscribe")
-    async def push_unsubscribe():
-        data = g.get("body")
-        endpoint = data.get("endpoint") if isinstance(data, dict) else None
-        if not isinstance(endpoint, str):
-            return error(400, "bad_request", "give the subscription's endpoint: {\"endpoint\": \"https://…\"}")
-        canonical = canonical_endpoint(endpoint, loopback_ok=True)[0]  # as stored at subscribe time (issue 25 D3)
-        endpoint = endpoint if endpoint in pusher.store.subs else (canonical or endpoint)
-        sub = pusher.store.subs.get(endpoint)
-        if sub is None or (sub.device != getattr(g, "device", None) and getattr(g, "device", None) is not None):
-            return error(404, "not_found", "no such subscription")
-        await trio.to_thread.run_sync(pusher.store.remove, endpoint)
-        return jsonify({"ok": True})
+    register(app, pusher)

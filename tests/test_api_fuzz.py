@@ -65,10 +65,8 @@ objects = st.fixed_dictionaries({}, optional={f: json_values for f in FIELDS})
 
 
 limit_numbers = st.one_of(
-    # as the bytes a sender writes: a strategy holding a 4,301-digit int cannot even be printed (Python's
-    # int-to-str limit), and hypothesis prints its strategies in health-check messages on a slow machine
-    st.sampled_from([str(2**63 - 1).encode(), str(2**63).encode(), str(-(2**63 - 1)).encode(), str(-(2**63)).encode(),
-                     b"1" + b"0" * 4300, b"1" + b"0" * 4299]),
+    st.sampled_from([2**63 - 1, 2**63, -(2**63 - 1), -(2**63)]).map(lambda n: str(n).encode()),
+    st.sampled_from([b"1" + b"0" * 4300, b"1" + b"0" * 4299]),  # 10**4300, 10**4299: str() refuses them on 3.11
     st.integers(1, 6000).map(lambda n: b"9" * n),
     st.integers(1, 6000).map(lambda n: b"-0." + b"1" * n),
     st.sampled_from([b"1e308", b"1e309", b"-1e400", b"1E-400", b"0.5e99999"]),

@@ -1,0 +1,86 @@
+"""Writes: send, ask answers, steer, stop, agent buttons, rename, close, reopen, a new conversation.
+
+Each answers 200 with a receipt (a refusal is a receipt too). Every send and starter passes the inbox
+when there is one (I1); the rest go to the writer (the lead's own agents) or the hub (a member's).
+"""
+
+from __future__ import annotations
+
+import attrs
+from quart import jsonify
+
+from bridge.writes import WriteRequest
+from lead.routes.bodies import answer_request, send_request, session_request, starter_request, target
+from lead.routes.common import LOCAL, _id, body, no_agent, reader_lookup
+
+
+def register(app, bridge, writer, hub=None) -> None:
+    """Add the write routes to `app`."""
+    reader_of = reader_lookup(bridge, hub)
+
+    async def run_write(req: WriteRequest, machine: str = LOCAL):
+        inbox = hub.inbox if hub is not None else None
+        if inbox is not None and req.op in ("send", "starter"):
+            rec = await inbox.submit(machine, req, sender=None)  # I1: every send and starter passes the inbox
+        elif machine == LOCAL:
+            rec = await writer.write(req)
+        else:
+            rec = await hub.write(machine, req)
+        return jsonify(attrs.asdict(rec))
+
+    @app.post("/api/send")
+    async def send():
+        data = await body()
+        machine, agent = target(data)
+        if reader_of(machine, agent) is None:
+            return no_agent(machine, agent)
+        return await run_write(send_request(data, agent), machine)
+
+    @app.post("/api/ask/<ask_id>")
+    async def answer(ask_id: str):
+        ask_id = _id(ask_id, "ask id")
+        data = await body()
+        machine, agent = target(data)
+        if reader_of(machine, agent) is None:
+            return no_agent(machine, agent)
+        return await run_write(answer_request(data, agent, ask_id), machine)
+
+    async def session_write(machine: str, agent: str, conv: str, op: str, **extra):
+        conv = _id(conv, "conversation")
+        if reader_of(machine, agent) is None:
+            return no_agent(machine, agent)
+        data = await body()
+        return await run_write(session_request(op, data, agent, conv, **extra), machine)
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
+    async def steer(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "steer")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/stop")
+    async def stop(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "abort")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/actions/<action_id>")
+    async def action(machine: str, agent: str, conv: str, action_id: str):
+        action_id = _id(action_id, "action")
+        return await session_write(machine, agent, conv, "action", action_id=action_id)
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/rename")
+    async def rename(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "rename")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/close")
+    async def close(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "close")
+
+    @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/reopen")
+    async def reopen(machine: str, agent: str, conv: str):
+        return await session_write(machine, agent, conv, "reopen")
+
+    @app.post("/api/agents/<machine>/<agent>/starters/<starter_id>")
+    async def start(machine: str, agent: str, starter_id: str):
+        starter_id = _id(starter_id, "starter")
+        if reader_of(machine, agent) is None:
+            return no_agent(machine, agent)
+        data = await body()
+        return await run_write(starter_request(data, agent, starter_id), machine)
