@@ -16,8 +16,7 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
     request's credential (already checked by the API) may read everything (a device or the local one)."""
     from quart import Response, g, jsonify, request
 
-    def error(status: int, code: str, message: str):
-        return jsonify({"error": code, "message": message}), status
+    from lead.routes.common import error  # the one error shape
 
     @app.get("/api/events")
     async def events():
