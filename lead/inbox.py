@@ -1,49 +1,7 @@
 """The inbox (features I1–I11, crew.md §4): work that waits for a machine, runs once, in approval order.
 
-Every send and starter enters the inbox of its `(machine, agent)` first. A phone write to an agent
-whose inbox is empty and whose machine is online passes straight through and runs the full Send
-protocol (its receipt is the real one); anything else waits:
-
-    pending   ──approve──▶ approved ──dispatch──▶ running ──turn ends──▶ done
-       │                     │                       └──agent refuses──▶ failed (reason)
-       ├─ 24 h TTL ─▶ expired └──cancel──▶ cancelled
-       └──cancel──▶ cancelled
-
-Rules:
-- Entry. Request ids are scoped per sender (the owner's phone, each API token). A repeat with the
-  same body answers what became of the first (`replay: true`: `queued` while it waits, the stored
-  receipt once it ran, `expired`, `cancelled`); the same id with another body is refused
-  `conflict` and nothing is done (B2). A send quoting a turn that has already passed is refused
-  `turn_moved` when it enters (B4); turns started later by items ahead of it do not count. A sender
-  has at most `WAITING_MAX` waiting items; items for an agent the lead does not know are refused.
-- Order: approved items run by approval time; the owner's moves (`position`) override it. A
-  pending item shows in its arrival slot and is skipped until approved. Standing senders (the
-  phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner. A change
-  by a `required` sender (`message`) sends an approved item back to `pending` for a new approval.
-- One item runs at a time per agent; agents run in parallel. An item is `done` when the turn it
-  started ends. At dispatch it quotes the conversation's current turn as the owning bridge reads it
-  under the session's lock (`current_turn`: the lead may not see the conversation, issue 32); an open
-  ask, or another write holding the session's lock, holds it `approved` (not refused) until it is gone:
-  a send is never refused or failed `busy` (crew.md §3, issue 27).
-- Nothing spins (issue 32): an item answered "not now" (`HOLD`) waits 1, 2, 4 … HOLD_MAX s before its
-  next try (sooner when the lead sees what it waits on change), keeping its place while the items
-  behind it for other conversations run; an agent that reached nothing pauses its whole inbox. One
-  item logs ITEM_LINES lines at once, then one every ITEM_LINE_EVERY s. A send no machine can quote a
-  turn for ends `failed` after UNKNOWN_TURN_TRIES `turn_moved` (waiting cannot change it).
-- Nothing runs twice and every receipt is true: the exact request (body and turn) is recorded on
-  disk before it is sent. An item interrupted before its receipt (a crash, a dropped link, an
-  `unknown`) is resumed with that very request under the same id, so the journals on the way
-  recognise it and answer what the agent did (B3, O); it never becomes a refusal of its own.
-- Pending items expire after the TTL (24 h; `COLLIE_INBOX_TTL` seconds in `.env`), judged by
-  wall-clock times stored on disk; approved items never expire. Finished items (done, expired,
-  cancelled, failed) are kept with their receipts for `KEEP_FINISHED` (24 h) (I7, I9), at most
-  `FINISHED_PER_SENDER` of one API token's (its newest). A send's text is held to its agent's `text_max`
-  when it enters and with each message: nothing a sender does grows the record without bound.
-- The event loop never waits on the disk: items live in memory, the database is the record, and
-  every change is committed in a worker thread, grouped (one commit for a burst of changes). An
-  answer that acknowledges a change waits until the change is on disk.
-
-`InboxCore` decides (no I/O, `now` passed in); `Inbox` keeps items, stores them and dispatches.
+The rules (entry, order, dispatch, TTL, what the sender sees) are written down and decided in
+`lead.inbox_core`; this module keeps the items, stores them and dispatches.
 """
 
 from __future__ import annotations
@@ -52,7 +10,6 @@ import datetime as dt
 import json
 import sqlite3
 import time
-import uuid
 from collections import OrderedDict
 from pathlib import Path
 
@@ -62,45 +19,17 @@ import trio
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.fsutil import open_db
-from crew.receipts import NOT_CONFIRMED, Receipt, final_unknown, not_recorded, refused
+from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
+from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox import ...` keeps working)
+    ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
+    ITEM_LINE_EVERY, ITEM_LINES, KEEP_FINISHED, LOCAL, PAUSE_MAX, RETRY_MAX, RETRY_MIN, TEXT_CEILING, TICK,
+    TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
+    TextTooLong, Waiting, entry_fingerprint, item_id,
+)
 
 log = logs.get("inbox")
 
-LOCAL = "local"
-TTL_DEFAULT = 24 * 3600.0
-KEEP_FINISHED = 24 * 3600.0
-FINISHED_PER_SENDER = 1000  # finished items kept for one API token (its newest); the owner's are not counted
-TEXT_CEILING = 256 * 1024  # a send's text while its agent's own limit is not known (the API's body limit)
-TICK = 1.0
-# nothing waiting and nothing to commit: only the purge of old finished items (every 60 s) is due, so the
-# loop sleeps this long (an idle lead wakes once a minute here, not every second: issue 16, idle CPU)
-IDLE_TICK = 60.0
-WAITING_MAX = 1000  # waiting (pending + approved) items per sender
-FINISHED_IN_MEMORY = 5000  # finished items kept in memory; older ones are read from the database
-RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio seconds)
-ACTIVE = ("pending", "approved", "running")
-WAITING = ("pending", "approved")
-FINISHED = ("done", "expired", "cancelled", "failed")
-# refusals that leave an item waiting (nothing reached the agent); the agent not ready (unreachable: down, or
-# restarting and not greeted yet) or the state folder full (disk_full, not_recorded) also pause its inbox
-TRANSIENT = ("unreachable", "disk_full", "not_recorded")
-HOLD = ("ask_open", "turn_moved", "busy", *TRANSIENT)
-PAUSE_MAX = 10.0  # an agent whose dispatches reach nothing is tried again after 1, 2, 4 … 10 s
-# an item answered "not now" (a HOLD refusal: an ask open, the turn moved, the session busy) waits 1, 2, 4 …
-# HOLD_MAX s before its next try (issue 32: it was dispatched again at once, thousands of times a second);
-# its place is kept, the items behind it for other conversations run meanwhile
-HOLD_MAX = 30.0
-# a send the lead could quote no turn for (it does not see the conversation) answered `turn_moved` this many
-# times in a row: the owning bridge does not quote the current turn itself (an older Collie), so waiting
-# changes nothing — the item ends `failed` with that true refusal
-UNKNOWN_TURN_TRIES = 3
-UNKNOWN_TURN = ("the lead does not see this conversation's turn and its machine does not quote it (an older "
-                "Collie?): send it again from the conversation")
-# what one item logs: at most ITEM_LINES lines at once, then one line every ITEM_LINE_EVERY s (the next
-# line says how many were held); a held item wrote 14,004 lines in 25 s (issue 32)
-ITEM_LINES, ITEM_LINE_EVERY = 2, 60.0
 STORE_ERRORS = (sqlite3.Error, OSError)  # writing the record failed (the state folder's disk is full, …)
-ID_NAMESPACE = uuid.UUID("6f1d3c1e-9a57-4d61-8a43-2b1c4f0e7a10")
 
 COLUMNS = ("id", "machine", "agent", "kind", "conversation", "starter", "text", "sender", "state", "created_at",
            "approved_at", "position", "runtime_ref", "receipt", "reason", "updated_at", "seq", "request_id",
@@ -116,248 +45,6 @@ CREATE TABLE IF NOT EXISTS items (
 CREATE INDEX IF NOT EXISTS items_inbox ON items (machine, agent, state);
 """
 MIGRATIONS = {"request_id": "TEXT", "fingerprint": "TEXT", "request": "TEXT"}  # added by issues 8 and 9
-
-
-@attrs.define
-class Item:
-    id: str
-    machine: str
-    agent: str
-    kind: str  # send | starter
-    conversation: str | None
-    starter: str | None
-    text: str | None
-    sender: str | None  # None: the owner's phone; else the API token's name
-    state: str
-    created_at: float
-    approved_at: float | None = None
-    position: float | None = None
-    runtime_ref: dict | None = None  # {"conversation", "turn"}: what the dispatched request started
-    receipt: dict | None = None
-    reason: str | None = None
-    updated_at: float = 0.0
-    seq: int = 0
-    request_id: str | None = None  # the sender's own id (scoped per sender)
-    fingerprint: str | None = None  # of the request as it entered
-    request: dict | None = None  # the exact request dispatched, recorded before it is sent
-
-    @property
-    def order_key(self) -> tuple:
-        base = self.position if self.position is not None else (self.approved_at or self.created_at)
-        return (base, self.seq)
-
-    @property
-    def arrival_key(self) -> tuple:
-        return (self.position if self.position is not None else self.created_at, self.seq)
-
-    @property
-    def queue_key(self) -> tuple:
-        return self.order_key if self.state == "approved" else self.arrival_key
-
-    @property
-    def sender_key(self) -> str:
-        return "" if self.sender is None else f"token:{self.sender}"
-
-
-def item_id(sender: str | None, request_id: str) -> str:
-    """The item's id: the owner's request id itself (it is what the agent sees and what the phone
-    retries with); a token sender's id is derived, so no sender can name another's item."""
-    return request_id if sender is None else str(uuid.uuid5(ID_NAMESPACE, f"{sender}\0{request_id}"))
-
-
-def entry_fingerprint(machine: str, req: WriteRequest) -> str:
-    return attrs.evolve(req, request_id="", agent=f"{machine}/{req.agent}").fingerprint()
-
-
-@attrs.frozen
-class Waiting:
-    """What an approved item is waiting for, as the inbox knows it now."""
-
-    online: bool = True
-    offline_since: str | None = None
-    agent_status: str = "ready"
-    ask_open: bool = False
-    ahead: int = 0
-
-
-class InboxCore:
-    """Decisions over one agent's items; every method takes what it needs (`now`: wall-clock seconds)."""
-
-    def __init__(self, ttl: float = TTL_DEFAULT) -> None:
-        self.ttl = ttl
-
-    # --- entry ------------------------------------------------------------------------------
-    @staticmethod
-    def repeat(existing: Item, fingerprint: str) -> str:
-        """A request id seen before from this sender: `conflict` (another body) or the state to report."""
-        if existing.fingerprint is not None and existing.fingerprint != fingerprint:
-            return "conflict"
-        return existing.state
-
-    @staticmethod
-    def passed_turn(quoted: int | None, current: int | None) -> bool:
-        """B4 at entry: the quoted turn is behind the turn the lead sees. (The lead's view may lag
-        the phone, never lead it, so a quoted turn ahead of the view is not judged here.)"""
-        return quoted is not None and current is not None and quoted < current
-
-    # --- time -------------------------------------------------------------------------------
-    def expired(self, items, now: float) -> list[Item]:
-        return [i for i in items if i.state == "pending" and now - i.created_at >= self.ttl]
-
-    @staticmethod
-    def forgotten(items, now: float, keep: float = KEEP_FINISHED) -> list[Item]:
-        """Finished items older than `keep`: they may leave the record."""
-        return [i for i in items if i.state in FINISHED and now - i.updated_at >= keep]
-
-    # --- order ------------------------------------------------------------------------------
-    def next_to_run(self, items, blocked, held=frozenset()) -> Item | None:
-        """The first approved item by order, unless the agent already runs one. `blocked` holds
-        conversations whose sends wait (an open ask, another write holding the session's lock), `held`
-        the ids of items waiting out their pause after a "not now": both keep their place. A send behind
-        a held send to the same conversation waits with it (a conversation's sends run in the order
-        they were approved); items for other conversations, and starters, run meanwhile."""
-        best = None
-        approved = []
-        for item in items:
-            if item.state == "running":
-                return None
-            if item.state != "approved":
-                continue
-            approved.append(item)
-            if item.id in held or (item.kind == "send" and item.conversation in blocked):
-                continue
-            if best is None or item.order_key < best.order_key:
-                best = item
-        if best is None or not held:
-            return best
-        stopped: set = set()
-        for item in sorted(approved, key=lambda i: i.order_key):
-            conv = item.conversation if item.kind == "send" else None
-            if conv is not None and (conv in blocked or conv in stopped):
-                continue
-            if item.id in held:
-                if conv is not None:
-                    stopped.add(conv)
-                continue
-            return item
-        return None
-
-    def listing(self, items) -> list[Item]:
-        """What the sender and the owner see: running first, then the queue in the order it will
-        run (pending items in their arrival slot), then finished items, newest first."""
-        running = [i for i in items if i.state == "running"]
-        waiting = sorted((i for i in items if i.state in WAITING), key=lambda i: i.queue_key)
-        finished = sorted((i for i in items if i.state in FINISHED), key=lambda i: -i.updated_at)
-        return running + waiting + finished
-
-    def move(self, items, item_id: str, index: int) -> dict[str, float]:
-        """The owner puts `item_id` at `index` of the waiting queue; returns new positions."""
-        queue = [i for i in self.listing(items) if i.state in WAITING]
-        moving = next((i for i in queue if i.id == item_id), None)
-        if moving is None:
-            return {}
-        queue.remove(moving)
-        index = max(0, min(index, len(queue)))
-        keys = [i.queue_key[0] for i in queue]
-        before = keys[index - 1] if index > 0 else (keys[0] - 2.0 if keys else 0.0)
-        after = keys[index] if index < len(keys) else before + 2.0
-        positions = {i.id: k for i, k in zip(queue, keys) if i.position is None}
-        positions[moving.id] = (before + after) / 2
-        return positions
-
-    # --- running ----------------------------------------------------------------------------
-    def done(self, item: Item, conversation_turn: int | None, conversation_state: str | None) -> bool:
-        """A running item is done when the turn it started has ended (or its conversation closed)."""
-        ref = item.runtime_ref or {}
-        started = ref.get("turn")
-        if started is None:
-            return False
-        if conversation_turn is None:  # the conversation is no longer open
-            return True
-        return conversation_turn > started or (conversation_turn == started and conversation_state != "working")
-
-    @staticmethod
-    def settle(item: Item, rec: dict, *, passed_through: bool = False, resumed: bool = False) -> dict:
-        """The fields an item takes after a dispatch answered `rec` (a receipt as a dict).
-
-        - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
-          after the one running.
-        - `unknown`: still running, its turn unknown; the recorded request is resumed as it is —
-          unless it is final (`conflict`, a refused retry: May already be applied): no resend can
-          change it, so the item ends `failed` with that receipt and the items behind it run (I2).
-        - a refusal that leaves it waiting (`HOLD`: it says "not now", and nothing reached the agent —
-          an open ask, a moved turn, a busy session, the agent down or restarting, the disk full):
-          approved again, so acknowledged work is never dropped; the next dispatch quotes the turn
-          current then. A `conflict` right after such a refusal means
-          the agent's side recorded that refusal: the item fails with it (it is the true receipt).
-        - `busy` (another write holds the conversation's lock; nothing was sent) never ends an item, even
-          one passing through: a send waits its turn (crew.md §3). A resumed request (`resumed`: it may
-          have reached the agent before) keeps its recorded request and is resumed later as it is.
-        - any other refusal, and every refusal the sender is shown at once (`passed_through`: a phone
-          write to an empty inbox, or a Retry that resumed the item — it must never run later):
-          failed, with the reason.
-        """
-        outcome, reason = rec.get("outcome"), rec.get("reason")
-        if outcome in ("sent", "started"):
-            ref = {"conversation": rec.get("conversation") or item.conversation, "turn": rec.get("turn")}
-            return {"state": "running", "runtime_ref": ref, "receipt": rec}
-        if outcome == "queued" and reason != "inbox":
-            ref = {"conversation": item.conversation, "turn": (rec.get("turn") or 0) + 1}
-            return {"state": "running", "runtime_ref": ref, "receipt": rec}
-        if outcome == "unknown" and final_unknown(rec):
-            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-        if outcome == "unknown":
-            return {"state": "running", "runtime_ref": None, "receipt": rec}
-        if outcome == "refused" and reason == "busy" and not rec.get("replay"):
-            if resumed:
-                return {"state": "running", "runtime_ref": None}
-            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
-        if outcome == "refused" and passed_through:
-            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-        if outcome == "refused" and reason in HOLD and not rec.get("replay"):
-            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
-        if outcome == "refused" and reason == "conflict" and item.receipt and item.receipt.get("reason") in HOLD:
-            earlier = item.receipt
-            return {"state": "failed", "reason": earlier.get("reason"), "receipt": {**earlier, "replay": True}}
-        if outcome == "refused" and reason == "machine_offline":  # the lead kept it: nothing was forwarded
-            return {"state": "running" if item.request and item.receipt else "approved", "receipt": rec}
-        return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-
-    # --- what the sender sees (I7) -------------------------------------------------------------
-    @staticmethod
-    def state_text(item: Item, *, owner: str, waiting: Waiting = Waiting()) -> str:
-        if item.state == "pending":
-            return f"waiting for approval from {owner}"
-        if item.state == "approved":
-            if not waiting.online:
-                return f"queued, machine offline since {waiting.offline_since}" if waiting.offline_since else "queued"
-            if waiting.agent_status != "ready":
-                return f"queued, waiting: the agent is {waiting.agent_status.replace('_', ' ')}"
-            if waiting.ask_open:
-                return "queued, waiting: an ask is open"
-            if waiting.ahead:
-                return f"queued, waiting: {waiting.ahead} ahead"
-            return "queued"
-        if item.state == "failed":
-            return f"failed: {item.reason}" if item.reason else "failed"
-        return item.state
-
-    @staticmethod
-    def message(item: Item, text: str) -> dict | None:
-        """A change by the item's sender (I7): the fields to set, or None when it no longer waits.
-        After the owner approved a `required` sender's item, the change needs a new approval."""
-        if item.state not in WAITING or item.kind != "send":
-            return None
-        fields: dict = {"text": f"{item.text}\n\n{text}"}
-        fields["request"] = None  # never sent (it waits): the next dispatch carries the new text
-        if item.state == "approved" and item.sender is not None and item.approved_at is not None \
-                and item.approved_at > item.created_at:
-            fields.update(state="pending", approved_at=None)
-        return fields
-
-
-class TextTooLong(ValueError):
-    """A message would take a waiting send over its agent's `text_max` (the item is unchanged)."""
 
 
 class Inbox:
@@ -1114,18 +801,6 @@ class Inbox:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
                 "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed,
                 "held": len(self.held), "paused": len(self.paused)}
-
-
-@attrs.define
-class Hold:
-    """An item's pause after a "not now" answer (issue 32)."""
-
-    until: float  # trio time of its next try
-    backoff: float
-    tries: int  # consecutive answers of this reason
-    reason: str
-    signature: object  # what it waits on, as the lead's view showed it (Inbox._signature)
-    due: bool = False  # its inbox was looked at once the pause ended
 
 
 class Blocked:
