@@ -7,8 +7,6 @@ The rules (entry, order, dispatch, TTL, what the sender sees) are written down a
 from __future__ import annotations
 
 import datetime as dt
-import json
-import sqlite3
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -18,7 +16,6 @@ import trio
 
 from bridge.writes import WriteRequest
 from crew import logs
-from crew.fsutil import open_db
 from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
 from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox import ...` keeps working)
     ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
@@ -26,39 +23,16 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
     TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
     TextTooLong, Waiting, entry_fingerprint, item_id,
 )
+from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
 
 log = logs.get("inbox")
-
-STORE_ERRORS = (sqlite3.Error, OSError)  # writing the record failed (the state folder's disk is full, …)
-
-COLUMNS = ("id", "machine", "agent", "kind", "conversation", "starter", "text", "sender", "state", "created_at",
-           "approved_at", "position", "runtime_ref", "receipt", "reason", "updated_at", "seq", "request_id",
-           "fingerprint", "request")
-JSON_COLUMNS = ("runtime_ref", "receipt", "request")
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS items (
-    id TEXT PRIMARY KEY, machine TEXT NOT NULL, agent TEXT NOT NULL, kind TEXT NOT NULL,
-    conversation TEXT, starter TEXT, text TEXT, sender TEXT, state TEXT NOT NULL,
-    created_at REAL NOT NULL, approved_at REAL, position REAL, runtime_ref TEXT, receipt TEXT,
-    reason TEXT, updated_at REAL NOT NULL, seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS items_inbox ON items (machine, agent, state);
-"""
-MIGRATIONS = {"request_id": "TEXT", "fingerprint": "TEXT", "request": "TEXT"}  # added by issues 8 and 9
 
 
 class Inbox:
     def __init__(self, path: Path, hub, writer, *, owner: str = "the owner", ttl: float = TTL_DEFAULT,
                  wall=time.time) -> None:
         self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
-        self.db = open_db(path)  # WAL, synchronous=FULL
-        self.db.executescript(SCHEMA)
-        have = {r[1] for r in self.db.execute("PRAGMA table_info(items)")}
-        for col, kind in MIGRATIONS.items():
-            if col not in have:
-                self.db.execute(f"ALTER TABLE items ADD COLUMN {col} {kind}")
-        self.db.execute("UPDATE items SET request_id=id WHERE request_id IS NULL")
-        self.limiter = trio.CapacityLimiter(1)  # one worker thread at a time on this database
+        self.store = InboxStore(path, run=self._db)  # the record; the one place that writes rows
         self.core = InboxCore(ttl)
         self.hub = hub
         self.writer = writer
@@ -81,12 +55,7 @@ class Inbox:
         self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
         self.held: dict[str, Hold] = {}  # item id -> its pause after a "not now" (issue 32)
         self.lines: dict[str, list] = {}  # item id -> [lines it may log now, trio time of the last refill, held]
-        self.store_failing = False  # the last commit failed (logged once until one succeeds)
         self.complete = True  # every finished item of the record is in memory
-        self._dirty: dict[str, tuple] = {}
-        self._gone: set[str] = set()
-        self._gen = self._flushed = 0
-        self._flushing: trio.Event | None = None
         self._last_purge = 0.0
         self._seq = 0
         # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
@@ -105,27 +74,18 @@ class Inbox:
             hub.locks.on_release.append(lambda key: self.poke((key[0], key[1])))
 
     # --- the record ---------------------------------------------------------------------------
-    @staticmethod
-    def _from_row(r) -> Item:
-        d = dict(zip(COLUMNS, r))
-        for key in JSON_COLUMNS:
-            d[key] = json.loads(d[key]) if d[key] else None
-        return Item(**d)
+    @property
+    def db(self):
+        return self.store.db
 
-    @staticmethod
-    def _to_row(item: Item) -> tuple:
-        d = attrs.asdict(item, recurse=False)
-        return tuple(json.dumps(d[c]) if c in JSON_COLUMNS and d[c] is not None else d[c] for c in COLUMNS)
+    @db.setter
+    def db(self, db) -> None:
+        self.store.db = db
 
     def _load(self) -> None:
-        self._seq = self.db.execute("SELECT MAX(seq) FROM items").fetchone()[0] or 0
-        cols = ",".join(COLUMNS)
-        for r in self.db.execute(f"SELECT {cols} FROM items WHERE state IN ('pending','approved','running')"):
-            self._remember(self._from_row(r))
-        keep_after = self.wall() - KEEP_FINISHED
-        rows = self.db.execute(f"SELECT {cols} FROM items WHERE state NOT IN ('pending','approved','running') "
-                               "AND updated_at > ? ORDER BY updated_at DESC LIMIT ?", (keep_after, FINISHED_IN_MEMORY + 1))
-        finished = [self._from_row(r) for r in rows]
+        self._seq, active, finished = self.store.load(self.wall() - KEEP_FINISHED, FINISHED_IN_MEMORY)
+        for item in active:
+            self._remember(item)
         self.complete = len(finished) <= FINISHED_IN_MEMORY
         for item in reversed(finished[:FINISHED_IN_MEMORY]):
             self._remember(item)
@@ -180,8 +140,7 @@ class Inbox:
             self.held.pop(item.id, None)
             self.lines.pop(item.id, None)
         self._remember(item)
-        self._dirty[item.id] = self._to_row(item)
-        self._gen += 1
+        self.store.put(item)
         for fn in self.on_change:  # the live channel: late receipts reach the phone (I7)
             fn(item)
 
@@ -190,53 +149,20 @@ class Inbox:
         item.seq = self._seq
         self._set(item)
 
-    def _write(self, rows: dict[str, tuple], gone: set[str]) -> None:
-        """In a worker thread: one transaction for a batch of changes."""
-        marks = ",".join("?" * len(COLUMNS))
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            self.db.executemany(f"INSERT OR REPLACE INTO items ({','.join(COLUMNS)}) VALUES ({marks})", list(rows.values()))
-            self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in gone])
-
     async def _sync(self) -> None:
-        """Return once every change made before the call is on disk (group commit: one commit for
-        all the changes made while the previous one ran)."""
-        target = self._gen
-        while self._flushed < target:
-            if self._flushing is not None:
-                await self._flushing.wait()
-                continue
-            self._flushing = event = trio.Event()
-            rows, gone, gen = self._dirty, self._gone, self._gen
-            self._dirty, self._gone = {}, set()
-            try:
-                await self._db(self._write, rows, gone)
-                self._flushed = gen
-                if self.store_failing:
-                    self.store_failing = False
-                    log.info("[inbox] the inbox is written to disk again")
-            except BaseException:
-                for key, row in rows.items():  # not on disk: keep them for the next commit
-                    self._dirty.setdefault(key, row)
-                self._gone |= gone
-                raise
-            finally:
-                self._flushing = None
-                event.set()
+        """Return once every change made before the call is on disk."""
+        await self.store.sync()
 
     async def _db(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-
-    def _read_one(self, where: str, args: tuple) -> Item | None:
-        r = self.db.execute(f"SELECT {','.join(COLUMNS)} FROM items WHERE {where}", args).fetchone()
-        return self._from_row(r) if r else None
+        """How the store's SQL runs: in a worker thread, one at a time on this database."""
+        return await self.store.in_thread(fn, *args)
 
     async def get(self, item_id: str) -> Item | None:
         if item_id in self.by_id:
             return self.by_id[item_id]
         if self.complete:
             return None
-        return await self._db(self._read_one, "id=?", (item_id,))
+        return await self.store.read(item_id)
 
     async def _find(self, sender: str | None, request_id: str) -> Item | None:
         key = ("" if sender is None else f"token:{sender}", request_id)
@@ -244,7 +170,7 @@ class Inbox:
             return self.by_key[key]
         if self.complete:
             return None
-        return await self._db(self._read_one, "COALESCE(sender,'')=? AND request_id=?", (sender or "", request_id))
+        return await self.store.find(sender, request_id)
 
     def items(self, machine: str, agent: str) -> list[Item]:
         """The agent's items in memory: every active one and the recent finished ones."""
@@ -391,9 +317,9 @@ class Inbox:
         """The new item could not be written to disk (the state folder is full): it is not acknowledged,
         so it is not kept at all — not in memory, not in a later commit — and nothing was sent."""
         self._forget(item)
-        self._dirty.pop(item.id, None)
+        self.store.unmark(item.id)
         self.retry_at.pop(item.id, None)
-        self._store_failed()
+        self.store.failed()
         log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
                  type(exc).__name__, exc)
         return not_recorded(req.request_id, req.op, exc)
@@ -538,7 +464,7 @@ class Inbox:
             try:
                 await self._sync()
             except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
-                self._store_failed()
+                self.store.failed()
             self._read_again(item.machine, item.agent)
             return rec
         finally:
@@ -552,7 +478,7 @@ class Inbox:
             await self._dispatch(item, req)
         except NotKept as exc:  # not recorded (the disk is full): nothing was sent; try again after a pause
             self.retry_at.pop(item.id, None)
-            self._store_failed()
+            self.store.failed()
             log.info("[inbox] %s/%s: %s waits: not recorded (%s); trying again in %g s", item.machine, item.agent,
                      item.id, exc.__cause__, self._pause(key))
         except Exception as exc:  # one item's failure is that item's, never the lead's
@@ -714,12 +640,11 @@ class Inbox:
             self._last_purge = now
             for item in self.core.forgotten(list(self.finished.values()), now):
                 self._forget(item)
-                self._gone.add(item.id)
-                self._gen += 1
+                self.store.drop(item.id)
             if not self.complete or self._over_share():
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
-        if self._flushed < self._gen and self._flushing is None:
-            nursery.start_soon(self._sync_later)
+        if self.store.due:
+            nursery.start_soon(self.store.sync_later)
 
     def _over_share(self) -> bool:
         """Does a sender hold more finished items than FINISHED_PER_SENDER? (All of them are in memory.)"""
@@ -732,42 +657,15 @@ class Inbox:
     async def _purge_record(self, before: float) -> None:
         """Finished items older than `before` leave the record, and so do a sender's finished items beyond
         its newest FINISHED_PER_SENDER: a sender that enqueues and cancels in a loop cannot fill the disk."""
-        def purge() -> list[str]:
-            with self.db:
-                self.db.execute("DELETE FROM items WHERE state IN ('done','expired','cancelled','failed') "
-                                "AND updated_at < ?", (before,))
-                over = [row[0] for row in self.db.execute(
-                    "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY sender ORDER BY updated_at DESC, "
-                    "seq DESC) AS n FROM items WHERE sender IS NOT NULL AND state IN "
-                    "('done','expired','cancelled','failed')) WHERE n > ?", (FINISHED_PER_SENDER,))]
-                self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in over])
-            return over
         try:
-            over = await self._db(purge)
+            over = await self.store.purge(before, FINISHED_PER_SENDER)
         except STORE_ERRORS:
-            self._store_failed()
+            self.store.failed()
             return
         for iid in over:
             item = self.by_id.get(iid)
             if item is not None and item.state in FINISHED:
                 self._forget(item)
-            if self._dirty.pop(iid, None) is not None:  # a write still to come would bring it back
-                self._gone.add(iid)
-                self._gen += 1
-
-    async def _sync_later(self) -> None:
-        """A commit nobody waits for (changes made by the tick): a failure is logged once, and the
-        changes stay for the next commit."""
-        try:
-            await self._sync()
-        except STORE_ERRORS:
-            self._store_failed()
-
-    def _store_failed(self) -> None:
-        if not self.store_failing:
-            log.warning("[inbox] the inbox could not be written to disk (is the state folder full?); new requests "
-                        "are refused until it can, and what it holds is written then")
-        self.store_failing = True
 
     def _local_change(self, name: str) -> None:
         """A local agent's turn ending (or any change) may let its next item run: look at once."""
@@ -787,7 +685,7 @@ class Inbox:
                 self._timers(trio.current_time())
                 self._tick(nursery)
                 self._resting = (not self.active and not self._keys and not self._all
-                                 and self._flushed >= self._gen and self._flushing is None)
+                                 and self.store.idle)
                 wait = IDLE_TICK if self._resting else TICK
                 soonest = self._timers(trio.current_time())
                 if soonest is not None:
@@ -799,7 +697,7 @@ class Inbox:
 
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
-                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed,
+                "inflight": len(self.inflight), "commits_pending": self.store.behind,
                 "held": len(self.held), "paused": len(self.paused)}
 
 
