@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections import OrderedDict
 from pathlib import Path
 
 import attrs
@@ -21,7 +20,7 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
     ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
     ITEM_LINE_EVERY, ITEM_LINES, KEEP_FINISHED, LOCAL, PAUSE_MAX, RETRY_MAX, RETRY_MIN, TEXT_CEILING, TICK,
     TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
-    TextTooLong, Waiting, entry_fingerprint, item_id,
+    Items, TextTooLong, Waiting, entry_fingerprint, item_id,
 )
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
 
@@ -40,22 +39,15 @@ class Inbox:
         self.wall = wall
         self.wake = trio.Event()
         # in memory: every active item, and the most recent finished ones; the database is the record
-        self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
-        # the same items by state, so a tick looks only at what it may change (issue 16.2: a tick on
-        # every change that walked every waiting item made a backlog cost O(n) per change)
-        self.pending: dict[tuple[str, str], dict[str, Item]] = {}
-        self.running: dict[tuple[str, str], dict[str, Item]] = {}
-        self.finished: OrderedDict[str, Item] = OrderedDict()
-        self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
-        self.by_id: dict[str, Item] = {}
-        self.waiting_by_sender: dict[str, int] = {}
+        self.mem = mem = Items()
+        self.active, self.pending, self.running = mem.active, mem.pending, mem.running  # its indexes, shared
+        self.finished, self.by_key, self.by_id = mem.finished, mem.by_key, mem.by_id
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
         self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
         self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
         self.held: dict[str, Hold] = {}  # item id -> its pause after a "not now" (issue 32)
         self.lines: dict[str, list] = {}  # item id -> [lines it may log now, trio time of the last refill, held]
-        self.complete = True  # every finished item of the record is in memory
         self._last_purge = 0.0
         self._seq = 0
         # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
@@ -86,49 +78,19 @@ class Inbox:
         self._seq, active, finished = self.store.load(self.wall() - KEEP_FINISHED, FINISHED_IN_MEMORY)
         for item in active:
             self._remember(item)
-        self.complete = len(finished) <= FINISHED_IN_MEMORY
+        self.mem.complete = len(finished) <= FINISHED_IN_MEMORY
         for item in reversed(finished[:FINISHED_IN_MEMORY]):
             self._remember(item)
 
     def _remember(self, item: Item) -> None:
-        self.by_key[(item.sender_key, item.request_id or item.id)] = item
-        self.by_id[item.id] = item
-        if item.state in ACTIVE:
-            self.active.setdefault((item.machine, item.agent), {})[item.id] = item
-            if self._resting:
-                self._resting = False
-                self.wake.set()
-            if item.state == "pending":
-                self.pending.setdefault((item.machine, item.agent), {})[item.id] = item
-            elif item.state == "running":
-                self.running.setdefault((item.machine, item.agent), {})[item.id] = item
-            if item.state in WAITING:
-                self.waiting_by_sender[item.sender_key] = self.waiting_by_sender.get(item.sender_key, 0) + 1
-        else:
-            self.finished[item.id] = item
-            self.finished.move_to_end(item.id)
-            while len(self.finished) > FINISHED_IN_MEMORY:
-                _, old = self.finished.popitem(last=False)
-                self.by_key.pop((old.sender_key, old.request_id or old.id), None)
-                self.by_id.pop(old.id, None)
-                self.complete = False
+        self.mem.remember(item)
+        if item.state in ACTIVE and self._resting:
+            self._resting = False
+            self.wake.set()
 
     def _forget(self, item: Item) -> None:
         """Take `item` out of the in-memory indexes (before a change of state re-files it)."""
-        key = (item.machine, item.agent)
-        for index in (self.pending, self.running):
-            ids = index.get(key)
-            if ids is not None and ids.pop(item.id, None) is not None and not ids:
-                del index[key]
-        inbox = self.active.get(key)
-        if inbox is not None and inbox.pop(item.id, None) is not None:
-            if item.state in WAITING:
-                self.waiting_by_sender[item.sender_key] -= 1
-            if not inbox:
-                del self.active[(item.machine, item.agent)]
-        self.finished.pop(item.id, None)
-        self.by_key.pop((item.sender_key, item.request_id or item.id), None)
-        self.by_id.pop(item.id, None)
+        self.mem.forget(item)
 
     def _set(self, item: Item, **fields) -> None:
         """Change an item in memory and mark it for the next commit (`await self._sync()` to wait for it)."""
@@ -160,7 +122,7 @@ class Inbox:
     async def get(self, item_id: str) -> Item | None:
         if item_id in self.by_id:
             return self.by_id[item_id]
-        if self.complete:
+        if self.mem.complete:
             return None
         return await self.store.read(item_id)
 
@@ -168,15 +130,13 @@ class Inbox:
         key = ("" if sender is None else f"token:{sender}", request_id)
         if key in self.by_key:
             return self.by_key[key]
-        if self.complete:
+        if self.mem.complete:
             return None
         return await self.store.find(sender, request_id)
 
     def items(self, machine: str, agent: str) -> list[Item]:
         """The agent's items in memory: every active one and the recent finished ones."""
-        out = list(self.active.get((machine, agent), {}).values())
-        out += [i for i in self.finished.values() if i.machine == machine and i.agent == agent]
-        return out
+        return self.mem.of(machine, agent)
 
     def poke(self, key: tuple[str, str] | None = None) -> None:
         """Look at the inbox `key` (machine, agent) at once — every inbox when None."""
@@ -279,7 +239,7 @@ class Inbox:
         if taken:
             return refused(req.request_id, req.op, "conflict")
         sender_key = "" if sender is None else f"token:{sender}"
-        if self.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
+        if self.mem.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
             return refused(req.request_id, req.op, "inbox_full",
                            f"{WAITING_MAX} of your requests already wait in inboxes: wait until some have run")
         now = self.wall()
@@ -641,7 +601,7 @@ class Inbox:
             for item in self.core.forgotten(list(self.finished.values()), now):
                 self._forget(item)
                 self.store.drop(item.id)
-            if not self.complete or self._over_share():
+            if not self.mem.complete or self._over_share():
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
         if self.store.due:
             nursery.start_soon(self.store.sync_later)

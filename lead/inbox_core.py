@@ -49,6 +49,7 @@ Rules:
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 
 import attrs
 
@@ -327,6 +328,71 @@ class InboxCore:
                 and item.approved_at > item.created_at:
             fields.update(state="pending", approved_at=None)
         return fields
+
+
+class Items:
+    """The items in memory, filed by inbox and state (no I/O): every active item, and the newest
+    FINISHED_IN_MEMORY finished ones; the record has the rest.
+
+    Invariants: an item is filed under exactly its current state (`forget` it before changing it, then
+    `remember` it); `waiting_by_sender` counts each sender's pending and approved items; `complete` is
+    False once a finished item left memory (then a miss must be looked up in the record). The indexes by
+    state let a tick look only at what it may change (issue 16.2: walking every waiting item on every
+    change made a backlog cost O(n) per change)."""
+
+    def __init__(self, finished_max: int = FINISHED_IN_MEMORY) -> None:
+        self.finished_max = finished_max
+        self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
+        self.pending: dict[tuple[str, str], dict[str, Item]] = {}
+        self.running: dict[tuple[str, str], dict[str, Item]] = {}
+        self.finished: OrderedDict[str, Item] = OrderedDict()
+        self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
+        self.by_id: dict[str, Item] = {}
+        self.waiting_by_sender: dict[str, int] = {}
+        self.complete = True  # every finished item of the record is in memory
+
+    def remember(self, item: Item) -> None:
+        self.by_key[(item.sender_key, item.request_id or item.id)] = item
+        self.by_id[item.id] = item
+        if item.state in ACTIVE:
+            self.active.setdefault((item.machine, item.agent), {})[item.id] = item
+            if item.state == "pending":
+                self.pending.setdefault((item.machine, item.agent), {})[item.id] = item
+            elif item.state == "running":
+                self.running.setdefault((item.machine, item.agent), {})[item.id] = item
+            if item.state in WAITING:
+                self.waiting_by_sender[item.sender_key] = self.waiting_by_sender.get(item.sender_key, 0) + 1
+        else:
+            self.finished[item.id] = item
+            self.finished.move_to_end(item.id)
+            while len(self.finished) > self.finished_max:
+                _, old = self.finished.popitem(last=False)
+                self.by_key.pop((old.sender_key, old.request_id or old.id), None)
+                self.by_id.pop(old.id, None)
+                self.complete = False
+
+    def forget(self, item: Item) -> None:
+        """Take `item` out of the indexes (before a change of state re-files it)."""
+        key = (item.machine, item.agent)
+        for index in (self.pending, self.running):
+            ids = index.get(key)
+            if ids is not None and ids.pop(item.id, None) is not None and not ids:
+                del index[key]
+        inbox = self.active.get(key)
+        if inbox is not None and inbox.pop(item.id, None) is not None:
+            if item.state in WAITING:
+                self.waiting_by_sender[item.sender_key] -= 1
+            if not inbox:
+                del self.active[(item.machine, item.agent)]
+        self.finished.pop(item.id, None)
+        self.by_key.pop((item.sender_key, item.request_id or item.id), None)
+        self.by_id.pop(item.id, None)
+
+    def of(self, machine: str, agent: str) -> list[Item]:
+        """The agent's items in memory: every active one and the recent finished ones."""
+        out = list(self.active.get((machine, agent), {}).values())
+        out += [i for i in self.finished.values() if i.machine == machine and i.agent == agent]
+        return out
 
 
 class TextTooLong(ValueError):
