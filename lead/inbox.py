@@ -22,6 +22,7 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
     TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
     Items, TextTooLong, Waiting, entry_fingerprint, item_id,
 )
+from lead.inbox_pace import Pacing
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
 
 log = logs.get("inbox")
@@ -44,10 +45,7 @@ class Inbox:
         self.finished, self.by_key, self.by_id = mem.finished, mem.by_key, mem.by_id
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
-        self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
-        self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
-        self.held: dict[str, Hold] = {}  # item id -> its pause after a "not now" (issue 32)
-        self.lines: dict[str, list] = {}  # item id -> [lines it may log now, trio time of the last refill, held]
+        self.pace = Pacing()  # holds after a "not now", paused inboxes, retries, each item's log budget
         self._last_purge = 0.0
         self._seq = 0
         # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
@@ -99,8 +97,7 @@ class Inbox:
             setattr(item, key, value)
         item.updated_at = self.wall()
         if item.state in FINISHED:
-            self.held.pop(item.id, None)
-            self.lines.pop(item.id, None)
+            self.pace.finished(item.id)
         self._remember(item)
         self.store.put(item)
         for fn in self.on_change:  # the live channel: late receipts reach the phone (I7)
@@ -278,7 +275,7 @@ class Inbox:
         so it is not kept at all — not in memory, not in a later commit — and nothing was sent."""
         self._forget(item)
         self.store.unmark(item.id)
-        self.retry_at.pop(item.id, None)
+        self.pace.retry_at.pop(item.id, None)
         self.store.failed()
         log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
                  type(exc).__name__, exc)
@@ -399,25 +396,10 @@ class Inbox:
                             item.id, type(exc).__name__)
                 rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
             fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
-            if fields.get("state") == "running" and (fields.get("runtime_ref") or {}).get("turn") is None:
-                _, backoff = self.retry_at.get(item.id, (0.0, RETRY_MIN / 2))
-                backoff = min(RETRY_MAX, backoff * 2)
-                self.retry_at[item.id] = (trio.current_time() + backoff, backoff)
-            else:
-                self.retry_at.pop(item.id, None)
-            key = (item.machine, item.agent)
-            if fields.get("state") == "approved" and rec.reason in (*TRANSIENT, "machine_offline"):
-                self.held.pop(item.id, None)
-                self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, self._pause(key))
-            else:
-                self.paused.pop(key, None)
-                if fields.get("state") == "approved" and rec.outcome == "refused" and rec.reason in HOLD:
-                    fields = self._hold(item, req, rec, fields)
-                elif fields.get("state") != "running" or (fields.get("runtime_ref") or {}).get("turn") is not None:
-                    self.held.pop(item.id, None)
-                elif rec.outcome == "refused":  # a resumed request the lock held: resumed as it is, later
-                    self._line(item, "%s waits: %s; resumed in %g s", item.id, rec.reason,
-                               self.retry_at[item.id][1])
+            fields, line = self.pace.after(item, req, rec, fields, trio.current_time(), locked=self._locked(item),
+                                           signature=self._signature(item))
+            if line is not None:
+                self._line(item, *line)
             self._set(item, **fields)
             if item.state == "failed":
                 log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
@@ -437,42 +419,14 @@ class Inbox:
         try:
             await self._dispatch(item, req)
         except NotKept as exc:  # not recorded (the disk is full): nothing was sent; try again after a pause
-            self.retry_at.pop(item.id, None)
+            self.pace.retry_at.pop(item.id, None)
             self.store.failed()
             log.info("[inbox] %s/%s: %s waits: not recorded (%s); trying again in %g s", item.machine, item.agent,
-                     item.id, exc.__cause__, self._pause(key))
+                     item.id, exc.__cause__, self.pace.pause(key, trio.current_time()))
         except Exception as exc:  # one item's failure is that item's, never the lead's
             log.warning("[inbox] %s/%s: %s not dispatched: %s", item.machine, item.agent, item.id, type(exc).__name__)
         finally:
             self.busy.discard(key)
-
-    def _pause(self, key: tuple[str, str]) -> float:
-        """The inbox `key` reached nothing (the agent down, the disk full): wait 1, 2, 4 … 10 s before its next try."""
-        _, pause = self.paused.get(key, (0.0, RETRY_MIN / 2))
-        pause = min(PAUSE_MAX, pause * 2)
-        self.paused[key] = (trio.current_time() + pause, pause)
-        return pause
-
-    def _hold(self, item: Item, req: WriteRequest, rec: Receipt, fields: dict) -> dict:
-        """An item answered "not now" waits 1, 2, 4 … HOLD_MAX s before its next try (or until what it
-        waits for changes in the lead's view: the conversation's turn, state or asks). A `turn_moved`
-        to a send that could quote no turn, UNKNOWN_TURN_TRIES times in a row, ends it (UNKNOWN_TURN)."""
-        old = self.held.get(item.id)
-        same = old is not None and old.reason == rec.reason
-        backoff = min(HOLD_MAX, old.backoff * 2) if same else RETRY_MIN
-        tries = old.tries + 1 if same else 1
-        if rec.reason == "turn_moved" and req.op == "send" and req.turn is None and tries >= UNKNOWN_TURN_TRIES:
-            self.held.pop(item.id, None)
-            receipt = {**attrs.asdict(rec), "message": UNKNOWN_TURN}
-            return {"state": "failed", "reason": "turn_moved", "receipt": receipt, "runtime_ref": None}
-        if rec.reason == "busy" and self._locked(item):  # the lead's own lock: it goes the moment that is let go
-            self.held.pop(item.id, None)
-            self._line(item, "%s waits: another write holds the conversation", item.id)
-            return fields
-        self.held[item.id] = Hold(trio.current_time() + backoff, backoff, tries, rec.reason,
-                                  self._signature(item))
-        self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, backoff)
-        return fields
 
     def _signature(self, item: Item):
         """What a held item waits on, as the lead's view shows it: its conversation's turn, state and asks
@@ -486,15 +440,9 @@ class Inbox:
     def _line(self, item: Item, fmt: str, *args) -> None:
         """Log one line about an item: ITEM_LINES at once, then one every ITEM_LINE_EVERY s; the line after
         a silence says how many were held."""
-        now = trio.current_time()
-        budget = self.lines.setdefault(item.id, [float(ITEM_LINES), now, 0])
-        budget[0] = min(float(ITEM_LINES), budget[0] + (now - budget[1]) / ITEM_LINE_EVERY)
-        budget[1] = now
-        if budget[0] < 1.0:
-            budget[2] += 1
+        held = self.pace.line(item.id, trio.current_time())
+        if held is None:
             return
-        budget[0] -= 1.0
-        held, budget[2] = budget[2], 0
         more = f" ({held} more lines about it held)" if held else ""
         log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
 
@@ -524,40 +472,11 @@ class Inbox:
             locks, key = getattr(self.hub, "locks", None), (machine, agent, conversation or "")
         return locks is not None and locks.locked(key)
 
-    def _held_now(self, key: tuple[str, str], clock: float) -> set[str]:
-        """The ids of this inbox's items still waiting out a pause (a change of what they wait on in the
-        lead's view ends the pause early)."""
-        out = set()
-        for iid in self.active.get(key, {}):
-            hold = self.held.get(iid)
-            if hold is not None and hold.until > clock and hold.signature == self._signature(self.by_id[iid]):
-                out.add(iid)
-        return out
-
     def _timers(self, clock: float) -> float | None:
         """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
         inboxes whose pauses have ended."""
-        soonest = None
-        for iid, hold in self.held.items():
-            item = self.by_id.get(iid)
-            if item is None:
-                continue
-            if hold.until <= clock and not hold.due:
-                hold.due = True
-                self._keys.add((item.machine, item.agent))
-            elif hold.until > clock:
-                soonest = hold.until if soonest is None else min(soonest, hold.until)
-        for key, (until, _) in self.paused.items():
-            if until > clock:
-                soonest = until if soonest is None else min(soonest, until)
-            elif key in self.active:
-                self._keys.add(key)
-        for iid, (until, _) in self.retry_at.items():
-            item = self.by_id.get(iid)
-            if until > clock:
-                soonest = until if soonest is None else min(soonest, until)
-            elif item is not None:
-                self._keys.add((item.machine, item.agent))
+        soonest, keys = self.pace.timers(clock, self.by_id, self.active)
+        self._keys |= keys
         return soonest
 
     def _tick(self, nursery: trio.Nursery) -> None:
@@ -585,14 +504,15 @@ class Inbox:
                         self._set(item, state="done")
                     elif ready:
                         self._read_again(machine, agent)  # waiting on its turn to end: look again at once
-                elif self.retry_at.get(item.id, (0.0, 0.0))[0] <= clock:
+                elif self.pace.retry_due(item.id, clock):
                     resume = item  # interrupted before its receipt: resumed by reference
-            if key in self.busy or not self._online(machine) or not ready or self.paused.get(key, (0.0,))[0] > clock:
+            if key in self.busy or not self._online(machine) or not ready or self.pace.paused_now(key, clock):
                 continue
             nxt = resume
             if nxt is None and key not in self.running:  # one request at a time per agent (I2)
                 nxt = self.core.next_to_run(self.active.get(key, {}).values(), Blocked(self, key, reader),
-                                            self._held_now(key, clock))
+                                            self.pace.held_now(self.active.get(key, {}).values(), clock,
+                                                               self._signature))
             if nxt is not None:
                 self.busy.add(key)
                 nursery.start_soon(self._run_item, nxt, self._request_for(nxt, reader))
@@ -658,7 +578,7 @@ class Inbox:
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
                 "inflight": len(self.inflight), "commits_pending": self.store.behind,
-                "held": len(self.held), "paused": len(self.paused)}
+                "held": len(self.pace.held), "paused": len(self.pace.paused)}
 
 
 class Blocked:
