@@ -6,7 +6,6 @@ The rules (entry, order, dispatch, TTL, what the sender sees) are written down a
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from pathlib import Path
 
@@ -15,17 +14,24 @@ import trio
 
 from bridge.writes import WriteRequest
 from crew import logs
-from crew.receipts import NOT_CONFIRMED, Receipt, not_recorded, refused
+from crew.receipts import Receipt, not_recorded, refused
 from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox import ...` keeps working)
     ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
     ITEM_LINE_EVERY, ITEM_LINES, KEEP_FINISHED, LOCAL, PAUSE_MAX, RETRY_MAX, RETRY_MIN, TEXT_CEILING, TICK,
     TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
     Items, TextTooLong, Waiting, entry_fingerprint, item_id,
 )
+from lead import inbox_texts as texts
 from lead.inbox_pace import Pacing
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
 
 log = logs.get("inbox")
+
+
+def _hhmm(wall: float) -> str:
+    from lead.hub import hhmm
+
+    return hhmm(wall)
 
 
 class Inbox:
@@ -150,14 +156,8 @@ class Inbox:
         member = self.hub.members.get(machine)
         return bool(member and member.online)
 
-    def _offline_since(self, machine: str) -> str | None:
-        member = self.hub.members.get(machine)
-        if member is None or member.online:
-            return None
-        from lead.hub import hhmm
-
-        since = member.offline_since or member.last_seen
-        return hhmm(since) if since else "never connected"
+    def _member(self, machine: str):
+        return self.hub.members.get(machine) if self.hub is not None else None
 
     def _reader(self, machine: str, agent: str):
         if machine == LOCAL:
@@ -172,9 +172,9 @@ class Inbox:
         reader = self._reader(item.machine, item.agent)
         conv = reader.conversations.get(item.conversation) if reader is not None and item.conversation else None
         if ahead is None:
-            queue = self.active.get((item.machine, item.agent), {}).values()
-            ahead = sum(1 for i in queue if i.state == "running" or (i.state == "approved" and i.order_key < item.order_key))
-        return Waiting(online=self._online(item.machine), offline_since=self._offline_since(item.machine),
+            ahead = texts.ahead_of(item, self.active.get((item.machine, item.agent), {}).values())
+        return Waiting(online=self._online(item.machine),
+                       offline_since=texts.offline_since(self._member(item.machine), _hhmm),
                        agent_status=reader.status if reader is not None else "unknown",
                        ask_open=bool(conv and conv.asks), ahead=ahead)
 
@@ -183,29 +183,13 @@ class Inbox:
         return self.core.state_text(item, owner=self.owner, waiting=waiting)
 
     def view(self, item: Item, ahead: int | None = None) -> dict:
-        d = attrs.asdict(item, recurse=False)
-        d.pop("request", None)
-        d.pop("fingerprint", None)
-        d["state_text"] = self.state_text(item, ahead)
-        d["offline_since_at"] = self._offline_since_at(item) if item.state == "approved" else None
-        return d
-
-    def _offline_since_at(self, item: Item) -> str | None:
-        """The offline machine's last frame as an ISO UTC time, for a phone to show in its own zone."""
-        member = self.hub.members.get(item.machine) if self.hub is not None else None
-        since = (member.offline_since or member.last_seen) if member is not None and not member.online else None
-        if not since:
-            return None
-        return dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return texts.view(item, text=self.state_text(item, ahead), member=self._member(item.machine))
 
     def views(self, items: list[Item]) -> list[dict]:
         """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
         ahead: dict[str, int] = {}
         for key in {(i.machine, i.agent) for i in items}:
-            queue = self.active.get(key, {}).values()
-            running = sum(1 for i in queue if i.state == "running")
-            approved = sorted((i for i in queue if i.state == "approved"), key=lambda i: i.order_key)
-            ahead.update((i.id, running + n) for n, i in enumerate(approved))
+            ahead.update(texts.ahead_counts(self.active.get(key, {}).values()))
         return [self.view(i, ahead.get(i.id)) for i in items]
 
     def listing(self, machine: str, agent: str, sender: str | None = None, *, owner: bool = True) -> list[Item]:
@@ -223,7 +207,7 @@ class Inbox:
         if req.op == "send":
             limit = self.text_max(machine, req.agent)
             if isinstance(req.text, str) and len(req.text) > limit:  # the agent would refuse it: never kept
-                return refused(req.request_id, req.op, "too_long", f"{len(req.text)} characters; at most {limit}")
+                return texts.too_long(req.request_id, req.op, len(req.text), limit)
             reader = self._reader(machine, req.agent)
             conv = reader.conversations.get(req.conversation or "") if reader is not None else None
             if conv is not None and self.core.passed_turn(req.turn, conv.turn):
@@ -237,8 +221,7 @@ class Inbox:
             return refused(req.request_id, req.op, "conflict")
         sender_key = "" if sender is None else f"token:{sender}"
         if self.mem.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
-            return refused(req.request_id, req.op, "inbox_full",
-                           f"{WAITING_MAX} of your requests already wait in inboxes: wait until some have run")
+            return texts.inbox_full(req.request_id, req.op, WAITING_MAX)
         now = self.wall()
         approved = approval == "standing"
         item = Item(id=iid, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
@@ -296,24 +279,16 @@ class Inbox:
             try:
                 rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
             except NotKept:  # nothing sent now; an earlier attempt may have been: not certain, Retry again
-                return Receipt(request_id=rid, op=op, outcome="unknown", reason="disk_full", text=NOT_CONFIRMED,
-                               replay=True)
+                return texts.not_confirmed(rid, op, "disk_full")
             finally:
                 self.busy.discard((existing.machine, existing.agent))
             if rec.reason == "busy" and existing.state == "running":  # refused `busy`: nothing sent now, an earlier
-                return Receipt(request_id=rid, op=op, outcome="unknown", reason=rec.reason,  # attempt may have
-                               text=NOT_CONFIRMED, replay=True)  # been; it is resumed later (issue 27)
+                return texts.not_confirmed(rid, op, rec.reason)  # attempt may have been; resumed later (issue 27)
             return attrs.evolve(rec, request_id=rid, replay=True)
-        if existing.receipt and existing.state in ("running", "done", "failed"):
-            return attrs.evolve(_receipt(existing.receipt), request_id=rid, replay=True)
-        if verdict in ("expired", "cancelled"):
-            return Receipt(request_id=rid, op=op, outcome=verdict, reason="inbox", text=self.state_text(existing),
-                           replay=True)
-        return attrs.evolve(self._queued(existing), request_id=rid, replay=True)
+        return texts.replay(existing, verdict, rid, op, self.state_text(existing))
 
     def _queued(self, item: Item) -> Receipt:
-        return Receipt(request_id=item.request_id or item.id, op=item.kind, outcome="queued", reason="inbox",
-                       text=self.state_text(item))
+        return texts.queued(item, self.state_text(item))
 
     # --- the owner's and the sender's changes -----------------------------------------------------
     async def approve(self, item: Item) -> Item:
@@ -352,8 +327,7 @@ class Inbox:
             return None
         limit = self.text_max(item.machine, item.agent)
         if len(fields["text"]) > limit:
-            raise TextTooLong(f"with this message the send would be {len(fields['text'])} characters; the agent "
-                              f"takes at most {limit}")
+            raise TextTooLong(texts.message_too_long(len(fields["text"]), limit))
         self._set(item, **fields)
         await self._sync()
         return item
@@ -598,7 +572,3 @@ class Blocked:
 class NotKept(Exception):
     """A dispatch could not record its request on disk first, so it sent nothing (`__cause__`: why)."""
 
-
-def _receipt(d: dict) -> Receipt:
-    fields = {f.name for f in attrs.fields(Receipt)}
-    return Receipt(**{k: v for k, v in d.items() if k in fields})

@@ -55,6 +55,7 @@ import attrs
 
 from bridge.writes import WriteRequest
 from crew.receipts import final_unknown
+from lead.inbox_texts import Waiting, state_text  # noqa: F401  (Waiting: re-exported)
 
 LOCAL = "local"
 TTL_DEFAULT = 24 * 3600.0
@@ -141,17 +142,6 @@ def item_id(sender: str | None, request_id: str) -> str:
 
 def entry_fingerprint(machine: str, req: WriteRequest) -> str:
     return attrs.evolve(req, request_id="", agent=f"{machine}/{req.agent}").fingerprint()
-
-
-@attrs.frozen
-class Waiting:
-    """What an approved item is waiting for, as the inbox knows it now."""
-
-    online: bool = True
-    offline_since: str | None = None
-    agent_status: str = "ready"
-    ask_open: bool = False
-    ahead: int = 0
 
 
 class InboxCore:
@@ -298,23 +288,7 @@ class InboxCore:
         return {"state": "failed", "reason": reason or outcome, "receipt": rec}
 
     # --- what the sender sees (I7) -------------------------------------------------------------
-    @staticmethod
-    def state_text(item: Item, *, owner: str, waiting: Waiting = Waiting()) -> str:
-        if item.state == "pending":
-            return f"waiting for approval from {owner}"
-        if item.state == "approved":
-            if not waiting.online:
-                return f"queued, machine offline since {waiting.offline_since}" if waiting.offline_since else "queued"
-            if waiting.agent_status != "ready":
-                return f"queued, waiting: the agent is {waiting.agent_status.replace('_', ' ')}"
-            if waiting.ask_open:
-                return "queued, waiting: an ask is open"
-            if waiting.ahead:
-                return f"queued, waiting: {waiting.ahead} ahead"
-            return "queued"
-        if item.state == "failed":
-            return f"failed: {item.reason}" if item.reason else "failed"
-        return item.state
+    state_text = staticmethod(state_text)  # lead.inbox_texts: the sentence for each state
 
     @staticmethod
     def message(item: Item, text: str) -> dict | None:
