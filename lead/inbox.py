@@ -204,34 +204,28 @@ class Inbox:
         existing = await self._find(sender, req.request_id)
         if existing is not None:
             return await self._repeat(existing, req, fingerprint)
-        if req.op == "send":
-            limit = self.text_max(machine, req.agent)
-            if isinstance(req.text, str) and len(req.text) > limit:  # the agent would refuse it: never kept
-                return texts.too_long(req.request_id, req.op, len(req.text), limit)
+        if req.op == "send":  # the agent would refuse it (too long, B4 a passed turn): never kept
             reader = self._reader(machine, req.agent)
             conv = reader.conversations.get(req.conversation or "") if reader is not None else None
-            if conv is not None and self.core.passed_turn(req.turn, conv.turn):
-                return refused(req.request_id, req.op, "turn_moved")  # B4: checked when it enters
+            no = self.core.refuse_entry(req, limit=self.text_max(machine, req.agent),
+                                        current_turn=conv.turn if conv is not None else None)
+            if no is not None:
+                return no
         iid = item_id(sender, req.request_id)
         taken = await self.get(iid) is not None  # the owner used an id a sender's item already has
-        existing = self.by_key.get(("" if sender is None else f"token:{sender}", req.request_id))
+        sender_key = "" if sender is None else f"token:{sender}"
+        existing = self.by_key.get((sender_key, req.request_id))
         if existing is not None:  # entered while we looked in the record
             return await self._repeat(existing, req, fingerprint)
-        if taken:
-            return refused(req.request_id, req.op, "conflict")
-        sender_key = "" if sender is None else f"token:{sender}"
-        if self.mem.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
-            return texts.inbox_full(req.request_id, req.op, WAITING_MAX)
-        now = self.wall()
-        approved = approval == "standing"
-        item = Item(id=iid, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
-                    starter=req.starter_id, text=req.text, sender=sender, state="approved" if approved else "pending",
-                    created_at=now, approved_at=now if approved else None, updated_at=now,
-                    request_id=req.request_id, fingerprint=fingerprint)
+        no = self.core.admit(req, taken=taken, waiting=self.mem.waiting_by_sender.get(sender_key, 0), most=WAITING_MAX)
+        if no is not None:
+            return no
+        item = self.core.new_item(iid, machine, req, sender=sender, fingerprint=fingerprint, approval=approval,
+                                  now=self.wall())
         key = (machine, req.agent)
         self._insert(item)
-        if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy \
-                and self._online(machine) and not self._locked(item):
+        if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
+                                    online=self._online(machine), locked=self._locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
             req = attrs.evolve(req, request_id=iid)
             if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
@@ -272,9 +266,8 @@ class Inbox:
         if existing.id in self.inflight:  # a double tap while the first runs: wait for it, then report it
             await self.inflight[existing.id].wait()
             return await self._repeat(existing, req, fingerprint)
-        if verdict == "running" and (existing.runtime_ref or {}).get("turn") is None and existing.request \
-                and (existing.machine, existing.agent) not in self.busy and self._online(existing.machine):
-            # interrupted (a crash, `unknown`): the sender's Retry resumes the recorded request now
+        if self.core.resumes(existing, verdict, busy=(existing.machine, existing.agent) in self.busy,
+                             online=self._online(existing.machine)):  # the Retry resumes the recorded request
             self.busy.add((existing.machine, existing.agent))
             try:
                 rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
@@ -421,18 +414,8 @@ class Inbox:
         log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
 
     def _request_for(self, item: Item, reader) -> WriteRequest:
-        """The recorded request when there is one (resumed exactly); else a new one quoting the
-        conversation's current turn (crew.md §4)."""
-        if item.request:
-            return WriteRequest(**item.request)
-        turn = None
-        if item.kind == "send" and reader is not None and item.conversation in reader.conversations:
-            turn = reader.conversations[item.conversation].turn
-        # the owning bridge quotes the turn it reads under the session's lock (crew.md §3): the lead's view
-        # may lag it, or not show the conversation at all (a cut view, issue 32); `turn` is the lead's
-        # view, for a member whose Collie predates `current_turn`
-        return WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
-                            text=item.text, turn=turn, starter_id=item.starter, current_turn=item.kind == "send")
+        conv = reader.conversations.get(item.conversation) if item.kind == "send" and reader is not None else None
+        return self.core.request_for(item, conv.turn if conv is not None else None)
 
     def _locked(self, item: Item) -> bool:
         """Does another write hold the session lock this item's write would take (crew.md §3)? Then a
@@ -463,33 +446,27 @@ class Inbox:
         self._keys = set()
         for key in keys:
             machine, agent = key
-            for item in self.core.expired(list(self.pending.get(key, {}).values()), now):
-                self._set(item, state="expired")
-                log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
             reader = self._reader(machine, agent)
             ready = reader is not None and reader.status == "ready"
-            resume = None
-            for item in list(self.running.get(key, {}).values()):
-                if item.id in self.inflight:
-                    continue
-                if (item.runtime_ref or {}).get("turn") is not None:
-                    conv = reader.conversations.get(item.runtime_ref.get("conversation")) if reader else None
-                    if ready and self.core.done(item, conv.turn if conv else None, conv.state if conv else None):
-                        self._set(item, state="done")
-                    elif ready:
-                        self._read_again(machine, agent)  # waiting on its turn to end: look again at once
-                elif self.pace.retry_due(item.id, clock):
-                    resume = item  # interrupted before its receipt: resumed by reference
-            if key in self.busy or not self._online(machine) or not ready or self.pace.paused_now(key, clock):
-                continue
-            nxt = resume
-            if nxt is None and key not in self.running:  # one request at a time per agent (I2)
-                nxt = self.core.next_to_run(self.active.get(key, {}).values(), Blocked(self, key, reader),
-                                            self.pace.held_now(self.active.get(key, {}).values(), clock,
-                                                               self._signature))
-            if nxt is not None:
+            active = self.active.get(key, {})
+            plan = self.core.plan(
+                pending=list(self.pending.get(key, {}).values()), running=list(self.running.get(key, {}).values()),
+                active=active.values(), now=now, ready=ready,
+                conversations=reader.conversations if reader is not None else None, inflight=self.inflight,
+                retry_due=lambda iid: self.pace.retry_due(iid, clock),
+                can_run=key not in self.busy and self._online(machine) and ready and not self.pace.paused_now(key, clock),
+                blocked=Blocked(self, key, reader),
+                held=lambda: self.pace.held_now(active.values(), clock, self._signature))
+            for item in plan.expire:
+                self._set(item, state="expired")
+                log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
+            for item in plan.finish:
+                self._set(item, state="done")
+            if plan.look_again:
+                self._read_again(machine, agent)
+            if plan.run is not None:
                 self.busy.add(key)
-                nursery.start_soon(self._run_item, nxt, self._request_for(nxt, reader))
+                nursery.start_soon(self._run_item, plan.run, self._request_for(plan.run, reader))
         if now - self._last_purge >= 60.0:
             self._last_purge = now
             for item in self.core.forgotten(list(self.finished.values()), now):

@@ -54,7 +54,8 @@ from collections import OrderedDict
 import attrs
 
 from bridge.writes import WriteRequest
-from crew.receipts import final_unknown
+from crew.receipts import final_unknown, refused
+from lead import inbox_texts as texts
 from lead.inbox_texts import Waiting, state_text  # noqa: F401  (Waiting: re-exported)
 
 LOCAL = "local"
@@ -144,6 +145,16 @@ def entry_fingerprint(machine: str, req: WriteRequest) -> str:
     return attrs.evolve(req, request_id="", agent=f"{machine}/{req.agent}").fingerprint()
 
 
+@attrs.frozen
+class Plan:
+    """What one tick does to one inbox (InboxCore.plan)."""
+
+    expire: tuple = ()  # pending items past the TTL
+    finish: tuple = ()  # running items whose turn ended: done
+    look_again: bool = False  # a running item waits on its turn to end: read the agent again at once
+    run: Item | None = None  # the item to dispatch now
+
+
 class InboxCore:
     """Decisions over one agent's items; every method takes what it needs (`now`: wall-clock seconds)."""
 
@@ -164,6 +175,62 @@ class InboxCore:
         the phone, never lead it, so a quoted turn ahead of the view is not judged here.)"""
         return quoted is not None and current is not None and quoted < current
 
+    def refuse_entry(self, req: WriteRequest, *, limit: int, current_turn: int | None):
+        """A new send the agent would refuse anyway: over its `text_max` (`too_long`), or quoting a turn that
+        has already passed (`turn_moved`, B4). The refusal receipt, or None; nothing of it is kept."""
+        if req.op != "send":
+            return None
+        if isinstance(req.text, str) and len(req.text) > limit:
+            return texts.too_long(req.request_id, req.op, len(req.text), limit)
+        if self.passed_turn(req.turn, current_turn):
+            return refused(req.request_id, req.op, "turn_moved")
+        return None
+
+    @staticmethod
+    def admit(req: WriteRequest, *, taken: bool, waiting: int, most: int = WAITING_MAX):
+        """A new request id of its sender: refused `conflict` when its item id is `taken` (the owner used an
+        id a sender's item already has), `inbox_full` when the sender has `most` items `waiting`; else None."""
+        if taken:
+            return refused(req.request_id, req.op, "conflict")
+        if waiting >= most:
+            return texts.inbox_full(req.request_id, req.op, most)
+        return None
+
+    @staticmethod
+    def new_item(iid: str, machine: str, req: WriteRequest, *, sender: str | None, fingerprint: str,
+                 approval: str, now: float) -> Item:
+        """The item a request becomes: a standing sender's is approved on arrival, a `required` one's pending."""
+        approved = approval == "standing"
+        return Item(id=iid, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
+                    starter=req.starter_id, text=req.text, sender=sender, state="approved" if approved else "pending",
+                    created_at=now, approved_at=now if approved else None, updated_at=now,
+                    request_id=req.request_id, fingerprint=fingerprint)
+
+    @staticmethod
+    def passes_through(item: Item, *, alone: bool, busy: bool, online: bool, locked: bool) -> bool:
+        """A phone write to an empty (`alone`), idle, online inbox whose conversation no other write holds runs
+        at once: the full Send protocol, its real receipt."""
+        return item.sender is None and item.state == "approved" and alone and not busy and online and not locked
+
+    @staticmethod
+    def resumes(existing: Item, verdict: str, *, busy: bool, online: bool) -> bool:
+        """A repeat of an item interrupted before its receipt (a crash, `unknown`): the sender's Retry resumes
+        the recorded request now, when its inbox is idle and online."""
+        return verdict == "running" and (existing.runtime_ref or {}).get("turn") is None \
+            and bool(existing.request) and not busy and online
+
+    @staticmethod
+    def request_for(item: Item, turn: int | None) -> WriteRequest:
+        """The recorded request when there is one (resumed exactly); else a new one quoting `turn`, the
+        conversation's current turn as the lead sees it (crew.md §4). The owning bridge quotes the turn it
+        reads under the session's lock (`current_turn`, crew.md §3): the lead's view may lag it, or not show
+        the conversation at all (a cut view, issue 32); `turn` is for a member whose Collie predates it."""
+        if item.request:
+            return WriteRequest(**item.request)
+        return WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
+                            text=item.text, turn=turn if item.kind == "send" else None, starter_id=item.starter,
+                            current_turn=item.kind == "send")
+
     # --- time -------------------------------------------------------------------------------
     def expired(self, items, now: float) -> list[Item]:
         return [i for i in items if i.state == "pending" and now - i.created_at >= self.ttl]
@@ -172,6 +239,33 @@ class InboxCore:
     def forgotten(items, now: float, keep: float = KEEP_FINISHED) -> list[Item]:
         """Finished items older than `keep`: they may leave the record."""
         return [i for i in items if i.state in FINISHED and now - i.updated_at >= keep]
+
+    # --- the tick ---------------------------------------------------------------------------
+    def plan(self, *, pending, running, active, now: float, ready: bool, conversations, inflight,
+             retry_due, can_run: bool, blocked, held) -> Plan:
+        """What one look at one inbox does: pending items past the TTL expire; a running item whose turn
+        ended is done, one still in its turn has the agent read again, one interrupted before its receipt
+        is resumed once `retry_due(id)`; then, when the inbox `can_run` (idle, online, the agent ready, not
+        paused), the resumed item or else — with nothing left running (I2) — `next_to_run` (`held()`: the
+        ids waiting out a pause). `conversations`: the agent's as the lead sees them, None if unknown."""
+        expire = self.expired(pending, now)
+        finish, look_again, resume = [], False, None
+        for item in running:
+            if item.id in inflight:
+                continue
+            if (item.runtime_ref or {}).get("turn") is not None:
+                conv = conversations.get(item.runtime_ref.get("conversation")) if conversations is not None else None
+                if ready and self.done(item, conv.turn if conv else None, conv.state if conv else None):
+                    finish.append(item)
+                elif ready:
+                    look_again = True  # waiting on its turn to end: look again at once
+            elif retry_due(item.id):
+                resume = item  # interrupted before its receipt: resumed by reference
+        nxt = resume if can_run else None
+        if can_run and nxt is None and len(finish) == len(running):  # one request at a time per agent (I2)
+            gone = {i.id for i in expire} | {i.id for i in finish}
+            nxt = self.next_to_run((i for i in active if i.id not in gone) if gone else active, blocked, held())
+        return Plan(tuple(expire), tuple(finish), look_again, nxt)
 
     # --- order ------------------------------------------------------------------------------
     def next_to_run(self, items, blocked, held=frozenset()) -> Item | None:
