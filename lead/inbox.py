@@ -22,16 +22,11 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
     Items, TextTooLong, Waiting, entry_fingerprint, item_id,
 )
 from lead import inbox_texts as texts
-from lead.inbox_pace import Pacing
+from lead.inbox_pace import Looks, Pacing
+from lead.inbox_sight import Blocked, Sight
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
 
 log = logs.get("inbox")
-
-
-def _hhmm(wall: float) -> str:
-    from lead.hub import hhmm
-
-    return hhmm(wall)
 
 
 class Inbox:
@@ -42,6 +37,7 @@ class Inbox:
         self.core = InboxCore(ttl)
         self.hub = hub
         self.writer = writer
+        self.sight = Sight(hub, writer)  # what the lead's view shows of machines, agents and locks
         self.owner = owner
         self.wall = wall
         self.wake = trio.Event()
@@ -54,12 +50,7 @@ class Inbox:
         self.pace = Pacing()  # holds after a "not now", paused inboxes, retries, each item's log budget
         self._last_purge = 0.0
         self._seq = 0
-        # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
-        # inboxes something happened to — a change of one agent does not walk every agent's inbox
-        self._all = True
-        self._keys: set[tuple[str, str]] = set()
-        self._next_full = 0.0
-        self._resting = False  # the loop sleeps IDLE_TICK: an item that turns active must wake it
+        self.looks = Looks()  # which inboxes the next tick looks at, and how long the loop rests
         self._load()
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
@@ -88,8 +79,7 @@ class Inbox:
 
     def _remember(self, item: Item) -> None:
         self.mem.remember(item)
-        if item.state in ACTIVE and self._resting:
-            self._resting = False
+        if item.state in ACTIVE and self.looks.woken():
             self.wake.set()
 
     def _forget(self, item: Item) -> None:
@@ -143,47 +133,26 @@ class Inbox:
 
     def poke(self, key: tuple[str, str] | None = None) -> None:
         """Look at the inbox `key` (machine, agent) at once — every inbox when None."""
-        if key is None:
-            self._all = True
-        else:
-            self._keys.add(key)
+        self.looks.poke(key)
         self.wake.set()
 
     # --- what the phone and senders see ---------------------------------------------------------
-    def _online(self, machine: str) -> bool:
-        if machine == LOCAL:
-            return True
-        member = self.hub.members.get(machine)
-        return bool(member and member.online)
-
-    def _member(self, machine: str):
-        return self.hub.members.get(machine) if self.hub is not None else None
-
-    def _reader(self, machine: str, agent: str):
-        if machine == LOCAL:
-            return self.writer.bridge.readers.get(agent)
-        return self.hub.reader(machine, agent)
-
     def knows(self, machine: str, agent: str) -> bool:
         """Is there such an agent (the lead's own, or a member's, online or remembered)?"""
-        return self._reader(machine, agent) is not None
+        return self.sight.reader(machine, agent) is not None
+
+    def text_max(self, machine: str, agent: str) -> int:
+        return self.sight.text_max(machine, agent)
 
     def waiting(self, item: Item, ahead: int | None = None) -> Waiting:
-        reader = self._reader(item.machine, item.agent)
-        conv = reader.conversations.get(item.conversation) if reader is not None and item.conversation else None
-        if ahead is None:
-            ahead = texts.ahead_of(item, self.active.get((item.machine, item.agent), {}).values())
-        return Waiting(online=self._online(item.machine),
-                       offline_since=texts.offline_since(self._member(item.machine), _hhmm),
-                       agent_status=reader.status if reader is not None else "unknown",
-                       ask_open=bool(conv and conv.asks), ahead=ahead)
+        return self.sight.waiting(item, self.active.get((item.machine, item.agent), {}).values(), ahead)
 
     def state_text(self, item: Item, ahead: int | None = None) -> str:
         waiting = self.waiting(item, ahead) if item.state == "approved" else Waiting()
         return self.core.state_text(item, owner=self.owner, waiting=waiting)
 
     def view(self, item: Item, ahead: int | None = None) -> dict:
-        return texts.view(item, text=self.state_text(item, ahead), member=self._member(item.machine))
+        return texts.view(item, text=self.state_text(item, ahead), member=self.sight.member(item.machine))
 
     def views(self, items: list[Item]) -> list[dict]:
         """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
@@ -205,9 +174,8 @@ class Inbox:
         if existing is not None:
             return await self._repeat(existing, req, fingerprint)
         if req.op == "send":  # the agent would refuse it (too long, B4 a passed turn): never kept
-            reader = self._reader(machine, req.agent)
-            conv = reader.conversations.get(req.conversation or "") if reader is not None else None
-            no = self.core.refuse_entry(req, limit=self.text_max(machine, req.agent),
+            conv = self.sight.conversation(machine, req.agent, req.conversation)
+            no = self.core.refuse_entry(req, limit=self.sight.text_max(machine, req.agent),
                                         current_turn=conv.turn if conv is not None else None)
             if no is not None:
                 return no
@@ -225,11 +193,11 @@ class Inbox:
         key = (machine, req.agent)
         self._insert(item)
         if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
-                                    online=self._online(machine), locked=self._locked(item)):
+                                    online=self.sight.online(machine), locked=self.sight.locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
             req = attrs.evolve(req, request_id=iid)
             if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
-                req = self._request_for(item, self._reader(machine, req.agent))
+                req = self._request_for(item, self.sight.reader(machine, req.agent))
             try:
                 rec = await self._dispatch(item, req, passed_through=True)
             except NotKept as exc:
@@ -267,7 +235,7 @@ class Inbox:
             await self.inflight[existing.id].wait()
             return await self._repeat(existing, req, fingerprint)
         if self.core.resumes(existing, verdict, busy=(existing.machine, existing.agent) in self.busy,
-                             online=self._online(existing.machine)):  # the Retry resumes the recorded request
+                             online=self.sight.online(existing.machine)):  # the Retry resumes the recorded request
             self.busy.add((existing.machine, existing.agent))
             try:
                 rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
@@ -305,20 +273,13 @@ class Inbox:
         await self._sync()
         return len(waiting)
 
-    def text_max(self, machine: str, agent: str) -> int:
-        """The longest send text the agent takes (its hello's `limits.text_max`); while its hello is not
-        known, the API's body limit. A sender's text is held to it when it enters and with each message,
-        so no item grows past what the agent would take."""
-        hello = getattr(self._reader(machine, agent), "hello", None)
-        return hello.limits.text_max if hello is not None else TEXT_CEILING
-
     async def message(self, item: Item, text: str) -> Item | None:
         """None when the item no longer waits (the change is refused); TextTooLong when the send would
         be longer than its agent takes."""
         fields = self.core.message(item, text)
         if fields is None:
             return None
-        limit = self.text_max(item.machine, item.agent)
+        limit = self.sight.text_max(item.machine, item.agent)
         if len(fields["text"]) > limit:
             raise TextTooLong(texts.message_too_long(len(fields["text"]), limit))
         self._set(item, **fields)
@@ -334,12 +295,6 @@ class Inbox:
         return item
 
     # --- dispatch -------------------------------------------------------------------------------
-    def _read_again(self, machine: str, agent: str) -> None:
-        """16.1: ask the owning bridge to read the agent again at once (a write just went out, or a
-        turn the inbox waits on may have ended). Members' agents are read by their own bridge."""
-        if machine == LOCAL:
-            self.writer.bridge.read_soon(agent)
-
     async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
         before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
@@ -363,8 +318,8 @@ class Inbox:
                             item.id, type(exc).__name__)
                 rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
             fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
-            fields, line = self.pace.after(item, req, rec, fields, trio.current_time(), locked=self._locked(item),
-                                           signature=self._signature(item))
+            fields, line = self.pace.after(item, req, rec, fields, trio.current_time(), locked=self.sight.locked(item),
+                                           signature=self.sight.signature(item))
             if line is not None:
                 self._line(item, *line)
             self._set(item, **fields)
@@ -374,7 +329,7 @@ class Inbox:
                 await self._sync()
             except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
                 self.store.failed()
-            self._read_again(item.machine, item.agent)
+            self.sight.read_again(item.machine, item.agent)
             return rec
         finally:
             del self.inflight[item.id]
@@ -395,15 +350,6 @@ class Inbox:
         finally:
             self.busy.discard(key)
 
-    def _signature(self, item: Item):
-        """What a held item waits on, as the lead's view shows it: its conversation's turn, state and asks
-        (None when the lead does not see it, or for a starter)."""
-        if item.kind != "send":
-            return None
-        reader = self._reader(item.machine, item.agent)
-        conv = reader.conversations.get(item.conversation or "") if reader is not None else None
-        return None if conv is None else (conv.turn, conv.state, tuple(a.id for a in conv.asks))
-
     def _line(self, item: Item, fmt: str, *args) -> None:
         """Log one line about an item: ITEM_LINES at once, then one every ITEM_LINE_EVERY s; the line after
         a silence says how many were held."""
@@ -417,36 +363,18 @@ class Inbox:
         conv = reader.conversations.get(item.conversation) if item.kind == "send" and reader is not None else None
         return self.core.request_for(item, conv.turn if conv is not None else None)
 
-    def _locked(self, item: Item) -> bool:
-        """Does another write hold the session lock this item's write would take (crew.md §3)? Then a
-        send waits, keeping its place, and goes when the lock is let go."""
-        return item.kind == "send" and self._lock_held(item.machine, item.agent, item.conversation)
-
-    def _lock_held(self, machine: str, agent: str, conversation: str | None) -> bool:
-        if machine == LOCAL:
-            locks, key = getattr(self.writer, "locks", None), (agent, conversation or "")
-        else:
-            locks, key = getattr(self.hub, "locks", None), (machine, agent, conversation or "")
-        return locks is not None and locks.locked(key)
-
     def _timers(self, clock: float) -> float | None:
         """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
         inboxes whose pauses have ended."""
         soonest, keys = self.pace.timers(clock, self.by_id, self.active)
-        self._keys |= keys
+        self.looks.keys |= keys
         return soonest
 
     def _tick(self, nursery: trio.Nursery) -> None:
         now, clock = self.wall(), trio.current_time()
-        if self._all or clock >= self._next_full:  # timers (expiry, retries, pauses) are met here
-            keys = list(self.active)
-            self._all, self._next_full = False, clock + TICK
-        else:
-            keys = [k for k in self._keys if k in self.active]
-        self._keys = set()
-        for key in keys:
+        for key in self.looks.take(clock, self.active):  # every inbox at least every TICK, else the poked ones
             machine, agent = key
-            reader = self._reader(machine, agent)
+            reader = self.sight.reader(machine, agent)
             ready = reader is not None and reader.status == "ready"
             active = self.active.get(key, {})
             plan = self.core.plan(
@@ -454,16 +382,16 @@ class Inbox:
                 active=active.values(), now=now, ready=ready,
                 conversations=reader.conversations if reader is not None else None, inflight=self.inflight,
                 retry_due=lambda iid: self.pace.retry_due(iid, clock),
-                can_run=key not in self.busy and self._online(machine) and ready and not self.pace.paused_now(key, clock),
-                blocked=Blocked(self, key, reader),
-                held=lambda: self.pace.held_now(active.values(), clock, self._signature))
+                can_run=key not in self.busy and self.sight.online(machine) and ready and not self.pace.paused_now(key, clock),
+                blocked=Blocked(self.sight, key, reader),
+                held=lambda: self.pace.held_now(active.values(), clock, self.sight.signature))
             for item in plan.expire:
                 self._set(item, state="expired")
                 log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
             for item in plan.finish:
                 self._set(item, state="done")
             if plan.look_again:
-                self._read_again(machine, agent)
+                self.sight.read_again(machine, agent)
             if plan.run is not None:
                 self.busy.add(key)
                 nursery.start_soon(self._run_item, plan.run, self._request_for(plan.run, reader))
@@ -472,18 +400,10 @@ class Inbox:
             for item in self.core.forgotten(list(self.finished.values()), now):
                 self._forget(item)
                 self.store.drop(item.id)
-            if not self.mem.complete or self._over_share():
+            if not self.mem.complete or self.mem.over_share(FINISHED_PER_SENDER):
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
         if self.store.due:
             nursery.start_soon(self.store.sync_later)
-
-    def _over_share(self) -> bool:
-        """Does a sender hold more finished items than FINISHED_PER_SENDER? (All of them are in memory.)"""
-        counts: dict[str, int] = {}
-        for item in self.finished.values():
-            if item.sender is not None:
-                counts[item.sender] = counts.get(item.sender, 0) + 1
-        return any(n > FINISHED_PER_SENDER for n in counts.values())
 
     async def _purge_record(self, before: float) -> None:
         """Finished items older than `before` leave the record, and so do a sender's finished items beyond
@@ -515,35 +435,17 @@ class Inbox:
             while True:
                 self._timers(trio.current_time())
                 self._tick(nursery)
-                self._resting = (not self.active and not self._keys and not self._all
-                                 and self.store.idle)
-                wait = IDLE_TICK if self._resting else TICK
-                soonest = self._timers(trio.current_time())
-                if soonest is not None:
-                    wait = min(wait, max(0.0, soonest - trio.current_time()))
+                wait = self.looks.rest(active=bool(self.active), store_idle=self.store.idle)
+                wait = self.looks.until(wait, self._timers(trio.current_time()), trio.current_time())
                 with trio.move_on_after(wait):
                     await self.wake.wait()
-                self._resting = False
+                self.looks.resting = False
                 self.wake = trio.Event()
 
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
                 "inflight": len(self.inflight), "commits_pending": self.store.behind,
                 "held": len(self.pace.held), "paused": len(self.pace.paused)}
-
-
-class Blocked:
-    """The conversations of one inbox whose sends wait (InboxCore.next_to_run's `blocked`): an ask open
-    in the lead's view (crew.md §4), or another write holding the session's lock (crew.md §3)."""
-
-    def __init__(self, inbox: Inbox, key: tuple[str, str], reader) -> None:
-        self.inbox, self.key, self.reader = inbox, key, reader
-
-    def __contains__(self, conversation) -> bool:
-        conv = self.reader.conversations.get(conversation or "") if self.reader is not None else None
-        if conv is not None and conv.asks:
-            return True
-        return self.inbox._lock_held(*self.key, conversation)
 
 
 class NotKept(Exception):

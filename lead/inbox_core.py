@@ -456,6 +456,14 @@ class Items:
         self.by_key.pop((item.sender_key, item.request_id or item.id), None)
         self.by_id.pop(item.id, None)
 
+    def over_share(self, most: int) -> bool:
+        """Does a sender hold more than `most` finished items? (The owner's are not counted.)"""
+        counts: dict[str, int] = {}
+        for item in self.finished.values():
+            if item.sender is not None:
+                counts[item.sender] = counts.get(item.sender, 0) + 1
+        return any(n > most for n in counts.values())
+
     def of(self, machine: str, agent: str) -> list[Item]:
         """The agent's items in memory: every active one and the recent finished ones."""
         out = list(self.active.get((machine, agent), {}).values())

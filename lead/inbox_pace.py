@@ -1,4 +1,5 @@
-"""How the inbox paces its tries (issue 32; crew.md §3, §4), with no I/O: the trio clock is passed in as `clock`.
+"""How the inbox paces its tries and its loop (issues 16, 32; crew.md §3, §4), with no I/O: the trio clock is
+passed in as `clock`.
 
 Guarantees:
 - Nothing spins. An item answered "not now" (a `HOLD` refusal: an open ask, a moved turn, a busy session)
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import attrs
 
-from lead.inbox_core import (HOLD, HOLD_MAX, ITEM_LINE_EVERY, ITEM_LINES, PAUSE_MAX, RETRY_MAX, RETRY_MIN,
-                             TRANSIENT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, Hold, Item)
+from lead.inbox_core import (HOLD, HOLD_MAX, IDLE_TICK, ITEM_LINE_EVERY, ITEM_LINES, PAUSE_MAX, RETRY_MAX,
+                             RETRY_MIN, TICK, TRANSIENT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, Hold, Item)
 
 
 class Pacing:
@@ -144,3 +145,53 @@ class Pacing:
         budget[0] -= 1.0
         held, budget[2] = budget[2], 0
         return held
+
+
+class Looks:
+    """Which inboxes the next tick looks at, and how long the loop rests before it (issue 16: idle CPU).
+
+    Invariants: every inbox is looked at least every TICK s (timers — expiry, retries, pauses — are met
+    there) and at once after `poke()`; in between only the inboxes something happened to (`poke(key)`):
+    a change of one agent does not walk every agent's inbox. With nothing active, nothing poked and
+    nothing to commit the loop rests IDLE_TICK s, and an item that turns active ends the rest
+    (`woken()`); a pause ending sooner wakes it at that exact time."""
+
+    def __init__(self) -> None:
+        self.all = True
+        self.keys: set[tuple[str, str]] = set()
+        self.next_full = 0.0
+        self.resting = False  # the loop sleeps IDLE_TICK: an item that turns active must wake it
+
+    def poke(self, key: tuple[str, str] | None) -> None:
+        """Look at the inbox `key` (machine, agent) at the next tick — every inbox when None."""
+        if key is None:
+            self.all = True
+        else:
+            self.keys.add(key)
+
+    def take(self, clock: float, active) -> list[tuple[str, str]]:
+        """The inboxes this tick looks at (`active`: the inboxes with active items)."""
+        if self.all or clock >= self.next_full:
+            keys = list(active)
+            self.all, self.next_full = False, clock + TICK
+        else:
+            keys = [k for k in self.keys if k in active]
+        self.keys = set()
+        return keys
+
+    def rest(self, *, active: bool, store_idle: bool) -> float:
+        """After a tick: how long to sleep, before `until` cuts it short."""
+        self.resting = not active and not self.keys and not self.all and store_idle
+        return IDLE_TICK if self.resting else TICK
+
+    @staticmethod
+    def until(wait: float, soonest: float | None, clock: float) -> float:
+        """`wait`, cut short to the soonest pause's end (exact times on virtual clocks)."""
+        return wait if soonest is None else min(wait, max(0.0, soonest - clock))
+
+    def woken(self) -> bool:
+        """An item turned active: end a rest (True when the loop must be woken)."""
+        if self.resting:
+            self.resting = False
+            return True
+        return False
