@@ -24,7 +24,7 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
 from lead import inbox_texts as texts
 from lead.inbox_pace import Looks, Pacing
 from lead.inbox_sight import Blocked, Sight
-from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore  # noqa: F401
+from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore, Record  # noqa: F401
 
 log = logs.get("inbox")
 
@@ -34,6 +34,7 @@ class Inbox:
                  wall=time.time) -> None:
         self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
         self.store = InboxStore(path, run=self._db)  # the record; the one place that writes rows
+        self.record = Record(self.store, wall, self._changed)  # the items in memory and on disk
         self.core = InboxCore(ttl)
         self.hub = hub
         self.writer = writer
@@ -42,16 +43,15 @@ class Inbox:
         self.wall = wall
         self.wake = trio.Event()
         # in memory: every active item, and the most recent finished ones; the database is the record
-        self.mem = mem = Items()
+        self.mem = mem = self.record.mem
         self.active, self.pending, self.running = mem.active, mem.pending, mem.running  # its indexes, shared
         self.finished, self.by_key, self.by_id = mem.finished, mem.by_key, mem.by_id
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
         self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
         self.pace = Pacing()  # holds after a "not now", paused inboxes, retries, each item's log budget
         self._last_purge = 0.0
-        self._seq = 0
         self.looks = Looks()  # which inboxes the next tick looks at, and how long the loop rests
-        self._load()
+        self.record.load(wall() - KEEP_FINISHED)
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
         # a send that waited for another write's lock goes as soon as it is let go (crew.md §3)
@@ -69,40 +69,15 @@ class Inbox:
     def db(self, db) -> None:
         self.store.db = db
 
-    def _load(self) -> None:
-        self._seq, active, finished = self.store.load(self.wall() - KEEP_FINISHED, FINISHED_IN_MEMORY)
-        for item in active:
-            self._remember(item)
-        self.mem.complete = len(finished) <= FINISHED_IN_MEMORY
-        for item in reversed(finished[:FINISHED_IN_MEMORY]):
-            self._remember(item)
-
-    def _remember(self, item: Item) -> None:
-        self.mem.remember(item)
-        if item.state in ACTIVE and self.looks.woken():
-            self.wake.set()
-
-    def _forget(self, item: Item) -> None:
-        """Take `item` out of the in-memory indexes (before a change of state re-files it)."""
-        self.mem.forget(item)
-
-    def _set(self, item: Item, **fields) -> None:
-        """Change an item in memory and mark it for the next commit (`await self._sync()` to wait for it)."""
-        self._forget(item)
-        for key, value in fields.items():
-            setattr(item, key, value)
-        item.updated_at = self.wall()
+    def _changed(self, item: Item) -> None:
+        """After every change of an item: its pacing ends with it, an active one ends the loop's rest, and
+        the live channel hears of it (late receipts reach the phone, I7)."""
         if item.state in FINISHED:
             self.pace.finished(item.id)
-        self._remember(item)
-        self.store.put(item)
-        for fn in self.on_change:  # the live channel: late receipts reach the phone (I7)
+        if item.state in ACTIVE and self.looks.woken():
+            self.wake.set()
+        for fn in self.on_change:
             fn(item)
-
-    def _insert(self, item: Item) -> None:
-        self._seq += 1
-        item.seq = self._seq
-        self._set(item)
 
     async def _sync(self) -> None:
         """Return once every change made before the call is on disk."""
@@ -113,19 +88,7 @@ class Inbox:
         return await self.store.in_thread(fn, *args)
 
     async def get(self, item_id: str) -> Item | None:
-        if item_id in self.by_id:
-            return self.by_id[item_id]
-        if self.mem.complete:
-            return None
-        return await self.store.read(item_id)
-
-    async def _find(self, sender: str | None, request_id: str) -> Item | None:
-        key = ("" if sender is None else f"token:{sender}", request_id)
-        if key in self.by_key:
-            return self.by_key[key]
-        if self.mem.complete:
-            return None
-        return await self.store.find(sender, request_id)
+        return await self.record.get(item_id)
 
     def items(self, machine: str, agent: str) -> list[Item]:
         """The agent's items in memory: every active one and the recent finished ones."""
@@ -170,7 +133,7 @@ class Inbox:
                      approval: str = "standing") -> Receipt:
         """A send or starter enters the inbox; a phone write to an empty, online inbox runs at once."""
         fingerprint = entry_fingerprint(machine, req)
-        existing = await self._find(sender, req.request_id)
+        existing = await self.record.find(sender, req.request_id)
         if existing is not None:
             return await self._repeat(existing, req, fingerprint)
         if req.op == "send":  # the agent would refuse it (too long, B4 a passed turn): never kept
@@ -191,7 +154,7 @@ class Inbox:
         item = self.core.new_item(iid, machine, req, sender=sender, fingerprint=fingerprint, approval=approval,
                                   now=self.wall())
         key = (machine, req.agent)
-        self._insert(item)
+        self.record.insert(item)
         if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
                                     online=self.sight.online(machine), locked=self.sight.locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
@@ -218,8 +181,7 @@ class Inbox:
     def _not_kept(self, item: Item, req: WriteRequest, exc: BaseException) -> Receipt:
         """The new item could not be written to disk (the state folder is full): it is not acknowledged,
         so it is not kept at all — not in memory, not in a later commit — and nothing was sent."""
-        self._forget(item)
-        self.store.unmark(item.id)
+        self.record.discard(item)
         self.pace.retry_at.pop(item.id, None)
         self.store.failed()
         log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
@@ -254,14 +216,14 @@ class Inbox:
     # --- the owner's and the sender's changes -----------------------------------------------------
     async def approve(self, item: Item) -> Item:
         if item.state == "pending":
-            self._set(item, state="approved", approved_at=self.wall())
+            self.record.set(item, state="approved", approved_at=self.wall())
             await self._sync()
             self.poke((item.machine, item.agent))
         return item
 
     async def cancel(self, item: Item) -> Item:
         if item.state in WAITING:
-            self._set(item, state="cancelled")
+            self.record.set(item, state="cancelled")
             await self._sync()
         return item
 
@@ -269,7 +231,7 @@ class Inbox:
         """I9: clearing the inbox cancels every waiting request."""
         waiting = [i for i in self.active.get((machine, agent), {}).values() if i.state in WAITING]
         for item in waiting:
-            self._set(item, state="cancelled")
+            self.record.set(item, state="cancelled")
         await self._sync()
         return len(waiting)
 
@@ -282,14 +244,14 @@ class Inbox:
         limit = self.sight.text_max(item.machine, item.agent)
         if len(fields["text"]) > limit:
             raise TextTooLong(texts.message_too_long(len(fields["text"]), limit))
-        self._set(item, **fields)
+        self.record.set(item, **fields)
         await self._sync()
         return item
 
     async def move(self, item: Item, index: int) -> Item:
         inbox = self.active.get((item.machine, item.agent), {})
         for iid, pos in self.core.move(inbox.values(), item.id, index).items():
-            self._set(inbox[iid], position=pos)
+            self.record.set(inbox[iid], position=pos)
         await self._sync()
         self.poke((item.machine, item.agent))
         return item
@@ -299,14 +261,14 @@ class Inbox:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
         before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
         resumed = item.state == "running" and item.request is not None  # it may have reached the agent before
-        self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
+        self.record.set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
         self._line(item, "running %s", item.id)
         done = self.inflight[item.id] = trio.Event()
         try:
             try:
                 await self._sync()  # on disk before anything is sent: a resume sends this very request
             except STORE_ERRORS as exc:
-                self._set(item, **before)  # as the record still has it: nothing was sent
+                self.record.set(item, **before)  # as the record still has it: nothing was sent
                 raise NotKept() from exc
             try:
                 if item.machine == LOCAL:
@@ -322,7 +284,7 @@ class Inbox:
                                            signature=self.sight.signature(item))
             if line is not None:
                 self._line(item, *line)
-            self._set(item, **fields)
+            self.record.set(item, **fields)
             if item.state == "failed":
                 log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
             try:
@@ -386,10 +348,10 @@ class Inbox:
                 blocked=Blocked(self.sight, key, reader),
                 held=lambda: self.pace.held_now(active.values(), clock, self.sight.signature))
             for item in plan.expire:
-                self._set(item, state="expired")
+                self.record.set(item, state="expired")
                 log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
             for item in plan.finish:
-                self._set(item, state="done")
+                self.record.set(item, state="done")
             if plan.look_again:
                 self.sight.read_again(machine, agent)
             if plan.run is not None:
@@ -397,26 +359,17 @@ class Inbox:
                 nursery.start_soon(self._run_item, plan.run, self._request_for(plan.run, reader))
         if now - self._last_purge >= 60.0:
             self._last_purge = now
-            for item in self.core.forgotten(list(self.finished.values()), now):
-                self._forget(item)
-                self.store.drop(item.id)
+            self.record.drop(self.core.forgotten(list(self.finished.values()), now))
             if not self.mem.complete or self.mem.over_share(FINISHED_PER_SENDER):
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
         if self.store.due:
             nursery.start_soon(self.store.sync_later)
 
     async def _purge_record(self, before: float) -> None:
-        """Finished items older than `before` leave the record, and so do a sender's finished items beyond
-        its newest FINISHED_PER_SENDER: a sender that enqueues and cancels in a loop cannot fill the disk."""
         try:
-            over = await self.store.purge(before, FINISHED_PER_SENDER)
+            await self.record.purge(before, FINISHED_PER_SENDER)
         except STORE_ERRORS:
             self.store.failed()
-            return
-        for iid in over:
-            item = self.by_id.get(iid)
-            if item is not None and item.state in FINISHED:
-                self._forget(item)
 
     def _local_change(self, name: str) -> None:
         """A local agent's turn ending (or any change) may let its next item run: look at once."""

@@ -22,7 +22,7 @@ import trio
 
 from crew import logs
 from crew.fsutil import open_db
-from lead.inbox_core import Item
+from lead.inbox_core import FINISHED, Item, Items
 
 log = logs.get("inbox")
 
@@ -199,3 +199,77 @@ class InboxStore:
             if self.unmark(iid):
                 self.drop(iid)
         return over
+
+
+class Record:
+    """The inbox's items: in memory (`Items`) and on disk (`InboxStore`), changed in one place.
+
+    Invariants: every change of an item goes through `set` — re-filed under its new state, stamped
+    `updated_at` by the wall clock, marked for the next commit, then announced (`changed`) — so memory
+    and the record agree after each commit; a lookup memory cannot answer once it is not complete goes
+    to the record."""
+
+    def __init__(self, store: InboxStore, wall, changed) -> None:
+        self.store, self.wall, self.changed = store, wall, changed
+        self.mem = Items()
+        self.seq = 0  # the last item's arrival number
+
+    def load(self, keep_after: float) -> None:
+        """At start-up: every active item, and the newest finished ones updated after `keep_after`."""
+        limit = self.mem.finished_max
+        self.seq, active, finished = self.store.load(keep_after, limit)
+        for item in active:
+            self.mem.remember(item)
+        self.mem.complete = len(finished) <= limit
+        for item in reversed(finished[:limit]):
+            self.mem.remember(item)
+
+    def set(self, item: Item, **fields) -> None:
+        """Change an item in memory and mark it for the next commit (`await store.sync()` to wait for it)."""
+        self.mem.forget(item)
+        for key, value in fields.items():
+            setattr(item, key, value)
+        item.updated_at = self.wall()
+        self.mem.remember(item)
+        self.store.put(item)
+        self.changed(item)
+
+    def insert(self, item: Item) -> None:
+        self.seq += 1
+        item.seq = self.seq
+        self.set(item)
+
+    def discard(self, item: Item) -> None:
+        """A new item that could not be written: kept nowhere, not in memory, not in a later commit."""
+        self.mem.forget(item)
+        self.store.unmark(item.id)
+
+    def drop(self, items) -> None:
+        """Finished items that may leave memory and the record (at the next commit)."""
+        for item in items:
+            self.mem.forget(item)
+            self.store.drop(item.id)
+
+    async def get(self, item_id: str) -> Item | None:
+        if item_id in self.mem.by_id:
+            return self.mem.by_id[item_id]
+        if self.mem.complete:
+            return None
+        return await self.store.read(item_id)
+
+    async def find(self, sender: str | None, request_id: str) -> Item | None:
+        key = ("" if sender is None else f"token:{sender}", request_id)
+        if key in self.mem.by_key:
+            return self.mem.by_key[key]
+        if self.mem.complete:
+            return None
+        return await self.store.find(sender, request_id)
+
+    async def purge(self, before: float, per_sender: int) -> None:
+        """Finished items older than `before` leave the record, and so do a sender's finished items beyond
+        its newest `per_sender`, from memory too: a sender that enqueues and cancels in a loop cannot fill
+        the disk. Raises STORE_ERRORS when the record cannot be written."""
+        for iid in await self.store.purge(before, per_sender):
+            item = self.mem.by_id.get(iid)
+            if item is not None and item.state in FINISHED:
+                self.mem.forget(item)
