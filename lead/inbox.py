@@ -158,9 +158,7 @@ class Inbox:
         if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
                                     online=self.sight.online(machine), locked=self.sight.locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
-            req = attrs.evolve(req, request_id=iid)
-            if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
-                req = self._request_for(item, self.sight.reader(machine, req.agent))
+            req = self.core.through_request(item, req, self._turn(item, self.sight.reader(machine, req.agent)))
             try:
                 rec = await self._dispatch(item, req, passed_through=True)
             except NotKept as exc:
@@ -205,9 +203,7 @@ class Inbox:
                 return texts.not_confirmed(rid, op, "disk_full")
             finally:
                 self.busy.discard((existing.machine, existing.agent))
-            if rec.reason == "busy" and existing.state == "running":  # refused `busy`: nothing sent now, an earlier
-                return texts.not_confirmed(rid, op, rec.reason)  # attempt may have been; resumed later (issue 27)
-            return attrs.evolve(rec, request_id=rid, replay=True)
+            return texts.resumed(existing, rec, rid, op)
         return texts.replay(existing, verdict, rid, op, self.state_text(existing))
 
     def _queued(self, item: Item) -> Receipt:
@@ -215,35 +211,34 @@ class Inbox:
 
     # --- the owner's and the sender's changes -----------------------------------------------------
     async def approve(self, item: Item) -> Item:
-        if item.state == "pending":
-            self.record.set(item, state="approved", approved_at=self.wall())
+        fields = self.core.approval(item, self.wall())
+        if fields is not None:
+            self.record.set(item, **fields)
             await self._sync()
             self.poke((item.machine, item.agent))
         return item
 
     async def cancel(self, item: Item) -> Item:
-        if item.state in WAITING:
-            self.record.set(item, state="cancelled")
+        fields = self.core.cancellation(item)
+        if fields is not None:
+            self.record.set(item, **fields)
             await self._sync()
         return item
 
     async def clear(self, machine: str, agent: str) -> int:
         """I9: clearing the inbox cancels every waiting request."""
-        waiting = [i for i in self.active.get((machine, agent), {}).values() if i.state in WAITING]
+        waiting = [i for i in self.active.get((machine, agent), {}).values() if self.core.cancellation(i)]
         for item in waiting:
-            self.record.set(item, state="cancelled")
+            self.record.set(item, **self.core.cancellation(item))
         await self._sync()
         return len(waiting)
 
     async def message(self, item: Item, text: str) -> Item | None:
         """None when the item no longer waits (the change is refused); TextTooLong when the send would
         be longer than its agent takes."""
-        fields = self.core.message(item, text)
+        fields = self.core.message(item, text, self.sight.text_max(item.machine, item.agent))
         if fields is None:
             return None
-        limit = self.sight.text_max(item.machine, item.agent)
-        if len(fields["text"]) > limit:
-            raise TextTooLong(texts.message_too_long(len(fields["text"]), limit))
         self.record.set(item, **fields)
         await self._sync()
         return item
@@ -321,9 +316,11 @@ class Inbox:
         more = f" ({held} more lines about it held)" if held else ""
         log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
 
-    def _request_for(self, item: Item, reader) -> WriteRequest:
+    @staticmethod
+    def _turn(item: Item, reader) -> int | None:
+        """The conversation's current turn as the lead sees it (a send's), for the request it sends."""
         conv = reader.conversations.get(item.conversation) if item.kind == "send" and reader is not None else None
-        return self.core.request_for(item, conv.turn if conv is not None else None)
+        return conv.turn if conv is not None else None
 
     def _timers(self, clock: float) -> float | None:
         """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
@@ -356,7 +353,7 @@ class Inbox:
                 self.sight.read_again(machine, agent)
             if plan.run is not None:
                 self.busy.add(key)
-                nursery.start_soon(self._run_item, plan.run, self._request_for(plan.run, reader))
+                nursery.start_soon(self._run_item, plan.run, self.core.request_for(plan.run, self._turn(plan.run, reader)))
         if now - self._last_purge >= 60.0:
             self._last_purge = now
             self.record.drop(self.core.forgotten(list(self.finished.values()), now))

@@ -219,6 +219,13 @@ class InboxCore:
         return verdict == "running" and (existing.runtime_ref or {}).get("turn") is None \
             and bool(existing.request) and not busy and online
 
+    @classmethod
+    def through_request(cls, item: Item, req: WriteRequest, turn: int | None) -> WriteRequest:
+        """A write passing straight through goes under its item's id; a send quoting no turn quotes `turn`
+        (the current one, as `request_for`)."""
+        req = attrs.evolve(req, request_id=item.id)
+        return cls.request_for(item, turn) if req.op == "send" and req.turn is None else req
+
     @staticmethod
     def request_for(item: Item, turn: int | None) -> WriteRequest:
         """The recorded request when there is one (resumed exactly); else a new one quoting `turn`, the
@@ -385,12 +392,25 @@ class InboxCore:
     state_text = staticmethod(state_text)  # lead.inbox_texts: the sentence for each state
 
     @staticmethod
-    def message(item: Item, text: str) -> dict | None:
-        """A change by the item's sender (I7): the fields to set, or None when it no longer waits.
+    def approval(item: Item, now: float) -> dict | None:
+        """The owner approves a pending item (I3): it takes its place by approval time. Else nothing changes."""
+        return {"state": "approved", "approved_at": now} if item.state == "pending" else None
+
+    @staticmethod
+    def cancellation(item: Item) -> dict | None:
+        """The owner or its sender cancels a waiting item (I7, I9); one that runs or ended is not changed."""
+        return {"state": "cancelled"} if item.state in WAITING else None
+
+    @staticmethod
+    def message(item: Item, text: str, limit: int | None = None) -> dict | None:
+        """A change by the item's sender (I7): the fields to set, or None when it no longer waits;
+        TextTooLong (the item unchanged) when the send would grow past its agent's `limit` (I10).
         After the owner approved a `required` sender's item, the change needs a new approval."""
         if item.state not in WAITING or item.kind != "send":
             return None
         fields: dict = {"text": f"{item.text}\n\n{text}"}
+        if limit is not None and len(fields["text"]) > limit:
+            raise TextTooLong(texts.message_too_long(len(fields["text"]), limit))
         fields["request"] = None  # never sent (it waits): the next dispatch carries the new text
         if item.state == "approved" and item.sender is not None and item.approved_at is not None \
                 and item.approved_at > item.created_at:

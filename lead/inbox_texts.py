@@ -109,6 +109,14 @@ def replay(existing: Item, verdict: str, rid: str, op: str, text: str) -> Receip
     return attrs.evolve(queued(existing, text), request_id=rid, replay=True)
 
 
+def resumed(existing: Item, rec: Receipt, rid: str, op: str) -> Receipt:
+    """What a Retry that resumed `existing` answers: the receipt of this attempt, as a replay — unless the
+    lock refused it `busy` while the item may have reached the agent before (it is resumed later, issue 27)."""
+    if rec.reason == "busy" and existing.state == "running":
+        return not_confirmed(rid, op, rec.reason)
+    return attrs.evolve(rec, request_id=rid, replay=True)
+
+
 def not_confirmed(rid: str, op: str, reason: str) -> Receipt:
     """A Retry that sent nothing now, after an attempt that may have reached the agent: not certain."""
     return Receipt(request_id=rid, op=op, outcome="unknown", reason=reason, text=NOT_CONFIRMED, replay=True)
