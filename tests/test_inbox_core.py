@@ -359,3 +359,49 @@ def test_a_repeat_answers_what_became_of_the_first_never_a_new_outcome():
                                                                            "queued, waiting: 2 ahead", "mine")
     unsure = texts.not_confirmed("mine", "send", "disk_full")
     assert (unsure.outcome, unsure.text, unsure.replay) == ("unknown", NOT_CONFIRMED, True)
+
+
+# --- the owner's and the sender's changes (I3, I7, I9, I10) ------------------------------------------
+def test_only_a_pending_item_is_approved_only_a_waiting_one_is_cancelled():
+    """I3, I7, I9: approving takes a pending item's place by approval time; a running or finished item
+    cannot be cancelled (clearing the inbox cancels only what waits)."""
+    assert InboxCore.approval(item("p", state="pending"), 70.0) == {"state": "approved", "approved_at": 70.0}
+    assert InboxCore.approval(item("a"), 70.0) is None
+    for state in ("pending", "approved"):
+        assert InboxCore.cancellation(item("x", state=state)) == {"state": "cancelled"}
+    for state in ("running", "done", "expired", "cancelled", "failed"):
+        assert InboxCore.cancellation(item("x", state=state)) is None
+
+
+def test_a_message_that_would_take_a_send_past_its_agents_limit_is_refused_and_changes_nothing():
+    """I7, I10: a sender's message grows its waiting send only up to the agent's `text_max`."""
+    import pytest
+
+    from lead.inbox_core import TextTooLong
+
+    waiting = item("a")  # text "t"
+    assert InboxCore.message(waiting, "x" * 7, limit=10)["text"] == "t\n\n" + "x" * 7  # exactly 10
+    with pytest.raises(TextTooLong, match="would be 11 characters; the agent takes at most 10"):
+        InboxCore.message(waiting, "x" * 8, limit=10)
+    assert waiting.text == "t"
+
+
+def test_a_write_passing_through_goes_under_its_items_id_and_a_send_without_a_turn_quotes_the_current_one():
+    """I1, B4, crew.md §3: the phone's write passes through with the full Send protocol under its item's id;
+    one that quoted its turn keeps it, one that did not quotes the lead's current turn."""
+    token = item(item_id("ci", "r1"), sender="ci")
+    quoted = InboxCore.through_request(token, send(rid="r1", turn=3), turn=9)
+    assert (quoted.request_id, quoted.turn, quoted.current_turn) == (token.id, 3, False)
+    unquoted = InboxCore.through_request(item("r1"), send(rid="r1"), turn=9)
+    assert (unquoted.request_id, unquoted.turn, unquoted.current_turn) == ("r1", 9, True)
+
+
+def test_a_retry_refused_busy_after_an_earlier_attempt_is_not_confirmed_never_refused():
+    """Issue 27, B3: a resumed Retry the lock refused `busy` may have reached the agent before: `unknown`,
+    not a refusal; any other answer is this attempt's receipt, as a replay under the sender's id."""
+    busy = refused("a", "send", "busy")
+    unsure = texts.resumed(item("a", state="running"), busy, "mine", "send")
+    assert (unsure.outcome, unsure.reason, unsure.text) == ("unknown", "busy", NOT_CONFIRMED)
+    sent = Receipt(request_id="a", op="send", outcome="sent", turn=2)
+    assert texts.resumed(item("a", state="running"), sent, "mine", "send") == attrs.evolve(sent, request_id="mine",
+                                                                                          replay=True)
