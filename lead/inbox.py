@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import attrs
 import trio
 
 from bridge.writes import WriteRequest
@@ -22,8 +21,9 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
     Items, TextTooLong, Waiting, entry_fingerprint, item_id,
 )
 from lead import inbox_texts as texts
+from lead.inbox_dispatch import Dispatcher, NotKept
 from lead.inbox_pace import Looks, Pacing
-from lead.inbox_sight import Blocked, Sight
+from lead.inbox_sight import Sight
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore, Record  # noqa: F401
 
 log = logs.get("inbox")
@@ -46,11 +46,11 @@ class Inbox:
         self.mem = mem = self.record.mem
         self.active, self.pending, self.running = mem.active, mem.pending, mem.running  # its indexes, shared
         self.finished, self.by_key, self.by_id = mem.finished, mem.by_key, mem.by_id
-        self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
-        self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
         self.pace = Pacing()  # holds after a "not now", paused inboxes, retries, each item's log budget
         self._last_purge = 0.0
         self.looks = Looks()  # which inboxes the next tick looks at, and how long the loop rests
+        self.dispatcher = Dispatcher(self)  # sends items, once each, one at a time per agent
+        self.busy, self.inflight = self.dispatcher.busy, self.dispatcher.inflight
         self.record.load(wall() - KEEP_FINISHED)
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
@@ -158,9 +158,9 @@ class Inbox:
         if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
                                     online=self.sight.online(machine), locked=self.sight.locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
-            req = self.core.through_request(item, req, self._turn(item, self.sight.reader(machine, req.agent)))
+            req = self.core.through_request(item, req, self.dispatcher.turn(item, self.sight.reader(machine, req.agent)))
             try:
-                rec = await self._dispatch(item, req, passed_through=True)
+                rec = await self.dispatcher.dispatch(item, req, passed_through=True)
             except NotKept as exc:
                 return self._not_kept(item, req, exc.__cause__)
             finally:
@@ -198,7 +198,7 @@ class Inbox:
                              online=self.sight.online(existing.machine)):  # the Retry resumes the recorded request
             self.busy.add((existing.machine, existing.agent))
             try:
-                rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
+                rec = await self.dispatcher.dispatch(existing, WriteRequest(**existing.request), passed_through=True)
             except NotKept:  # nothing sent now; an earlier attempt may have been: not certain, Retry again
                 return texts.not_confirmed(rid, op, "disk_full")
             finally:
@@ -251,77 +251,6 @@ class Inbox:
         self.poke((item.machine, item.agent))
         return item
 
-    # --- dispatch -------------------------------------------------------------------------------
-    async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
-        """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
-        before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
-        resumed = item.state == "running" and item.request is not None  # it may have reached the agent before
-        self.record.set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
-        self._line(item, "running %s", item.id)
-        done = self.inflight[item.id] = trio.Event()
-        try:
-            try:
-                await self._sync()  # on disk before anything is sent: a resume sends this very request
-            except STORE_ERRORS as exc:
-                self.record.set(item, **before)  # as the record still has it: nothing was sent
-                raise NotKept() from exc
-            try:
-                if item.machine == LOCAL:
-                    rec = await self.writer.write(req)
-                else:
-                    rec = await self.hub.write(item.machine, req)
-            except Exception as exc:  # one item's failure is that item's, never the lead's
-                log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine, item.agent,
-                            item.id, type(exc).__name__)
-                rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
-            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
-            fields, line = self.pace.after(item, req, rec, fields, trio.current_time(), locked=self.sight.locked(item),
-                                           signature=self.sight.signature(item))
-            if line is not None:
-                self._line(item, *line)
-            self.record.set(item, **fields)
-            if item.state == "failed":
-                log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
-            try:
-                await self._sync()
-            except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
-                self.store.failed()
-            self.sight.read_again(item.machine, item.agent)
-            return rec
-        finally:
-            del self.inflight[item.id]
-            done.set()
-            self.poke((item.machine, item.agent))
-
-    async def _run_item(self, item: Item, req: WriteRequest) -> None:
-        key = (item.machine, item.agent)
-        try:
-            await self._dispatch(item, req)
-        except NotKept as exc:  # not recorded (the disk is full): nothing was sent; try again after a pause
-            self.pace.retry_at.pop(item.id, None)
-            self.store.failed()
-            log.info("[inbox] %s/%s: %s waits: not recorded (%s); trying again in %g s", item.machine, item.agent,
-                     item.id, exc.__cause__, self.pace.pause(key, trio.current_time()))
-        except Exception as exc:  # one item's failure is that item's, never the lead's
-            log.warning("[inbox] %s/%s: %s not dispatched: %s", item.machine, item.agent, item.id, type(exc).__name__)
-        finally:
-            self.busy.discard(key)
-
-    def _line(self, item: Item, fmt: str, *args) -> None:
-        """Log one line about an item: ITEM_LINES at once, then one every ITEM_LINE_EVERY s; the line after
-        a silence says how many were held."""
-        held = self.pace.line(item.id, trio.current_time())
-        if held is None:
-            return
-        more = f" ({held} more lines about it held)" if held else ""
-        log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
-
-    @staticmethod
-    def _turn(item: Item, reader) -> int | None:
-        """The conversation's current turn as the lead sees it (a send's), for the request it sends."""
-        conv = reader.conversations.get(item.conversation) if item.kind == "send" and reader is not None else None
-        return conv.turn if conv is not None else None
-
     def _timers(self, clock: float) -> float | None:
         """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
         inboxes whose pauses have ended."""
@@ -332,28 +261,7 @@ class Inbox:
     def _tick(self, nursery: trio.Nursery) -> None:
         now, clock = self.wall(), trio.current_time()
         for key in self.looks.take(clock, self.active):  # every inbox at least every TICK, else the poked ones
-            machine, agent = key
-            reader = self.sight.reader(machine, agent)
-            ready = reader is not None and reader.status == "ready"
-            active = self.active.get(key, {})
-            plan = self.core.plan(
-                pending=list(self.pending.get(key, {}).values()), running=list(self.running.get(key, {}).values()),
-                active=active.values(), now=now, ready=ready,
-                conversations=reader.conversations if reader is not None else None, inflight=self.inflight,
-                retry_due=lambda iid: self.pace.retry_due(iid, clock),
-                can_run=key not in self.busy and self.sight.online(machine) and ready and not self.pace.paused_now(key, clock),
-                blocked=Blocked(self.sight, key, reader),
-                held=lambda: self.pace.held_now(active.values(), clock, self.sight.signature))
-            for item in plan.expire:
-                self.record.set(item, state="expired")
-                log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
-            for item in plan.finish:
-                self.record.set(item, state="done")
-            if plan.look_again:
-                self.sight.read_again(machine, agent)
-            if plan.run is not None:
-                self.busy.add(key)
-                nursery.start_soon(self._run_item, plan.run, self.core.request_for(plan.run, self._turn(plan.run, reader)))
+            self.dispatcher.look(key, now, clock, nursery)
         if now - self._last_purge >= 60.0:
             self._last_purge = now
             self.record.drop(self.core.forgotten(list(self.finished.values()), now))
@@ -396,8 +304,4 @@ class Inbox:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
                 "inflight": len(self.inflight), "commits_pending": self.store.behind,
                 "held": len(self.pace.held), "paused": len(self.pace.paused)}
-
-
-class NotKept(Exception):
-    """A dispatch could not record its request on disk first, so it sent nothing (`__cause__`: why)."""
 
