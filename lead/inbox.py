@@ -1,7 +1,18 @@
 """The inbox (features I1–I11, crew.md §4): work that waits for a machine, runs once, in approval order.
 
-The rules (entry, order, dispatch, TTL, what the sender sees) are written down and decided in
-`lead.inbox_core`; this module keeps the items, stores them and dispatches.
+`Inbox` is the adapter: it feeds what happens (a request entering, the owner's and the sender's changes,
+the loop's ticks) to plain classes and carries out what they return. The rules are written down with
+the code that decides them:
+
+- `lead.inbox_core`: entry (repeats, conflicts, per-sender ids, limits), order, dispatch decisions,
+  TTL and purge (`InboxCore`), and the items in memory (`Items`);
+- `lead.inbox_pace`: holds after a "not now", pauses, retries, the log budget, the loop's rests;
+- `lead.inbox_texts`: what the sender and the owner see (state sentences, views, replayed receipts);
+- `lead.inbox_store`: the record (SQLite, the grouped commits, the one place that writes rows) and
+  `Record`, the one place an item changes;
+- `lead.inbox_dispatch` and `lead.inbox_sight`: sending an item once, and reading the lead's view.
+
+Every name imported from `lead.inbox` before the split is still importable from here.
 """
 
 from __future__ import annotations
@@ -30,6 +41,9 @@ log = logs.get("inbox")
 
 
 class Inbox:
+    """The inbox of every agent the lead knows: entry, the owner's and the sender's changes, what they see,
+    and the loop that runs items (trio; it decides nothing itself)."""
+
     def __init__(self, path: Path, hub, writer, *, owner: str = "the owner", ttl: float = TTL_DEFAULT,
                  wall=time.time) -> None:
         self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
