@@ -34,7 +34,7 @@ from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox impo
 from lead import inbox_texts as texts
 from lead.inbox_dispatch import Dispatcher, NotKept
 from lead.inbox_pace import Looks, Pacing
-from lead.inbox_sight import Sight
+from lead.inbox_sight import Blocked, Sight  # noqa: F401  (Blocked: re-exported)
 from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore, Record  # noqa: F401
 
 log = logs.get("inbox")
