@@ -1,414 +1,71 @@
 """The inbox (features I1–I11, crew.md §4): work that waits for a machine, runs once, in approval order.
 
-Every send and starter enters the inbox of its `(machine, agent)` first. A phone write to an agent
-whose inbox is empty and whose machine is online passes straight through and runs the full Send
-protocol (its receipt is the real one); anything else waits:
+`Inbox` is the adapter: it feeds what happens (a request entering, the owner's and the sender's changes,
+the loop's ticks) to plain classes and carries out what they return. The rules are written down with
+the code that decides them:
 
-    pending   ──approve──▶ approved ──dispatch──▶ running ──turn ends──▶ done
-       │                     │                       └──agent refuses──▶ failed (reason)
-       ├─ 24 h TTL ─▶ expired └──cancel──▶ cancelled
-       └──cancel──▶ cancelled
+- `lead.inbox_core`: entry (repeats, conflicts, per-sender ids, limits), order, dispatch decisions,
+  TTL and purge (`InboxCore`), and the items in memory (`Items`);
+- `lead.inbox_pace`: holds after a "not now", pauses, retries, the log budget, the loop's rests;
+- `lead.inbox_texts`: what the sender and the owner see (state sentences, views, replayed receipts);
+- `lead.inbox_store`: the record (SQLite, the grouped commits, the one place that writes rows) and
+  `Record`, the one place an item changes;
+- `lead.inbox_dispatch` and `lead.inbox_sight`: sending an item once, and reading the lead's view.
 
-Rules:
-- Entry. Request ids are scoped per sender (the owner's phone, each API token). A repeat with the
-  same body answers what became of the first (`replay: true`: `queued` while it waits, the stored
-  receipt once it ran, `expired`, `cancelled`); the same id with another body is refused
-  `conflict` and nothing is done (B2). A send quoting a turn that has already passed is refused
-  `turn_moved` when it enters (B4); turns started later by items ahead of it do not count. A sender
-  has at most `WAITING_MAX` waiting items; items for an agent the lead does not know are refused.
-- Order: approved items run by approval time; the owner's moves (`position`) override it. A
-  pending item shows in its arrival slot and is skipped until approved. Standing senders (the
-  phone, `standing` tokens) are approved on arrival; `required` tokens wait for the owner. A change
-  by a `required` sender (`message`) sends an approved item back to `pending` for a new approval.
-- One item runs at a time per agent; agents run in parallel. An item is `done` when the turn it
-  started ends. At dispatch it quotes the conversation's current turn as the owning bridge reads it
-  under the session's lock (`current_turn`: the lead may not see the conversation, issue 32); an open
-  ask, or another write holding the session's lock, holds it `approved` (not refused) until it is gone:
-  a send is never refused or failed `busy` (crew.md §3, issue 27).
-- Nothing spins (issue 32): an item answered "not now" (`HOLD`) waits 1, 2, 4 … HOLD_MAX s before its
-  next try (sooner when the lead sees what it waits on change), keeping its place while the items
-  behind it for other conversations run; an agent that reached nothing pauses its whole inbox. One
-  item logs ITEM_LINES lines at once, then one every ITEM_LINE_EVERY s. A send no machine can quote a
-  turn for ends `failed` after UNKNOWN_TURN_TRIES `turn_moved` (waiting cannot change it).
-- Nothing runs twice and every receipt is true: the exact request (body and turn) is recorded on
-  disk before it is sent. An item interrupted before its receipt (a crash, a dropped link, an
-  `unknown`) is resumed with that very request under the same id, so the journals on the way
-  recognise it and answer what the agent did (B3, O); it never becomes a refusal of its own.
-- Pending items expire after the TTL (24 h; `COLLIE_INBOX_TTL` seconds in `.env`), judged by
-  wall-clock times stored on disk; approved items never expire. Finished items (done, expired,
-  cancelled, failed) are kept with their receipts for `KEEP_FINISHED` (24 h) (I7, I9), at most
-  `FINISHED_PER_SENDER` of one API token's (its newest). A send's text is held to its agent's `text_max`
-  when it enters and with each message: nothing a sender does grows the record without bound.
-- The event loop never waits on the disk: items live in memory, the database is the record, and
-  every change is committed in a worker thread, grouped (one commit for a burst of changes). An
-  answer that acknowledges a change waits until the change is on disk.
-
-`InboxCore` decides (no I/O, `now` passed in); `Inbox` keeps items, stores them and dispatches.
+Every name imported from `lead.inbox` before the split is still importable from here.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
-import sqlite3
 import time
-import uuid
-from collections import OrderedDict
 from pathlib import Path
 
-import attrs
 import trio
 
 from bridge.writes import WriteRequest
 from crew import logs
-from crew.fsutil import open_db
-from crew.receipts import NOT_CONFIRMED, Receipt, final_unknown, not_recorded, refused
+from crew.receipts import Receipt, not_recorded, refused
+from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox import ...` keeps working)
+    ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
+    ITEM_LINE_EVERY, ITEM_LINES, KEEP_FINISHED, LOCAL, PAUSE_MAX, RETRY_MAX, RETRY_MIN, TEXT_CEILING, TICK,
+    TRANSIENT, TTL_DEFAULT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, WAITING, WAITING_MAX, Hold, InboxCore, Item,
+    Items, TextTooLong, Waiting, entry_fingerprint, item_id,
+)
+from lead import inbox_texts as texts
+from lead.inbox_dispatch import Dispatcher, NotKept
+from lead.inbox_pace import Looks, Pacing
+from lead.inbox_sight import Blocked, Sight  # noqa: F401  (Blocked: re-exported)
+from lead.inbox_store import COLUMNS, JSON_COLUMNS, MIGRATIONS, SCHEMA, STORE_ERRORS, InboxStore, Record  # noqa: F401
 
 log = logs.get("inbox")
 
-LOCAL = "local"
-TTL_DEFAULT = 24 * 3600.0
-KEEP_FINISHED = 24 * 3600.0
-FINISHED_PER_SENDER = 1000  # finished items kept for one API token (its newest); the owner's are not counted
-TEXT_CEILING = 256 * 1024  # a send's text while its agent's own limit is not known (the API's body limit)
-TICK = 1.0
-# nothing waiting and nothing to commit: only the purge of old finished items (every 60 s) is due, so the
-# loop sleeps this long (an idle lead wakes once a minute here, not every second: issue 16, idle CPU)
-IDLE_TICK = 60.0
-WAITING_MAX = 1000  # waiting (pending + approved) items per sender
-FINISHED_IN_MEMORY = 5000  # finished items kept in memory; older ones are read from the database
-RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio seconds)
-ACTIVE = ("pending", "approved", "running")
-WAITING = ("pending", "approved")
-FINISHED = ("done", "expired", "cancelled", "failed")
-# refusals that leave an item waiting (nothing reached the agent); the agent not ready (unreachable: down, or
-# restarting and not greeted yet) or the state folder full (disk_full, not_recorded) also pause its inbox
-TRANSIENT = ("unreachable", "disk_full", "not_recorded")
-HOLD = ("ask_open", "turn_moved", "busy", *TRANSIENT)
-PAUSE_MAX = 10.0  # an agent whose dispatches reach nothing is tried again after 1, 2, 4 … 10 s
-# an item answered "not now" (a HOLD refusal: an ask open, the turn moved, the session busy) waits 1, 2, 4 …
-# HOLD_MAX s before its next try (issue 32: it was dispatched again at once, thousands of times a second);
-# its place is kept, the items behind it for other conversations run meanwhile
-HOLD_MAX = 30.0
-# a send the lead could quote no turn for (it does not see the conversation) answered `turn_moved` this many
-# times in a row: the owning bridge does not quote the current turn itself (an older Collie), so waiting
-# changes nothing — the item ends `failed` with that true refusal
-UNKNOWN_TURN_TRIES = 3
-UNKNOWN_TURN = ("the lead does not see this conversation's turn and its machine does not quote it (an older "
-                "Collie?): send it again from the conversation")
-# what one item logs: at most ITEM_LINES lines at once, then one line every ITEM_LINE_EVERY s (the next
-# line says how many were held); a held item wrote 14,004 lines in 25 s (issue 32)
-ITEM_LINES, ITEM_LINE_EVERY = 2, 60.0
-STORE_ERRORS = (sqlite3.Error, OSError)  # writing the record failed (the state folder's disk is full, …)
-ID_NAMESPACE = uuid.UUID("6f1d3c1e-9a57-4d61-8a43-2b1c4f0e7a10")
-
-COLUMNS = ("id", "machine", "agent", "kind", "conversation", "starter", "text", "sender", "state", "created_at",
-           "approved_at", "position", "runtime_ref", "receipt", "reason", "updated_at", "seq", "request_id",
-           "fingerprint", "request")
-JSON_COLUMNS = ("runtime_ref", "receipt", "request")
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS items (
-    id TEXT PRIMARY KEY, machine TEXT NOT NULL, agent TEXT NOT NULL, kind TEXT NOT NULL,
-    conversation TEXT, starter TEXT, text TEXT, sender TEXT, state TEXT NOT NULL,
-    created_at REAL NOT NULL, approved_at REAL, position REAL, runtime_ref TEXT, receipt TEXT,
-    reason TEXT, updated_at REAL NOT NULL, seq INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS items_inbox ON items (machine, agent, state);
-"""
-MIGRATIONS = {"request_id": "TEXT", "fingerprint": "TEXT", "request": "TEXT"}  # added by issues 8 and 9
-
-
-@attrs.define
-class Item:
-    id: str
-    machine: str
-    agent: str
-    kind: str  # send | starter
-    conversation: str | None
-    starter: str | None
-    text: str | None
-    sender: str | None  # None: the owner's phone; else the API token's name
-    state: str
-    created_at: float
-    approved_at: float | None = None
-    position: float | None = None
-    runtime_ref: dict | None = None  # {"conversation", "turn"}: what the dispatched request started
-    receipt: dict | None = None
-    reason: str | None = None
-    updated_at: float = 0.0
-    seq: int = 0
-    request_id: str | None = None  # the sender's own id (scoped per sender)
-    fingerprint: str | None = None  # of the request as it entered
-    request: dict | None = None  # the exact request dispatched, recorded before it is sent
-
-    @property
-    def order_key(self) -> tuple:
-        base = self.position if self.position is not None else (self.approved_at or self.created_at)
-        return (base, self.seq)
-
-    @property
-    def arrival_key(self) -> tuple:
-        return (self.position if self.position is not None else self.created_at, self.seq)
-
-    @property
-    def queue_key(self) -> tuple:
-        return self.order_key if self.state == "approved" else self.arrival_key
-
-    @property
-    def sender_key(self) -> str:
-        return "" if self.sender is None else f"token:{self.sender}"
-
-
-def item_id(sender: str | None, request_id: str) -> str:
-    """The item's id: the owner's request id itself (it is what the agent sees and what the phone
-    retries with); a token sender's id is derived, so no sender can name another's item."""
-    return request_id if sender is None else str(uuid.uuid5(ID_NAMESPACE, f"{sender}\0{request_id}"))
-
-
-def entry_fingerprint(machine: str, req: WriteRequest) -> str:
-    return attrs.evolve(req, request_id="", agent=f"{machine}/{req.agent}").fingerprint()
-
-
-@attrs.frozen
-class Waiting:
-    """What an approved item is waiting for, as the inbox knows it now."""
-
-    online: bool = True
-    offline_since: str | None = None
-    agent_status: str = "ready"
-    ask_open: bool = False
-    ahead: int = 0
-
-
-class InboxCore:
-    """Decisions over one agent's items; every method takes what it needs (`now`: wall-clock seconds)."""
-
-    def __init__(self, ttl: float = TTL_DEFAULT) -> None:
-        self.ttl = ttl
-
-    # --- entry ------------------------------------------------------------------------------
-    @staticmethod
-    def repeat(existing: Item, fingerprint: str) -> str:
-        """A request id seen before from this sender: `conflict` (another body) or the state to report."""
-        if existing.fingerprint is not None and existing.fingerprint != fingerprint:
-            return "conflict"
-        return existing.state
-
-    @staticmethod
-    def passed_turn(quoted: int | None, current: int | None) -> bool:
-        """B4 at entry: the quoted turn is behind the turn the lead sees. (The lead's view may lag
-        the phone, never lead it, so a quoted turn ahead of the view is not judged here.)"""
-        return quoted is not None and current is not None and quoted < current
-
-    # --- time -------------------------------------------------------------------------------
-    def expired(self, items, now: float) -> list[Item]:
-        return [i for i in items if i.state == "pending" and now - i.created_at >= self.ttl]
-
-    @staticmethod
-    def forgotten(items, now: float, keep: float = KEEP_FINISHED) -> list[Item]:
-        """Finished items older than `keep`: they may leave the record."""
-        return [i for i in items if i.state in FINISHED and now - i.updated_at >= keep]
-
-    # --- order ------------------------------------------------------------------------------
-    def next_to_run(self, items, blocked, held=frozenset()) -> Item | None:
-        """The first approved item by order, unless the agent already runs one. `blocked` holds
-        conversations whose sends wait (an open ask, another write holding the session's lock), `held`
-        the ids of items waiting out their pause after a "not now": both keep their place. A send behind
-        a held send to the same conversation waits with it (a conversation's sends run in the order
-        they were approved); items for other conversations, and starters, run meanwhile."""
-        best = None
-        approved = []
-        for item in items:
-            if item.state == "running":
-                return None
-            if item.state != "approved":
-                continue
-            approved.append(item)
-            if item.id in held or (item.kind == "send" and item.conversation in blocked):
-                continue
-            if best is None or item.order_key < best.order_key:
-                best = item
-        if best is None or not held:
-            return best
-        stopped: set = set()
-        for item in sorted(approved, key=lambda i: i.order_key):
-            conv = item.conversation if item.kind == "send" else None
-            if conv is not None and (conv in blocked or conv in stopped):
-                continue
-            if item.id in held:
-                if conv is not None:
-                    stopped.add(conv)
-                continue
-            return item
-        return None
-
-    def listing(self, items) -> list[Item]:
-        """What the sender and the owner see: running first, then the queue in the order it will
-        run (pending items in their arrival slot), then finished items, newest first."""
-        running = [i for i in items if i.state == "running"]
-        waiting = sorted((i for i in items if i.state in WAITING), key=lambda i: i.queue_key)
-        finished = sorted((i for i in items if i.state in FINISHED), key=lambda i: -i.updated_at)
-        return running + waiting + finished
-
-    def move(self, items, item_id: str, index: int) -> dict[str, float]:
-        """The owner puts `item_id` at `index` of the waiting queue; returns new positions."""
-        queue = [i for i in self.listing(items) if i.state in WAITING]
-        moving = next((i for i in queue if i.id == item_id), None)
-        if moving is None:
-            return {}
-        queue.remove(moving)
-        index = max(0, min(index, len(queue)))
-        keys = [i.queue_key[0] for i in queue]
-        before = keys[index - 1] if index > 0 else (keys[0] - 2.0 if keys else 0.0)
-        after = keys[index] if index < len(keys) else before + 2.0
-        positions = {i.id: k for i, k in zip(queue, keys) if i.position is None}
-        positions[moving.id] = (before + after) / 2
-        return positions
-
-    # --- running ----------------------------------------------------------------------------
-    def done(self, item: Item, conversation_turn: int | None, conversation_state: str | None) -> bool:
-        """A running item is done when the turn it started has ended (or its conversation closed)."""
-        ref = item.runtime_ref or {}
-        started = ref.get("turn")
-        if started is None:
-            return False
-        if conversation_turn is None:  # the conversation is no longer open
-            return True
-        return conversation_turn > started or (conversation_turn == started and conversation_state != "working")
-
-    @staticmethod
-    def settle(item: Item, rec: dict, *, passed_through: bool = False, resumed: bool = False) -> dict:
-        """The fields an item takes after a dispatch answered `rec` (a receipt as a dict).
-
-        - `sent`/`started`: running until the turn it started ends; the agent's `queued`: the turn
-          after the one running.
-        - `unknown`: still running, its turn unknown; the recorded request is resumed as it is —
-          unless it is final (`conflict`, a refused retry: May already be applied): no resend can
-          change it, so the item ends `failed` with that receipt and the items behind it run (I2).
-        - a refusal that leaves it waiting (`HOLD`: it says "not now", and nothing reached the agent —
-          an open ask, a moved turn, a busy session, the agent down or restarting, the disk full):
-          approved again, so acknowledged work is never dropped; the next dispatch quotes the turn
-          current then. A `conflict` right after such a refusal means
-          the agent's side recorded that refusal: the item fails with it (it is the true receipt).
-        - `busy` (another write holds the conversation's lock; nothing was sent) never ends an item, even
-          one passing through: a send waits its turn (crew.md §3). A resumed request (`resumed`: it may
-          have reached the agent before) keeps its recorded request and is resumed later as it is.
-        - any other refusal, and every refusal the sender is shown at once (`passed_through`: a phone
-          write to an empty inbox, or a Retry that resumed the item — it must never run later):
-          failed, with the reason.
-        """
-        outcome, reason = rec.get("outcome"), rec.get("reason")
-        if outcome in ("sent", "started"):
-            ref = {"conversation": rec.get("conversation") or item.conversation, "turn": rec.get("turn")}
-            return {"state": "running", "runtime_ref": ref, "receipt": rec}
-        if outcome == "queued" and reason != "inbox":
-            ref = {"conversation": item.conversation, "turn": (rec.get("turn") or 0) + 1}
-            return {"state": "running", "runtime_ref": ref, "receipt": rec}
-        if outcome == "unknown" and final_unknown(rec):
-            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-        if outcome == "unknown":
-            return {"state": "running", "runtime_ref": None, "receipt": rec}
-        if outcome == "refused" and reason == "busy" and not rec.get("replay"):
-            if resumed:
-                return {"state": "running", "runtime_ref": None}
-            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
-        if outcome == "refused" and passed_through:
-            return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-        if outcome == "refused" and reason in HOLD and not rec.get("replay"):
-            return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
-        if outcome == "refused" and reason == "conflict" and item.receipt and item.receipt.get("reason") in HOLD:
-            earlier = item.receipt
-            return {"state": "failed", "reason": earlier.get("reason"), "receipt": {**earlier, "replay": True}}
-        if outcome == "refused" and reason == "machine_offline":  # the lead kept it: nothing was forwarded
-            return {"state": "running" if item.request and item.receipt else "approved", "receipt": rec}
-        return {"state": "failed", "reason": reason or outcome, "receipt": rec}
-
-    # --- what the sender sees (I7) -------------------------------------------------------------
-    @staticmethod
-    def state_text(item: Item, *, owner: str, waiting: Waiting = Waiting()) -> str:
-        if item.state == "pending":
-            return f"waiting for approval from {owner}"
-        if item.state == "approved":
-            if not waiting.online:
-                return f"queued, machine offline since {waiting.offline_since}" if waiting.offline_since else "queued"
-            if waiting.agent_status != "ready":
-                return f"queued, waiting: the agent is {waiting.agent_status.replace('_', ' ')}"
-            if waiting.ask_open:
-                return "queued, waiting: an ask is open"
-            if waiting.ahead:
-                return f"queued, waiting: {waiting.ahead} ahead"
-            return "queued"
-        if item.state == "failed":
-            return f"failed: {item.reason}" if item.reason else "failed"
-        return item.state
-
-    @staticmethod
-    def message(item: Item, text: str) -> dict | None:
-        """A change by the item's sender (I7): the fields to set, or None when it no longer waits.
-        After the owner approved a `required` sender's item, the change needs a new approval."""
-        if item.state not in WAITING or item.kind != "send":
-            return None
-        fields: dict = {"text": f"{item.text}\n\n{text}"}
-        fields["request"] = None  # never sent (it waits): the next dispatch carries the new text
-        if item.state == "approved" and item.sender is not None and item.approved_at is not None \
-                and item.approved_at > item.created_at:
-            fields.update(state="pending", approved_at=None)
-        return fields
-
-
-class TextTooLong(ValueError):
-    """A message would take a waiting send over its agent's `text_max` (the item is unchanged)."""
-
 
 class Inbox:
+    """The inbox of every agent the lead knows: entry, the owner's and the sender's changes, what they see,
+    and the loop that runs items (trio; it decides nothing itself)."""
+
     def __init__(self, path: Path, hub, writer, *, owner: str = "the owner", ttl: float = TTL_DEFAULT,
                  wall=time.time) -> None:
         self.on_change: list = []  # called with each item that changed (the live channel's `inbox` events)
-        self.db = open_db(path)  # WAL, synchronous=FULL
-        self.db.executescript(SCHEMA)
-        have = {r[1] for r in self.db.execute("PRAGMA table_info(items)")}
-        for col, kind in MIGRATIONS.items():
-            if col not in have:
-                self.db.execute(f"ALTER TABLE items ADD COLUMN {col} {kind}")
-        self.db.execute("UPDATE items SET request_id=id WHERE request_id IS NULL")
-        self.limiter = trio.CapacityLimiter(1)  # one worker thread at a time on this database
+        self.store = InboxStore(path, run=self._db)  # the record; the one place that writes rows
+        self.record = Record(self.store, wall, self._changed)  # the items in memory and on disk
         self.core = InboxCore(ttl)
         self.hub = hub
         self.writer = writer
+        self.sight = Sight(hub, writer)  # what the lead's view shows of machines, agents and locks
         self.owner = owner
         self.wall = wall
         self.wake = trio.Event()
         # in memory: every active item, and the most recent finished ones; the database is the record
-        self.active: dict[tuple[str, str], dict[str, Item]] = {}  # (machine, agent) -> id -> item
-        # the same items by state, so a tick looks only at what it may change (issue 16.2: a tick on
-        # every change that walked every waiting item made a backlog cost O(n) per change)
-        self.pending: dict[tuple[str, str], dict[str, Item]] = {}
-        self.running: dict[tuple[str, str], dict[str, Item]] = {}
-        self.finished: OrderedDict[str, Item] = OrderedDict()
-        self.by_key: dict[tuple[str, str], Item] = {}  # (sender_key, request_id) -> item, for those in memory
-        self.by_id: dict[str, Item] = {}
-        self.waiting_by_sender: dict[str, int] = {}
-        self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
-        self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
-        self.retry_at: dict[str, tuple[float, float]] = {}  # item id -> (trio time, backoff)
-        self.paused: dict[tuple[str, str], tuple[float, float]] = {}  # inbox -> (trio time, backoff): reached nothing
-        self.held: dict[str, Hold] = {}  # item id -> its pause after a "not now" (issue 32)
-        self.lines: dict[str, list] = {}  # item id -> [lines it may log now, trio time of the last refill, held]
-        self.store_failing = False  # the last commit failed (logged once until one succeeds)
-        self.complete = True  # every finished item of the record is in memory
-        self._dirty: dict[str, tuple] = {}
-        self._gone: set[str] = set()
-        self._gen = self._flushed = 0
-        self._flushing: trio.Event | None = None
+        self.mem = mem = self.record.mem
+        self.active, self.pending, self.running = mem.active, mem.pending, mem.running  # its indexes, shared
+        self.finished, self.by_key, self.by_id = mem.finished, mem.by_key, mem.by_id
+        self.pace = Pacing()  # holds after a "not now", paused inboxes, retries, each item's log budget
         self._last_purge = 0.0
-        self._seq = 0
-        # what the next tick looks at: every inbox (`_all`, and at least every TICK), else only the
-        # inboxes something happened to — a change of one agent does not walk every agent's inbox
-        self._all = True
-        self._keys: set[tuple[str, str]] = set()
-        self._next_full = 0.0
-        self._resting = False  # the loop sleeps IDLE_TICK: an item that turns active must wake it
-        self._load()
+        self.looks = Looks()  # which inboxes the next tick looks at, and how long the loop rests
+        self.dispatcher = Dispatcher(self)  # sends items, once each, one at a time per agent
+        self.busy, self.inflight = self.dispatcher.busy, self.dispatcher.inflight
+        self.record.load(wall() - KEEP_FINISHED)
         hub.inbox = self
         hub.on_view_change.append(lambda label, name: self.poke(None if name is None else (label, name)))
         # a send that waited for another write's lock goes as soon as it is let go (crew.md §3)
@@ -418,224 +75,67 @@ class Inbox:
             hub.locks.on_release.append(lambda key: self.poke((key[0], key[1])))
 
     # --- the record ---------------------------------------------------------------------------
-    @staticmethod
-    def _from_row(r) -> Item:
-        d = dict(zip(COLUMNS, r))
-        for key in JSON_COLUMNS:
-            d[key] = json.loads(d[key]) if d[key] else None
-        return Item(**d)
+    @property
+    def db(self):
+        return self.store.db
 
-    @staticmethod
-    def _to_row(item: Item) -> tuple:
-        d = attrs.asdict(item, recurse=False)
-        return tuple(json.dumps(d[c]) if c in JSON_COLUMNS and d[c] is not None else d[c] for c in COLUMNS)
+    @db.setter
+    def db(self, db) -> None:
+        self.store.db = db
 
-    def _load(self) -> None:
-        self._seq = self.db.execute("SELECT MAX(seq) FROM items").fetchone()[0] or 0
-        cols = ",".join(COLUMNS)
-        for r in self.db.execute(f"SELECT {cols} FROM items WHERE state IN ('pending','approved','running')"):
-            self._remember(self._from_row(r))
-        keep_after = self.wall() - KEEP_FINISHED
-        rows = self.db.execute(f"SELECT {cols} FROM items WHERE state NOT IN ('pending','approved','running') "
-                               "AND updated_at > ? ORDER BY updated_at DESC LIMIT ?", (keep_after, FINISHED_IN_MEMORY + 1))
-        finished = [self._from_row(r) for r in rows]
-        self.complete = len(finished) <= FINISHED_IN_MEMORY
-        for item in reversed(finished[:FINISHED_IN_MEMORY]):
-            self._remember(item)
-
-    def _remember(self, item: Item) -> None:
-        self.by_key[(item.sender_key, item.request_id or item.id)] = item
-        self.by_id[item.id] = item
-        if item.state in ACTIVE:
-            self.active.setdefault((item.machine, item.agent), {})[item.id] = item
-            if self._resting:
-                self._resting = False
-                self.wake.set()
-            if item.state == "pending":
-                self.pending.setdefault((item.machine, item.agent), {})[item.id] = item
-            elif item.state == "running":
-                self.running.setdefault((item.machine, item.agent), {})[item.id] = item
-            if item.state in WAITING:
-                self.waiting_by_sender[item.sender_key] = self.waiting_by_sender.get(item.sender_key, 0) + 1
-        else:
-            self.finished[item.id] = item
-            self.finished.move_to_end(item.id)
-            while len(self.finished) > FINISHED_IN_MEMORY:
-                _, old = self.finished.popitem(last=False)
-                self.by_key.pop((old.sender_key, old.request_id or old.id), None)
-                self.by_id.pop(old.id, None)
-                self.complete = False
-
-    def _forget(self, item: Item) -> None:
-        """Take `item` out of the in-memory indexes (before a change of state re-files it)."""
-        key = (item.machine, item.agent)
-        for index in (self.pending, self.running):
-            ids = index.get(key)
-            if ids is not None and ids.pop(item.id, None) is not None and not ids:
-                del index[key]
-        inbox = self.active.get(key)
-        if inbox is not None and inbox.pop(item.id, None) is not None:
-            if item.state in WAITING:
-                self.waiting_by_sender[item.sender_key] -= 1
-            if not inbox:
-                del self.active[(item.machine, item.agent)]
-        self.finished.pop(item.id, None)
-        self.by_key.pop((item.sender_key, item.request_id or item.id), None)
-        self.by_id.pop(item.id, None)
-
-    def _set(self, item: Item, **fields) -> None:
-        """Change an item in memory and mark it for the next commit (`await self._sync()` to wait for it)."""
-        self._forget(item)
-        for key, value in fields.items():
-            setattr(item, key, value)
-        item.updated_at = self.wall()
+    def _changed(self, item: Item) -> None:
+        """After every change of an item: its pacing ends with it, an active one ends the loop's rest, and
+        the live channel hears of it (late receipts reach the phone, I7)."""
         if item.state in FINISHED:
-            self.held.pop(item.id, None)
-            self.lines.pop(item.id, None)
-        self._remember(item)
-        self._dirty[item.id] = self._to_row(item)
-        self._gen += 1
-        for fn in self.on_change:  # the live channel: late receipts reach the phone (I7)
+            self.pace.finished(item.id)
+        if item.state in ACTIVE and self.looks.woken():
+            self.wake.set()
+        for fn in self.on_change:
             fn(item)
 
-    def _insert(self, item: Item) -> None:
-        self._seq += 1
-        item.seq = self._seq
-        self._set(item)
-
-    def _write(self, rows: dict[str, tuple], gone: set[str]) -> None:
-        """In a worker thread: one transaction for a batch of changes."""
-        marks = ",".join("?" * len(COLUMNS))
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            self.db.executemany(f"INSERT OR REPLACE INTO items ({','.join(COLUMNS)}) VALUES ({marks})", list(rows.values()))
-            self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in gone])
-
     async def _sync(self) -> None:
-        """Return once every change made before the call is on disk (group commit: one commit for
-        all the changes made while the previous one ran)."""
-        target = self._gen
-        while self._flushed < target:
-            if self._flushing is not None:
-                await self._flushing.wait()
-                continue
-            self._flushing = event = trio.Event()
-            rows, gone, gen = self._dirty, self._gone, self._gen
-            self._dirty, self._gone = {}, set()
-            try:
-                await self._db(self._write, rows, gone)
-                self._flushed = gen
-                if self.store_failing:
-                    self.store_failing = False
-                    log.info("[inbox] the inbox is written to disk again")
-            except BaseException:
-                for key, row in rows.items():  # not on disk: keep them for the next commit
-                    self._dirty.setdefault(key, row)
-                self._gone |= gone
-                raise
-            finally:
-                self._flushing = None
-                event.set()
+        """Return once every change made before the call is on disk."""
+        await self.store.sync()
 
     async def _db(self, fn, *args):
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.limiter)
-
-    def _read_one(self, where: str, args: tuple) -> Item | None:
-        r = self.db.execute(f"SELECT {','.join(COLUMNS)} FROM items WHERE {where}", args).fetchone()
-        return self._from_row(r) if r else None
+        """How the store's SQL runs: in a worker thread, one at a time on this database."""
+        return await self.store.in_thread(fn, *args)
 
     async def get(self, item_id: str) -> Item | None:
-        if item_id in self.by_id:
-            return self.by_id[item_id]
-        if self.complete:
-            return None
-        return await self._db(self._read_one, "id=?", (item_id,))
-
-    async def _find(self, sender: str | None, request_id: str) -> Item | None:
-        key = ("" if sender is None else f"token:{sender}", request_id)
-        if key in self.by_key:
-            return self.by_key[key]
-        if self.complete:
-            return None
-        return await self._db(self._read_one, "COALESCE(sender,'')=? AND request_id=?", (sender or "", request_id))
+        return await self.record.get(item_id)
 
     def items(self, machine: str, agent: str) -> list[Item]:
         """The agent's items in memory: every active one and the recent finished ones."""
-        out = list(self.active.get((machine, agent), {}).values())
-        out += [i for i in self.finished.values() if i.machine == machine and i.agent == agent]
-        return out
+        return self.mem.of(machine, agent)
 
     def poke(self, key: tuple[str, str] | None = None) -> None:
         """Look at the inbox `key` (machine, agent) at once — every inbox when None."""
-        if key is None:
-            self._all = True
-        else:
-            self._keys.add(key)
+        self.looks.poke(key)
         self.wake.set()
 
     # --- what the phone and senders see ---------------------------------------------------------
-    def _online(self, machine: str) -> bool:
-        if machine == LOCAL:
-            return True
-        member = self.hub.members.get(machine)
-        return bool(member and member.online)
-
-    def _offline_since(self, machine: str) -> str | None:
-        member = self.hub.members.get(machine)
-        if member is None or member.online:
-            return None
-        from lead.hub import hhmm
-
-        since = member.offline_since or member.last_seen
-        return hhmm(since) if since else "never connected"
-
-    def _reader(self, machine: str, agent: str):
-        if machine == LOCAL:
-            return self.writer.bridge.readers.get(agent)
-        return self.hub.reader(machine, agent)
-
     def knows(self, machine: str, agent: str) -> bool:
         """Is there such an agent (the lead's own, or a member's, online or remembered)?"""
-        return self._reader(machine, agent) is not None
+        return self.sight.reader(machine, agent) is not None
+
+    def text_max(self, machine: str, agent: str) -> int:
+        return self.sight.text_max(machine, agent)
 
     def waiting(self, item: Item, ahead: int | None = None) -> Waiting:
-        reader = self._reader(item.machine, item.agent)
-        conv = reader.conversations.get(item.conversation) if reader is not None and item.conversation else None
-        if ahead is None:
-            queue = self.active.get((item.machine, item.agent), {}).values()
-            ahead = sum(1 for i in queue if i.state == "running" or (i.state == "approved" and i.order_key < item.order_key))
-        return Waiting(online=self._online(item.machine), offline_since=self._offline_since(item.machine),
-                       agent_status=reader.status if reader is not None else "unknown",
-                       ask_open=bool(conv and conv.asks), ahead=ahead)
+        return self.sight.waiting(item, self.active.get((item.machine, item.agent), {}).values(), ahead)
 
     def state_text(self, item: Item, ahead: int | None = None) -> str:
         waiting = self.waiting(item, ahead) if item.state == "approved" else Waiting()
         return self.core.state_text(item, owner=self.owner, waiting=waiting)
 
     def view(self, item: Item, ahead: int | None = None) -> dict:
-        d = attrs.asdict(item, recurse=False)
-        d.pop("request", None)
-        d.pop("fingerprint", None)
-        d["state_text"] = self.state_text(item, ahead)
-        d["offline_since_at"] = self._offline_since_at(item) if item.state == "approved" else None
-        return d
-
-    def _offline_since_at(self, item: Item) -> str | None:
-        """The offline machine's last frame as an ISO UTC time, for a phone to show in its own zone."""
-        member = self.hub.members.get(item.machine) if self.hub is not None else None
-        since = (member.offline_since or member.last_seen) if member is not None and not member.online else None
-        if not since:
-            return None
-        return dt.datetime.fromtimestamp(since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return texts.view(item, text=self.state_text(item, ahead), member=self.sight.member(item.machine))
 
     def views(self, items: list[Item]) -> list[dict]:
         """`view` of each item, how many are ahead counted in one pass per inbox (not one per item)."""
         ahead: dict[str, int] = {}
         for key in {(i.machine, i.agent) for i in items}:
-            queue = self.active.get(key, {}).values()
-            running = sum(1 for i in queue if i.state == "running")
-            approved = sorted((i for i in queue if i.state == "approved"), key=lambda i: i.order_key)
-            ahead.update((i.id, running + n) for n, i in enumerate(approved))
+            ahead.update(texts.ahead_counts(self.active.get(key, {}).values()))
         return [self.view(i, ahead.get(i.id)) for i in items]
 
     def listing(self, machine: str, agent: str, sender: str | None = None, *, owner: bool = True) -> list[Item]:
@@ -647,44 +147,34 @@ class Inbox:
                      approval: str = "standing") -> Receipt:
         """A send or starter enters the inbox; a phone write to an empty, online inbox runs at once."""
         fingerprint = entry_fingerprint(machine, req)
-        existing = await self._find(sender, req.request_id)
+        existing = await self.record.find(sender, req.request_id)
         if existing is not None:
             return await self._repeat(existing, req, fingerprint)
-        if req.op == "send":
-            limit = self.text_max(machine, req.agent)
-            if isinstance(req.text, str) and len(req.text) > limit:  # the agent would refuse it: never kept
-                return refused(req.request_id, req.op, "too_long", f"{len(req.text)} characters; at most {limit}")
-            reader = self._reader(machine, req.agent)
-            conv = reader.conversations.get(req.conversation or "") if reader is not None else None
-            if conv is not None and self.core.passed_turn(req.turn, conv.turn):
-                return refused(req.request_id, req.op, "turn_moved")  # B4: checked when it enters
+        if req.op == "send":  # the agent would refuse it (too long, B4 a passed turn): never kept
+            conv = self.sight.conversation(machine, req.agent, req.conversation)
+            no = self.core.refuse_entry(req, limit=self.sight.text_max(machine, req.agent),
+                                        current_turn=conv.turn if conv is not None else None)
+            if no is not None:
+                return no
         iid = item_id(sender, req.request_id)
         taken = await self.get(iid) is not None  # the owner used an id a sender's item already has
-        existing = self.by_key.get(("" if sender is None else f"token:{sender}", req.request_id))
+        sender_key = "" if sender is None else f"token:{sender}"
+        existing = self.by_key.get((sender_key, req.request_id))
         if existing is not None:  # entered while we looked in the record
             return await self._repeat(existing, req, fingerprint)
-        if taken:
-            return refused(req.request_id, req.op, "conflict")
-        sender_key = "" if sender is None else f"token:{sender}"
-        if self.waiting_by_sender.get(sender_key, 0) >= WAITING_MAX:
-            return refused(req.request_id, req.op, "inbox_full",
-                           f"{WAITING_MAX} of your requests already wait in inboxes: wait until some have run")
-        now = self.wall()
-        approved = approval == "standing"
-        item = Item(id=iid, machine=machine, agent=req.agent, kind=req.op, conversation=req.conversation,
-                    starter=req.starter_id, text=req.text, sender=sender, state="approved" if approved else "pending",
-                    created_at=now, approved_at=now if approved else None, updated_at=now,
-                    request_id=req.request_id, fingerprint=fingerprint)
+        no = self.core.admit(req, taken=taken, waiting=self.mem.waiting_by_sender.get(sender_key, 0), most=WAITING_MAX)
+        if no is not None:
+            return no
+        item = self.core.new_item(iid, machine, req, sender=sender, fingerprint=fingerprint, approval=approval,
+                                  now=self.wall())
         key = (machine, req.agent)
-        self._insert(item)
-        if sender is None and approved and len(self.active[key]) == 1 and key not in self.busy \
-                and self._online(machine) and not self._locked(item):
+        self.record.insert(item)
+        if self.core.passes_through(item, alone=len(self.active[key]) == 1, busy=key in self.busy,
+                                    online=self.sight.online(machine), locked=self.sight.locked(item)):
             self.busy.add(key)  # passes straight through: the full Send protocol, its real receipt
-            req = attrs.evolve(req, request_id=iid)
-            if req.op == "send" and req.turn is None:  # a sender that quotes no turn: the current one
-                req = self._request_for(item, self._reader(machine, req.agent))
+            req = self.core.through_request(item, req, self.dispatcher.turn(item, self.sight.reader(machine, req.agent)))
             try:
-                rec = await self._dispatch(item, req, passed_through=True)
+                rec = await self.dispatcher.dispatch(item, req, passed_through=True)
             except NotKept as exc:
                 return self._not_kept(item, req, exc.__cause__)
             finally:
@@ -703,10 +193,9 @@ class Inbox:
     def _not_kept(self, item: Item, req: WriteRequest, exc: BaseException) -> Receipt:
         """The new item could not be written to disk (the state folder is full): it is not acknowledged,
         so it is not kept at all — not in memory, not in a later commit — and nothing was sent."""
-        self._forget(item)
-        self._dirty.pop(item.id, None)
-        self.retry_at.pop(item.id, None)
-        self._store_failed()
+        self.record.discard(item)
+        self.pace.retry_at.pop(item.id, None)
+        self.store.failed()
         log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
                  type(exc).__name__, exc)
         return not_recorded(req.request_id, req.op, exc)
@@ -719,368 +208,87 @@ class Inbox:
         if existing.id in self.inflight:  # a double tap while the first runs: wait for it, then report it
             await self.inflight[existing.id].wait()
             return await self._repeat(existing, req, fingerprint)
-        if verdict == "running" and (existing.runtime_ref or {}).get("turn") is None and existing.request \
-                and (existing.machine, existing.agent) not in self.busy and self._online(existing.machine):
-            # interrupted (a crash, `unknown`): the sender's Retry resumes the recorded request now
+        if self.core.resumes(existing, verdict, busy=(existing.machine, existing.agent) in self.busy,
+                             online=self.sight.online(existing.machine)):  # the Retry resumes the recorded request
             self.busy.add((existing.machine, existing.agent))
             try:
-                rec = await self._dispatch(existing, WriteRequest(**existing.request), passed_through=True)
+                rec = await self.dispatcher.dispatch(existing, WriteRequest(**existing.request), passed_through=True)
             except NotKept:  # nothing sent now; an earlier attempt may have been: not certain, Retry again
-                return Receipt(request_id=rid, op=op, outcome="unknown", reason="disk_full", text=NOT_CONFIRMED,
-                               replay=True)
+                return texts.not_confirmed(rid, op, "disk_full")
             finally:
                 self.busy.discard((existing.machine, existing.agent))
-            if rec.reason == "busy" and existing.state == "running":  # refused `busy`: nothing sent now, an earlier
-                return Receipt(request_id=rid, op=op, outcome="unknown", reason=rec.reason,  # attempt may have
-                               text=NOT_CONFIRMED, replay=True)  # been; it is resumed later (issue 27)
-            return attrs.evolve(rec, request_id=rid, replay=True)
-        if existing.receipt and existing.state in ("running", "done", "failed"):
-            return attrs.evolve(_receipt(existing.receipt), request_id=rid, replay=True)
-        if verdict in ("expired", "cancelled"):
-            return Receipt(request_id=rid, op=op, outcome=verdict, reason="inbox", text=self.state_text(existing),
-                           replay=True)
-        return attrs.evolve(self._queued(existing), request_id=rid, replay=True)
+            return texts.resumed(existing, rec, rid, op)
+        return texts.replay(existing, verdict, rid, op, self.state_text(existing))
 
     def _queued(self, item: Item) -> Receipt:
-        return Receipt(request_id=item.request_id or item.id, op=item.kind, outcome="queued", reason="inbox",
-                       text=self.state_text(item))
+        return texts.queued(item, self.state_text(item))
 
     # --- the owner's and the sender's changes -----------------------------------------------------
     async def approve(self, item: Item) -> Item:
-        if item.state == "pending":
-            self._set(item, state="approved", approved_at=self.wall())
+        fields = self.core.approval(item, self.wall())
+        if fields is not None:
+            self.record.set(item, **fields)
             await self._sync()
             self.poke((item.machine, item.agent))
         return item
 
     async def cancel(self, item: Item) -> Item:
-        if item.state in WAITING:
-            self._set(item, state="cancelled")
+        fields = self.core.cancellation(item)
+        if fields is not None:
+            self.record.set(item, **fields)
             await self._sync()
         return item
 
     async def clear(self, machine: str, agent: str) -> int:
         """I9: clearing the inbox cancels every waiting request."""
-        waiting = [i for i in self.active.get((machine, agent), {}).values() if i.state in WAITING]
+        waiting = [i for i in self.active.get((machine, agent), {}).values() if self.core.cancellation(i)]
         for item in waiting:
-            self._set(item, state="cancelled")
+            self.record.set(item, **self.core.cancellation(item))
         await self._sync()
         return len(waiting)
-
-    def text_max(self, machine: str, agent: str) -> int:
-        """The longest send text the agent takes (its hello's `limits.text_max`); while its hello is not
-        known, the API's body limit. A sender's text is held to it when it enters and with each message,
-        so no item grows past what the agent would take."""
-        hello = getattr(self._reader(machine, agent), "hello", None)
-        return hello.limits.text_max if hello is not None else TEXT_CEILING
 
     async def message(self, item: Item, text: str) -> Item | None:
         """None when the item no longer waits (the change is refused); TextTooLong when the send would
         be longer than its agent takes."""
-        fields = self.core.message(item, text)
+        fields = self.core.message(item, text, self.sight.text_max(item.machine, item.agent))
         if fields is None:
             return None
-        limit = self.text_max(item.machine, item.agent)
-        if len(fields["text"]) > limit:
-            raise TextTooLong(f"with this message the send would be {len(fields['text'])} characters; the agent "
-                              f"takes at most {limit}")
-        self._set(item, **fields)
+        self.record.set(item, **fields)
         await self._sync()
         return item
 
     async def move(self, item: Item, index: int) -> Item:
         inbox = self.active.get((item.machine, item.agent), {})
         for iid, pos in self.core.move(inbox.values(), item.id, index).items():
-            self._set(inbox[iid], position=pos)
+            self.record.set(inbox[iid], position=pos)
         await self._sync()
         self.poke((item.machine, item.agent))
         return item
 
-    # --- dispatch -------------------------------------------------------------------------------
-    def _read_again(self, machine: str, agent: str) -> None:
-        """16.1: ask the owning bridge to read the agent again at once (a write just went out, or a
-        turn the inbox waits on may have ended). Members' agents are read by their own bridge."""
-        if machine == LOCAL:
-            self.writer.bridge.read_soon(agent)
-
-    async def _dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
-        """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
-        before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
-        resumed = item.state == "running" and item.request is not None  # it may have reached the agent before
-        self._set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
-        self._line(item, "running %s", item.id)
-        done = self.inflight[item.id] = trio.Event()
-        try:
-            try:
-                await self._sync()  # on disk before anything is sent: a resume sends this very request
-            except STORE_ERRORS as exc:
-                self._set(item, **before)  # as the record still has it: nothing was sent
-                raise NotKept() from exc
-            try:
-                if item.machine == LOCAL:
-                    rec = await self.writer.write(req)
-                else:
-                    rec = await self.hub.write(item.machine, req)
-            except Exception as exc:  # one item's failure is that item's, never the lead's
-                log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine, item.agent,
-                            item.id, type(exc).__name__)
-                rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
-            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
-            if fields.get("state") == "running" and (fields.get("runtime_ref") or {}).get("turn") is None:
-                _, backoff = self.retry_at.get(item.id, (0.0, RETRY_MIN / 2))
-                backoff = min(RETRY_MAX, backoff * 2)
-                self.retry_at[item.id] = (trio.current_time() + backoff, backoff)
-            else:
-                self.retry_at.pop(item.id, None)
-            key = (item.machine, item.agent)
-            if fields.get("state") == "approved" and rec.reason in (*TRANSIENT, "machine_offline"):
-                self.held.pop(item.id, None)
-                self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, self._pause(key))
-            else:
-                self.paused.pop(key, None)
-                if fields.get("state") == "approved" and rec.outcome == "refused" and rec.reason in HOLD:
-                    fields = self._hold(item, req, rec, fields)
-                elif fields.get("state") != "running" or (fields.get("runtime_ref") or {}).get("turn") is not None:
-                    self.held.pop(item.id, None)
-                elif rec.outcome == "refused":  # a resumed request the lock held: resumed as it is, later
-                    self._line(item, "%s waits: %s; resumed in %g s", item.id, rec.reason,
-                               self.retry_at[item.id][1])
-            self._set(item, **fields)
-            if item.state == "failed":
-                log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
-            try:
-                await self._sync()
-            except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
-                self._store_failed()
-            self._read_again(item.machine, item.agent)
-            return rec
-        finally:
-            del self.inflight[item.id]
-            done.set()
-            self.poke((item.machine, item.agent))
-
-    async def _run_item(self, item: Item, req: WriteRequest) -> None:
-        key = (item.machine, item.agent)
-        try:
-            await self._dispatch(item, req)
-        except NotKept as exc:  # not recorded (the disk is full): nothing was sent; try again after a pause
-            self.retry_at.pop(item.id, None)
-            self._store_failed()
-            log.info("[inbox] %s/%s: %s waits: not recorded (%s); trying again in %g s", item.machine, item.agent,
-                     item.id, exc.__cause__, self._pause(key))
-        except Exception as exc:  # one item's failure is that item's, never the lead's
-            log.warning("[inbox] %s/%s: %s not dispatched: %s", item.machine, item.agent, item.id, type(exc).__name__)
-        finally:
-            self.busy.discard(key)
-
-    def _pause(self, key: tuple[str, str]) -> float:
-        """The inbox `key` reached nothing (the agent down, the disk full): wait 1, 2, 4 … 10 s before its next try."""
-        _, pause = self.paused.get(key, (0.0, RETRY_MIN / 2))
-        pause = min(PAUSE_MAX, pause * 2)
-        self.paused[key] = (trio.current_time() + pause, pause)
-        return pause
-
-    def _hold(self, item: Item, req: WriteRequest, rec: Receipt, fields: dict) -> dict:
-        """An item answered "not now" waits 1, 2, 4 … HOLD_MAX s before its next try (or until what it
-        waits for changes in the lead's view: the conversation's turn, state or asks). A `turn_moved`
-        to a send that could quote no turn, UNKNOWN_TURN_TRIES times in a row, ends it (UNKNOWN_TURN)."""
-        old = self.held.get(item.id)
-        same = old is not None and old.reason == rec.reason
-        backoff = min(HOLD_MAX, old.backoff * 2) if same else RETRY_MIN
-        tries = old.tries + 1 if same else 1
-        if rec.reason == "turn_moved" and req.op == "send" and req.turn is None and tries >= UNKNOWN_TURN_TRIES:
-            self.held.pop(item.id, None)
-            receipt = {**attrs.asdict(rec), "message": UNKNOWN_TURN}
-            return {"state": "failed", "reason": "turn_moved", "receipt": receipt, "runtime_ref": None}
-        if rec.reason == "busy" and self._locked(item):  # the lead's own lock: it goes the moment that is let go
-            self.held.pop(item.id, None)
-            self._line(item, "%s waits: another write holds the conversation", item.id)
-            return fields
-        self.held[item.id] = Hold(trio.current_time() + backoff, backoff, tries, rec.reason,
-                                  self._signature(item))
-        self._line(item, "%s waits: %s; trying again in %g s", item.id, rec.reason, backoff)
-        return fields
-
-    def _signature(self, item: Item):
-        """What a held item waits on, as the lead's view shows it: its conversation's turn, state and asks
-        (None when the lead does not see it, or for a starter)."""
-        if item.kind != "send":
-            return None
-        reader = self._reader(item.machine, item.agent)
-        conv = reader.conversations.get(item.conversation or "") if reader is not None else None
-        return None if conv is None else (conv.turn, conv.state, tuple(a.id for a in conv.asks))
-
-    def _line(self, item: Item, fmt: str, *args) -> None:
-        """Log one line about an item: ITEM_LINES at once, then one every ITEM_LINE_EVERY s; the line after
-        a silence says how many were held."""
-        now = trio.current_time()
-        budget = self.lines.setdefault(item.id, [float(ITEM_LINES), now, 0])
-        budget[0] = min(float(ITEM_LINES), budget[0] + (now - budget[1]) / ITEM_LINE_EVERY)
-        budget[1] = now
-        if budget[0] < 1.0:
-            budget[2] += 1
-            return
-        budget[0] -= 1.0
-        held, budget[2] = budget[2], 0
-        more = f" ({held} more lines about it held)" if held else ""
-        log.info("[inbox] %s/%s: " + fmt + "%s", item.machine, item.agent, *args, more)
-
-    def _request_for(self, item: Item, reader) -> WriteRequest:
-        """The recorded request when there is one (resumed exactly); else a new one quoting the
-        conversation's current turn (crew.md §4)."""
-        if item.request:
-            return WriteRequest(**item.request)
-        turn = None
-        if item.kind == "send" and reader is not None and item.conversation in reader.conversations:
-            turn = reader.conversations[item.conversation].turn
-        # the owning bridge quotes the turn it reads under the session's lock (crew.md §3): the lead's view
-        # may lag it, or not show the conversation at all (a cut view, issue 32); `turn` is the lead's
-        # view, for a member whose Collie predates `current_turn`
-        return WriteRequest(request_id=item.id, op=item.kind, agent=item.agent, conversation=item.conversation,
-                            text=item.text, turn=turn, starter_id=item.starter, current_turn=item.kind == "send")
-
-    def _locked(self, item: Item) -> bool:
-        """Does another write hold the session lock this item's write would take (crew.md §3)? Then a
-        send waits, keeping its place, and goes when the lock is let go."""
-        return item.kind == "send" and self._lock_held(item.machine, item.agent, item.conversation)
-
-    def _lock_held(self, machine: str, agent: str, conversation: str | None) -> bool:
-        if machine == LOCAL:
-            locks, key = getattr(self.writer, "locks", None), (agent, conversation or "")
-        else:
-            locks, key = getattr(self.hub, "locks", None), (machine, agent, conversation or "")
-        return locks is not None and locks.locked(key)
-
-    def _held_now(self, key: tuple[str, str], clock: float) -> set[str]:
-        """The ids of this inbox's items still waiting out a pause (a change of what they wait on in the
-        lead's view ends the pause early)."""
-        out = set()
-        for iid in self.active.get(key, {}):
-            hold = self.held.get(iid)
-            if hold is not None and hold.until > clock and hold.signature == self._signature(self.by_id[iid]):
-                out.add(iid)
-        return out
-
     def _timers(self, clock: float) -> float | None:
         """Wake the loop at the soonest pause's end (exact times on virtual clocks), and look at the
         inboxes whose pauses have ended."""
-        soonest = None
-        for iid, hold in self.held.items():
-            item = self.by_id.get(iid)
-            if item is None:
-                continue
-            if hold.until <= clock and not hold.due:
-                hold.due = True
-                self._keys.add((item.machine, item.agent))
-            elif hold.until > clock:
-                soonest = hold.until if soonest is None else min(soonest, hold.until)
-        for key, (until, _) in self.paused.items():
-            if until > clock:
-                soonest = until if soonest is None else min(soonest, until)
-            elif key in self.active:
-                self._keys.add(key)
-        for iid, (until, _) in self.retry_at.items():
-            item = self.by_id.get(iid)
-            if until > clock:
-                soonest = until if soonest is None else min(soonest, until)
-            elif item is not None:
-                self._keys.add((item.machine, item.agent))
+        soonest, keys = self.pace.timers(clock, self.by_id, self.active)
+        self.looks.keys |= keys
         return soonest
 
     def _tick(self, nursery: trio.Nursery) -> None:
         now, clock = self.wall(), trio.current_time()
-        if self._all or clock >= self._next_full:  # timers (expiry, retries, pauses) are met here
-            keys = list(self.active)
-            self._all, self._next_full = False, clock + TICK
-        else:
-            keys = [k for k in self._keys if k in self.active]
-        self._keys = set()
-        for key in keys:
-            machine, agent = key
-            for item in self.core.expired(list(self.pending.get(key, {}).values()), now):
-                self._set(item, state="expired")
-                log.info("[inbox] %s/%s: %s expired after %g s without approval", machine, agent, item.id, self.core.ttl)
-            reader = self._reader(machine, agent)
-            ready = reader is not None and reader.status == "ready"
-            resume = None
-            for item in list(self.running.get(key, {}).values()):
-                if item.id in self.inflight:
-                    continue
-                if (item.runtime_ref or {}).get("turn") is not None:
-                    conv = reader.conversations.get(item.runtime_ref.get("conversation")) if reader else None
-                    if ready and self.core.done(item, conv.turn if conv else None, conv.state if conv else None):
-                        self._set(item, state="done")
-                    elif ready:
-                        self._read_again(machine, agent)  # waiting on its turn to end: look again at once
-                elif self.retry_at.get(item.id, (0.0, 0.0))[0] <= clock:
-                    resume = item  # interrupted before its receipt: resumed by reference
-            if key in self.busy or not self._online(machine) or not ready or self.paused.get(key, (0.0,))[0] > clock:
-                continue
-            nxt = resume
-            if nxt is None and key not in self.running:  # one request at a time per agent (I2)
-                nxt = self.core.next_to_run(self.active.get(key, {}).values(), Blocked(self, key, reader),
-                                            self._held_now(key, clock))
-            if nxt is not None:
-                self.busy.add(key)
-                nursery.start_soon(self._run_item, nxt, self._request_for(nxt, reader))
+        for key in self.looks.take(clock, self.active):  # every inbox at least every TICK, else the poked ones
+            self.dispatcher.look(key, now, clock, nursery)
         if now - self._last_purge >= 60.0:
             self._last_purge = now
-            for item in self.core.forgotten(list(self.finished.values()), now):
-                self._forget(item)
-                self._gone.add(item.id)
-                self._gen += 1
-            if not self.complete or self._over_share():
+            self.record.drop(self.core.forgotten(list(self.finished.values()), now))
+            if not self.mem.complete or self.mem.over_share(FINISHED_PER_SENDER):
                 nursery.start_soon(self._purge_record, now - KEEP_FINISHED)
-        if self._flushed < self._gen and self._flushing is None:
-            nursery.start_soon(self._sync_later)
-
-    def _over_share(self) -> bool:
-        """Does a sender hold more finished items than FINISHED_PER_SENDER? (All of them are in memory.)"""
-        counts: dict[str, int] = {}
-        for item in self.finished.values():
-            if item.sender is not None:
-                counts[item.sender] = counts.get(item.sender, 0) + 1
-        return any(n > FINISHED_PER_SENDER for n in counts.values())
+        if self.store.due:
+            nursery.start_soon(self.store.sync_later)
 
     async def _purge_record(self, before: float) -> None:
-        """Finished items older than `before` leave the record, and so do a sender's finished items beyond
-        its newest FINISHED_PER_SENDER: a sender that enqueues and cancels in a loop cannot fill the disk."""
-        def purge() -> list[str]:
-            with self.db:
-                self.db.execute("DELETE FROM items WHERE state IN ('done','expired','cancelled','failed') "
-                                "AND updated_at < ?", (before,))
-                over = [row[0] for row in self.db.execute(
-                    "SELECT id FROM (SELECT id, row_number() OVER (PARTITION BY sender ORDER BY updated_at DESC, "
-                    "seq DESC) AS n FROM items WHERE sender IS NOT NULL AND state IN "
-                    "('done','expired','cancelled','failed')) WHERE n > ?", (FINISHED_PER_SENDER,))]
-                self.db.executemany("DELETE FROM items WHERE id=?", [(i,) for i in over])
-            return over
         try:
-            over = await self._db(purge)
+            await self.record.purge(before, FINISHED_PER_SENDER)
         except STORE_ERRORS:
-            self._store_failed()
-            return
-        for iid in over:
-            item = self.by_id.get(iid)
-            if item is not None and item.state in FINISHED:
-                self._forget(item)
-            if self._dirty.pop(iid, None) is not None:  # a write still to come would bring it back
-                self._gone.add(iid)
-                self._gen += 1
-
-    async def _sync_later(self) -> None:
-        """A commit nobody waits for (changes made by the tick): a failure is logged once, and the
-        changes stay for the next commit."""
-        try:
-            await self._sync()
-        except STORE_ERRORS:
-            self._store_failed()
-
-    def _store_failed(self) -> None:
-        if not self.store_failing:
-            log.warning("[inbox] the inbox could not be written to disk (is the state folder full?); new requests "
-                        "are refused until it can, and what it holds is written then")
-        self.store_failing = True
+            self.store.failed()
 
     def _local_change(self, name: str) -> None:
         """A local agent's turn ending (or any change) may let its next item run: look at once."""
@@ -1099,53 +307,15 @@ class Inbox:
             while True:
                 self._timers(trio.current_time())
                 self._tick(nursery)
-                self._resting = (not self.active and not self._keys and not self._all
-                                 and self._flushed >= self._gen and self._flushing is None)
-                wait = IDLE_TICK if self._resting else TICK
-                soonest = self._timers(trio.current_time())
-                if soonest is not None:
-                    wait = min(wait, max(0.0, soonest - trio.current_time()))
+                wait = self.looks.rest(active=bool(self.active), store_idle=self.store.idle)
+                wait = self.looks.until(wait, self._timers(trio.current_time()), trio.current_time())
                 with trio.move_on_after(wait):
                     await self.wake.wait()
-                self._resting = False
+                self.looks.resting = False
                 self.wake = trio.Event()
 
     def statistics(self) -> dict:
         return {"active": sum(len(v) for v in self.active.values()), "finished_in_memory": len(self.finished),
-                "inflight": len(self.inflight), "commits_pending": self._gen - self._flushed,
-                "held": len(self.held), "paused": len(self.paused)}
+                "inflight": len(self.inflight), "commits_pending": self.store.behind,
+                "held": len(self.pace.held), "paused": len(self.pace.paused)}
 
-
-@attrs.define
-class Hold:
-    """An item's pause after a "not now" answer (issue 32)."""
-
-    until: float  # trio time of its next try
-    backoff: float
-    tries: int  # consecutive answers of this reason
-    reason: str
-    signature: object  # what it waits on, as the lead's view showed it (Inbox._signature)
-    due: bool = False  # its inbox was looked at once the pause ended
-
-
-class Blocked:
-    """The conversations of one inbox whose sends wait (InboxCore.next_to_run's `blocked`): an ask open
-    in the lead's view (crew.md §4), or another write holding the session's lock (crew.md §3)."""
-
-    def __init__(self, inbox: Inbox, key: tuple[str, str], reader) -> None:
-        self.inbox, self.key, self.reader = inbox, key, reader
-
-    def __contains__(self, conversation) -> bool:
-        conv = self.reader.conversations.get(conversation or "") if self.reader is not None else None
-        if conv is not None and conv.asks:
-            return True
-        return self.inbox._lock_held(*self.key, conversation)
-
-
-class NotKept(Exception):
-    """A dispatch could not record its request on disk first, so it sent nothing (`__cause__`: why)."""
-
-
-def _receipt(d: dict) -> Receipt:
-    fields = {f.name for f in attrs.fields(Receipt)}
-    return Receipt(**{k: v for k, v in d.items() if k in fields})
