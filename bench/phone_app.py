@@ -227,18 +227,21 @@ def page_only(runs: int) -> None:
             for _ in range(runs):
                 link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
                 base = link.split("/pair#")[0]
-                ctx = browser.new_context(viewport={"width": 390, "height": 844})
+                # a phone paired as a person pairs it (its cookie, its keys in IndexedDB); no service worker, so
+                # what is measured is the network's, not the worker's cache
+                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
                 page = ctx.new_page()
-                page.goto(link)  # pairs this context, then a navigation elsewhere clears the page's own state
+                page.goto(link)
                 page.wait_for_selector("main section")
                 page.goto(base + "/healthz")
                 nav_floor.append(page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd"))
                 bare.append(wire_bytes(ctx, page, lambda: page.reload(), 300)["static"])
-                paired = ctx.storage_state(indexed_db=True)  # the cookie and the device key (issue 25.1)
-                ctx.close()
-                # a fresh context with the credential only: nothing cached, no service worker yet
-                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block",
-                                          storage_state=paired)
+                # the first load: the same paired phone with nothing in its HTTP cache (a fresh context would
+                # need its IndexedDB restored by Playwright's own script, which no phone runs)
+                cdp = ctx.new_cdp_session(page)
+                cdp.send("Network.clearBrowserCache")
+                cdp.detach()
+                page.close()
                 ctx.add_init_script(RENDER_STAMP)
                 page = ctx.new_page()
                 first.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))

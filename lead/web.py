@@ -10,6 +10,7 @@ first saw them), so the dashboard can show one Needs you list above the sections
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import time
@@ -22,7 +23,7 @@ from lead.needs import NeedsList
 
 WEB = Path(__file__).resolve().parent / "web"
 JS = "text/javascript; charset=utf-8"
-MODULES = ['boot', 'device', 'app', 'api', 'state', 'dom', 'dashboard', 'agent', 'chat', 'askcard', 'items', 'icons', 'inbox', 'newconv', 'push', 'strings']
+MODULES = ['device', 'app', 'api', 'state', 'dom', 'dashboard', 'agent', 'chat', 'askcard', 'items', 'icons', 'inbox', 'newconv', 'push', 'strings']
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     **{f"/{m}.js": (f"{m}.js", JS) for m in MODULES},
@@ -32,7 +33,7 @@ FILES = {
     "/icon.svg": ("icon.svg", "image/svg+xml"),
 }
 SHELL = (*(f"/{m}.js" for m in MODULES), "/app.css", "/manifest.webmanifest")  # named versioned in index.html
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+CSP = ("default-src 'self'; script-src 'self' {boot}; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
@@ -68,6 +69,11 @@ class Static:
         for path in SHELL:
             raw["index.html"] = raw["index.html"].replace(f'"{path}"'.encode(), b'"' + v + path.encode() + b'"')
         raw["sw.js"] = raw["sw.js"].replace(b'const VERSION = "dev";', f'const VERSION = "{self.version}";'.encode())
+        # boot.js runs inline, first thing in <head> (it starts the first screen's read): allowed by its hash
+        boot = (folder / "boot.js").read_bytes()
+        raw["index.html"] = raw["index.html"].replace(b'<script data-inline="boot.js"></script>',
+                                                      b"<script>" + boot + b"</script>")
+        self.csp = CSP.format(boot=f"'sha256-{base64.b64encode(hashlib.sha256(boot).digest()).decode()}'")
         self.files = {}
         for name, body in raw.items():
             tag = '"' + hashlib.sha256(body).hexdigest()[:20] + '"'
@@ -88,7 +94,7 @@ def serve_file(static: Static, name: str, ctype: str, *, immutable: bool) -> Res
     resp.headers["Vary"] = "Accept-Encoding"
     resp.headers["Cache-Control"] = "public, max-age=31536000, immutable" if immutable else "no-cache"
     if resp.status_code != 304:
-        resp.headers["Content-Security-Policy"] = CSP
+        resp.headers["Content-Security-Policy"] = static.csp
         resp.headers["X-Frame-Options"] = "DENY"
         resp.headers["Referrer-Policy"] = "no-referrer"
         resp.headers["X-Content-Type-Options"] = "nosniff"

@@ -63,12 +63,28 @@ async def _versioned():
 
 
 def test_the_version_changes_with_any_file(tmp_path):
-    from lead.web import FILES, WEB
-    for name, _ in FILES.values():
-        (tmp_path / name).write_bytes((WEB / name).read_bytes())
+    from lead.web import WEB
+    for f in WEB.iterdir():  # the served files and what is written into them (boot.js)
+        (tmp_path / f.name).write_bytes(f.read_bytes())
     before = Static(tmp_path).version
     (tmp_path / "chat.js").write_bytes((WEB / "chat.js").read_bytes() + b"\n// changed\n")
     assert Static(tmp_path).version != before
+
+
+def test_boot_runs_inline_allowed_by_its_hash_alone():
+    """#29: boot.js is written into index.html's <head> (it asks for the first screen before the modules
+    arrive); the page's CSP allows exactly that script by its SHA-256, never 'unsafe-inline'."""
+    import base64
+    import hashlib
+
+    from lead.web import WEB
+    static = Static()
+    page = static.files["index.html"][0]
+    boot = (WEB / "boot.js").read_bytes()
+    assert page.count(b"<script>") == 1 and b"<script>" + boot + b"</script>" in page
+    assert page.index(b"<script>") < page.index(b'<link rel="stylesheet"')  # before anything else is asked for
+    digest = base64.b64encode(hashlib.sha256(boot).digest()).decode()
+    assert f"script-src 'self' 'sha256-{digest}';" in static.csp and "unsafe-inline" not in static.csp
 
 
 def test_needs_you_masks_secrets_and_counts_waiting_approvals():

@@ -1,8 +1,10 @@
-// The first thing the page runs (it imports nothing, so it runs before the app's modules have arrived):
-// the device key is read and the dashboard asked for at once, so the first screen's data is on its way
-// while the rest of the page loads (#29: first render). api.js takes both over; nothing else uses them.
-function storedKey() {
-  return new Promise((ok) => {
+// The first thing the page runs: lead/web.py writes this file into index.html's <head> as an inline
+// script (allowed by its SHA-256 in the page's Content-Security-Policy), so it runs while the page is
+// parsed, before any module has been asked for. It reads the device key and asks for the dashboard at
+// once: the first screen's data is on its way while the app's modules arrive (#29: first render).
+// api.js takes both over; nothing else uses them.
+(() => {
+  const key = new Promise((ok) => {
     let o;
     try { o = indexedDB.open("collie", 1); } catch (_) { ok(""); return; }
     o.onupgradeneeded = () => o.result.createObjectStore("device");
@@ -14,14 +16,10 @@ function storedKey() {
       } catch (_) { ok(""); }
     };
   });
-}
-const key = storedKey();
-const dash = location.hash === "" || location.hash === "#/" || location.hash === "#";
-globalThis.collieEarly = {
-  key,
-  path: dash ? "/api/dashboard" : null,
-  // the same request api.js would make (api.js gives it the same headers); a failure is api.js's to judge
-  response: dash ? key.then((k) => fetch("/api/dashboard", { credentials: "same-origin", cache: "no-store",
-    headers: k ? { "X-Collie-Device-Key": k } : {} })) : null,
-};
-if (globalThis.collieEarly.response) globalThis.collieEarly.response.catch(() => {});  // never unhandled
+  const dash = location.hash === "" || location.hash === "#/" || location.hash === "#";
+  // the same request api.js would make, with the same headers; a failure is api.js's to judge
+  const response = dash ? key.then((k) => fetch("/api/dashboard", { credentials: "same-origin", cache: "no-store",
+    headers: k ? { "X-Collie-Device-Key": k } : {} })) : null;
+  if (response) response.catch(() => {});  // never an unhandled rejection
+  globalThis.collieEarly = { key, path: dash ? "/api/dashboard" : null, response };
+})();

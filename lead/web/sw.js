@@ -3,7 +3,7 @@
 // immutable names, so they are read from this cache first; the page itself is asked for first from the network.
 const VERSION = "dev";
 const SHELL = `collie-shell-${VERSION}`;
-const MODULES = ["boot", "device", "app", "api", "state", "dom", "dashboard", "agent", "chat", "askcard", "items", "icons", "inbox",
+const MODULES = ["device", "app", "api", "state", "dom", "dashboard", "agent", "chat", "askcard", "items", "icons", "inbox",
   "newconv", "push", "strings"];
 const FILES = ["/", ...MODULES.map((m) => `/v/${VERSION}/${m}.js`), `/v/${VERSION}/app.css`,
   `/v/${VERSION}/manifest.webmanifest`, "/icon.svg"];
