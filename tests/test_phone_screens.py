@@ -543,3 +543,32 @@ def test_a_flooding_chat_keeps_what_the_user_reads_types_and_taps(browser):
     finally:
         c.stop()
 
+
+
+def test_a_secret_in_a_conversation_title_is_masked_on_every_screen(browser):
+    """X1 (and the phone app issue): a conversation renamed to a title holding a GitHub token shows
+    `[secret]` in its place in the chat header, the agent's conversation list and the Needs you entry —
+    never the token, on any screen the phone draws."""
+    secret = "ghp_0123456789abcdefghij0123456789abcdef"
+    c = Crew(short_dir("cm"))
+    c.lead.agent("desk", "deployer")
+    c.start_lead()
+    try:
+        ready(c, "local", 1)
+        open_ask(c, "local", "desk", "deploy")
+        with c.client() as cl:
+            got = cl.post("/api/agents/local/desk/conversations/deploy/rename",
+                          json={"request_id": str(uuid.uuid4()), "title": f"deploy {secret}"}).json()
+            assert got["outcome"] == "done", got
+            wait_for(lambda: "[secret]" in (cl.get("/api/agents/local/desk/conversations/deploy").json().get("title") or ""),
+                     what="the renamed title")
+        page = phone_page(c, browser, "390x844-light")
+        for route, where in (("#/", "Needs you"), ("#/a/local/desk", "the conversation list"),
+                             ("#/c/local/desk/deploy", "the chat header")):
+            goto(page, route)
+            pump_until(page, lambda: "deploy [secret]" in screen_text(page), timeout=10, what=f"the title on {where}")
+            assert secret not in page.content() and "ghp_" not in screen_text(page), where
+        assert page.errors == [], page.errors
+        page.context.close()
+    finally:
+        c.stop()
