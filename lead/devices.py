@@ -24,7 +24,7 @@ Chromium lets even a plain-HTTP port replace a `Secure` one). So that this logs 
 page also makes a **signing key** (ECDSA P-256, WebCrypto, not extractable: script can use it on the
 lead's own page but never read it out) and sends its public half with the code. A page whose cookie was
 replaced asks `POST /pair/renew` with its device key for a **challenge** (24 random bytes, 60 seconds,
-one use, for that device), signs it, and trades the signature for a new cookie (`renew`). The device key
+one use, for that device; at most 4 open a device, so a flood from one device drops only its own), signs it, and trades the signature for a new cookie (`renew`). The device key
 alone (say, copied off the phone) renews nothing; the old cookie stops working.
 
 The lead keeps SHA-256 hashes of codes, cookies and keys, never one of them; tickets live in memory.
@@ -64,7 +64,7 @@ COOKIE_NAMES = (SECURE_COOKIE, COOKIE)
 KEY_HEADER = "X-Collie-Device-Key"
 TICKET_TTL = 60.0
 CHALLENGE_TTL = 60.0
-MAX_CHALLENGES = 64
+CHALLENGES_PER_DEVICE = 4  # open renewal challenges one device may hold; its own oldest goes beyond this
 RENEW_CONTEXT = b"collie-renew-v1\n"  # what a renewal signs, before the challenge
 TICKET_BYTES = 24
 MAX_TICKETS = 256
@@ -100,6 +100,16 @@ class RenewRefused(Exception):
     """A cookie renewal that cannot be done; the message says what the phone should do."""
 
 
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _b64url(text: str) -> bytes:
+    """Unpadded base64url, as WebCrypto's callers write it; anything else (padding, `+`, `/`) is refused."""
+    if not _B64URL.fullmatch(text):
+        raise ValueError("not unpadded base64url")
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
 def parse_sign_key(value: object) -> str | None:
     """A public signing key as the pairing page sends it (base64url of the 65-byte uncompressed P-256
     point), checked to be a point on the curve; None when absent. Raises `ValueError` when malformed."""
@@ -110,7 +120,7 @@ def parse_sign_key(value: object) -> str | None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     try:
-        raw = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
+        raw = _b64url(value)
         ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), raw)
     except (ValueError, TypeError):
         raise ValueError("sign_key is not a P-256 public key") from None
@@ -129,11 +139,11 @@ def signature_ok(sign_key: str, data: bytes, signature: object) -> bool:
     if not isinstance(signature, str) or len(signature) > 100:
         return False
     try:
-        raw = base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4))
+        raw = _b64url(signature)
         if len(raw) != 64:
             return False
         pub = ec.EllipticCurvePublicKey.from_encoded_point(
-            ec.SECP256R1(), base64.urlsafe_b64decode(sign_key + "=" * (-len(sign_key) % 4)))
+            ec.SECP256R1(), _b64url(sign_key))
         pub.verify(encode_dss_signature(int.from_bytes(raw[:32], "big"), int.from_bytes(raw[32:], "big")), data,
                    ec.ECDSA(hashes.SHA256()))
         return True
@@ -323,18 +333,25 @@ class Devices:
         for h, (_dev_id, expires) in list(self.challenges.items()):
             if expires <= now:
                 del self.challenges[h]
-        while len(self.challenges) >= MAX_CHALLENGES:
-            del self.challenges[min(self.challenges, key=lambda h: self.challenges[h][1])]
+        # bounded per device (at most MAX_DEVICES × CHALLENGES_PER_DEVICE in all): one device asking again and
+        # again drops only its own oldest, never another phone's challenge
+        mine = [h for h, (dev_id, _exp) in self.challenges.items() if dev_id == dev.id]  # oldest first
+        for h in mine[: max(0, len(mine) - CHALLENGES_PER_DEVICE + 1)]:
+            del self.challenges[h]
         challenge = secrets.token_urlsafe(TICKET_BYTES)
         self.challenges[digest(challenge)] = (dev.id, now + CHALLENGE_TTL)
         return challenge
 
     def renew(self, key: object, challenge: object, signature: object, now: float) -> tuple[Device, str]:
         """A new cookie for the device whose key is `key`, when `signature` is its signing key's over
-        `RENEW_CONTEXT + challenge` and the challenge is one given to it, unexpired and unused (used up
-        whatever the outcome). The old cookie stops working. Raises `RenewRefused`."""
+        `RENEW_CONTEXT + challenge` and the challenge is one given to it, unexpired and unused (used up by
+        its own device's try whatever the outcome; another device's try leaves it). The old cookie stops
+        working. Raises `RenewRefused`."""
         dev = self._by_key(key)
-        held = self.challenges.pop(digest(challenge), None) if isinstance(challenge, str) and len(challenge) <= 200 else None
+        h = digest(challenge) if isinstance(challenge, str) and len(challenge) <= 200 else None
+        held = self.challenges.get(h) if h is not None else None
+        if dev is not None and held is not None and held[0] == dev.id:
+            del self.challenges[h]  # used up by its own device, whatever the outcome; another's try uses nothing
         if dev is None or dev.sign_key is None or held is None or held[0] != dev.id or held[1] <= now:
             raise RenewRefused("this renewal is not valid (an unknown, expired or used challenge): try again")
         if not signature_ok(dev.sign_key, RENEW_CONTEXT + challenge.encode(), signature):

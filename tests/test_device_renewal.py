@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from lead.devices import CHALLENGE_TTL, RENEW_CONTEXT, Devices, RenewRefused, parse_sign_key
+from lead.devices import CHALLENGE_TTL, CHALLENGES_PER_DEVICE, RENEW_CONTEXT, Devices, RenewRefused, parse_sign_key
 
 T0 = 1_800_000_000.0
 
@@ -92,6 +92,45 @@ def test_a_challenge_is_used_once_within_a_minute_by_its_own_device(devices):
     theirs = devices.new_challenge(other_key, T0)
     with pytest.raises(RenewRefused):  # another device's challenge, even signed by this phone
         devices.renew(key, theirs, phone.sign(theirs), T0 + 1)
+
+
+def test_one_device_asking_again_and_again_drops_only_its_own_challenges(devices):
+    """Found from outside: a key (even one copied off a phone) asking for thousands of challenges pushed
+    every other phone's out of one shared store, so no other phone could renew. Now each device keeps at
+    most CHALLENGES_PER_DEVICE open; another device's try at a challenge does not use it up."""
+    phone, flooder = Phone(), Phone()
+    _a, _c, key = paired(devices, phone)
+    _b, _c2, other = paired(devices, flooder)
+    mine = devices.new_challenge(key, T0)
+    for i in range(5000):
+        devices.new_challenge(other, T0 + i / 1000)
+    assert len(devices.challenges) == 1 + CHALLENGES_PER_DEVICE  # bounded, whatever the flood
+    with pytest.raises(RenewRefused):  # the flooder presents the phone's challenge: refused, and not used up
+        devices.renew(other, mine, flooder.sign(mine), T0 + 5)
+    assert devices.renew(key, mine, phone.sign(mine), T0 + 6)[0] is _a
+    firsts = [devices.new_challenge(key, T0 + 7) for _ in range(CHALLENGES_PER_DEVICE + 1)]
+    with pytest.raises(RenewRefused):  # the phone's own oldest went for its newest
+        devices.renew(key, firsts[0], phone.sign(firsts[0]), T0 + 8)
+    assert devices.renew(key, firsts[-1], phone.sign(firsts[-1]), T0 + 8)[0] is _a
+
+
+def test_only_unpadded_base64url_is_read(devices):
+    """phone-api.md: keys and signatures are unpadded base64url; padding or the standard alphabet is refused."""
+    phone = Phone()
+    assert len(phone.public) == 87  # 65 bytes
+    with pytest.raises(ValueError):
+        parse_sign_key(phone.public + "=")
+    _dev, _cookie, key = paired(devices, phone)
+    challenge = devices.new_challenge(key, T0)
+    sig = phone.sign(challenge)  # 64 bytes: 86 characters, unpadded
+    with pytest.raises(RenewRefused):
+        devices.renew(key, challenge, sig + "==", T0 + 1)
+    challenge = devices.new_challenge(key, T0)
+    sig = phone.sign(challenge)
+    std = base64.b64encode(base64.urlsafe_b64decode(sig + "==")).decode().rstrip("=")
+    if std != sig:  # it holds a + or / (almost always): refused
+        with pytest.raises(RenewRefused):
+            devices.renew(key, challenge, std, T0 + 1)
 
 
 def test_who_cannot_renew_is_told_to_pair_again(devices):

@@ -86,6 +86,8 @@ def register(app, door: Door, devices: Devices) -> None:
             return error(400, "bad_request", str(exc))
         if not isinstance(data, dict) or set(data) - {"challenge", "signature"}:
             return error(400, "bad_request", "the body must be {} or {\"challenge\": …, \"signature\": …}")
+        if data and not all(isinstance(data.get(k), str) for k in ("challenge", "signature")):
+            return error(400, "bad_request", "challenge and signature must both be strings (base64url)")
         key, now = request.headers.get(KEY_HEADER), time.time()
         try:
             if not data:
