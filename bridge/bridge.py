@@ -107,6 +107,10 @@ class Bridge:
         """One page of an open conversation's items by revision: items, next_since, more, reset."""
         return self.readers[name].items_page(conv_id, since, limit)
 
+    def items_newest(self, name: str, conv_id: str, limit: int = PAGE_LIMIT, before: int | None = None) -> dict:
+        """The newest page of an open conversation's items by position (issue 39): items, next_since, earlier."""
+        return self.readers[name].items_newest(conv_id, limit, before)
+
     def warning(self, name: str) -> str | None:
         reader = self.readers[name]
         return phone_mismatch(reader.theirs) if reader.status == VERSION_MISMATCH and reader.theirs else None

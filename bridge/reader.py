@@ -80,6 +80,21 @@ class ConversationView:
     items_rev: int
 
 
+def newest_of(items: list[dict], limit: int = PAGE_LIMIT, before: int | None = None) -> dict:
+    """`AgentReader.items_newest` over a list of items in seq order (a closed conversation's, read
+    through from its agent): the newest `limit` (before seq `before`), with `next_since` and `earlier`."""
+    limit = max(1, min(limit, PAGE_LIMIT_MAX))
+    held = [i for i in items if isinstance(i, dict) and isinstance(i.get("seq"), int)
+            and (before is None or i["seq"] < before)]
+    real = [i for i in held if i.get("kind") != "gap"]
+    page = real[-limit:]
+    first = page[0]["seq"] if page else None
+    out = [i for i in held if first is not None and i["seq"] >= first]
+    revs = [i["rev"] for i in items if isinstance(i, dict) and isinstance(i.get("rev"), int)]
+    return {"items": out, "next_since": max([0, *revs]), "more": False,
+            "earlier": first if len(page) < len(real) else None}
+
+
 @attrs.define
 class ItemLog:
     """The items Collie holds of one conversation, by seq, and where it knows it missed some."""
@@ -491,6 +506,33 @@ class AgentReader:
             last = item.get("rev", 0)
         more = taken < len(changed)
         return {"items": out, "next_since": last if more else max(last, log.since), "more": more, "reset": reset}
+
+    def items_newest(self, conv_id: str, limit: int = PAGE_LIMIT, before: int | None = None) -> dict:
+        """Issue 39: the newest `limit` items of an open conversation by position (seq), or the `limit`
+        just before seq `before`, oldest first, at most about PAGE_BYTES (always at least one): what a chat
+        draws when it opens, in one read. `next_since` is the highest revision read (a later read by
+        revision from it gives only what changed); `earlier` is the `before` of the page above, or None
+        when nothing older is held. A `gap` marker comes before an item where older ones were left out."""
+        log = self.logs.get(conv_id)
+        if log is None:
+            return {"items": [], "next_since": 0, "more": False, "earlier": None}
+        limit = max(1, min(limit, PAGE_LIMIT_MAX))
+        order = sorted(s for s in log.items if before is None or s < before)
+        taken: list[int] = []
+        size = 0
+        for seq in reversed(order):
+            if len(taken) >= limit or (taken and size >= PAGE_BYTES):
+                break
+            taken.append(seq)
+            size += log.costs.get(seq, 0)
+        taken.reverse()
+        out: list[dict] = []
+        for seq in taken:
+            if seq in log.gaps:
+                out.append({"kind": "gap", "seq": seq, "text": LEFT_OUT})
+            out.append(log.items[seq])
+        earlier = taken[0] if taken and len(taken) < len(order) else None
+        return {"items": out, "next_since": log.since, "more": False, "earlier": earlier}
 
     def items(self, conv_id: str, since: int = 0, limit: int = PAGE_LIMIT) -> list[dict]:
         """The items of `items_page` alone."""

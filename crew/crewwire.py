@@ -217,6 +217,9 @@ MEMBER_FRAMES: dict[str, type] = {"hello": Hello, "snapshot": Snapshot, "agent":
 class ItemsResult:
     items: list[dict]
     open: bool
+    # issue 39: a read with `newest` (a page by position) answers these too; an older member leaves them out
+    next_since: int | None = None
+    earlier: int | None = None
 
 
 @attrs.frozen

@@ -23,6 +23,7 @@ from bridge.bridge import Bridge
 from bridge.writer import Writer
 from crew.fsutil import atomic_write
 from crew.paths import Paths
+from lead.packing import install_packing
 from lead.routes import auth, reads, writes
 from lead.routes.common import ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, masked_rows  # noqa: F401 (their old home)
 from lead.routes.inbox import register as install_inbox_routes  # noqa: F401 (its old home)
@@ -50,6 +51,7 @@ def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     auth.register(app, credential, hub, door=door, devices=devices)
+    install_packing(app)  # issue 39: JSON answers gzipped when accepted, GET reads revalidated by ETag
     if feed is not None:
         feed.redact_on = redact_on  # X1: the live channel's panes are masked like this API's
     reads.register(app, bridge, writer, hub, feed=feed, redact_on=redact_on)

@@ -54,10 +54,11 @@ from lead.dashboard import (  # noqa: F401  (re-exported: lead.events is where c
 from lead.feed_core import (  # noqa: F401  (re-exported)
     BATCH, COALESCE, HEARTBEAT, ITEM_PAGES, ITEMS_WAIT, KEEP, LEASE, LOCAL, MAX_CHANNELS, MEMBER_ITEM_RETRIES,
     PER_DEVICE, QUEUE, READ_TIMEOUT, SEND_STALL, VIEW_READS, Event, EventLog, FeedState, Leases, admit, agent_key,
-    conv_key, diff_rows, for_viewer, inbox_event, items_event, needs_event, pane_event, snapshot_data,
-    view_change)
+    conv_key, diff_rows, for_viewer, inbox_event, items_event, needs_event, pane_event, snapshot_bytes,
+    snapshot_data, view_change)
 from lead.feed_reads import ConversationReads
 from lead.needs import NeedsList
+from lead.packing import body_tag
 
 log = logs.get("events")
 
@@ -72,6 +73,10 @@ class Channel:
     overflowed: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
     close_reason: str | None = None
+    # issue 39: what the phone says it holds already, used once: the viewed conversation's items up to this
+    # revision (its next read of them gives only what changed), the dashboard with this tag (packing.body_tag)
+    items_since: int | None = None
+    have: str | None = None
 
     @property
     def agent_key(self) -> tuple | None:
@@ -226,6 +231,21 @@ class Feed(ConversationReads):
             items = await self.items_of(*view)
         return snapshot_data(sections, asks, view, pane, items)
 
+    async def snapshot_wire(self, ch: Channel, last_id: str) -> bytes:
+        """The `snapshot` event as sent (issue 39): the dashboard left out (null) when the phone opened the
+        channel with `have=` the tag of the dashboard it read, and it is still that; the viewed conversation's
+        items since the revision it said it holds, else its newest page."""
+        view, asks = ch.view, self.needs.asks()
+        text = dashboard_json(self.bridge, self.hub)
+        same = ch.have is not None and body_tag(text.encode()) == ch.have
+        ch.have = None
+        pane = items = None
+        if view and view[2]:
+            since, ch.items_since = ch.items_since, None
+            pane = await self.pane_of(*view)
+            items = await self.items_of(*view, since=since)
+        return snapshot_bytes(last_id, snapshot_data(None, asks, view, pane, items), None if same else text)
+
     async def view_events(self, ch: Channel) -> list[Event]:
         """A fresh pane and all items of what `ch` views, as events of the shared numbering."""
         out = []
@@ -235,15 +255,16 @@ class Feed(ConversationReads):
             # Reading the pane and the items may wait (the journal, a member). If a change of this
             # conversation was published meanwhile, the channel has it queued already and what was read
             # may be older: read again, or the older full set sent after it would hide the change for good.
+            since, ch.items_since = ch.items_since, None
             for _ in range(VIEW_READS):
                 before = self.core.published.get(key, 0)
                 pane = await self.pane_of(machine, agent, conv)
-                items = await self.items_of(machine, agent, conv)
+                items = await self.items_of(machine, agent, conv, since=since)
                 if self.core.published.get(key, 0) == before:
                     break
             out.append(self.log.append(*pane_event(key, pane)))
-            if items is not None:
-                out.append(self.log.append(*items_event(key, items, True)))
+            if items is not None and (items["full"] or items["items"]):
+                out.append(self.log.append(*items_event(key, items["items"], items["full"], items.get("earlier"))))
         return out
 
     # --- the loop ------------------------------------------------------------------------------------

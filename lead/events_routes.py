@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import trio
 
-from lead.feed_core import BATCH, HEARTBEAT, PING, SEND_STALL, UNAUTHORIZED, hello, replay, snapshot_bytes
+from lead.feed_core import BATCH, HEARTBEAT, PING, SEND_STALL, UNAUTHORIZED, hello, replay
+from lead.packing import accepts_gzip, packed_stream
 
 
 def install_events(app, feed: Feed, *, owner_check) -> None:
@@ -24,6 +25,7 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
             return error(403, "forbidden", "the live channel is for paired phones and the local credential")
         try:
             view = _view_from(request.args)
+            held = _held(request.args)
         except ValueError as exc:
             return error(400, "bad_request", str(exc))
         try:
@@ -32,12 +34,18 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
             return error(503, "busy", str(exc))
         last = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
         try:
+            ch.items_since, ch.have = held
             await feed.set_view(ch, view)
         except BaseException:
             await feed.close(ch)
             raise
         missed = feed.log.since(last)
-        resp = Response(_stream(feed, ch, missed), mimetype="text/event-stream")
+        body = _stream(feed, ch, missed)
+        gz = accepts_gzip(request.headers.get("Accept-Encoding"))
+        resp = Response(packed_stream(body) if gz else body, mimetype="text/event-stream")
+        if gz:  # issue 39: one gzip stream, flushed after every write
+            resp.headers["Content-Encoding"] = "gzip"
+        resp.headers["Vary"] = "Accept-Encoding"
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["X-Accel-Buffering"] = "no"
         resp.timeout = None
@@ -54,12 +62,28 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
             return error(400, "bad_request", "the body must be a JSON object")
         try:
             view = _view_from(data)
+            since, _ = _held({"items_since": data.get("items_since")})
         except ValueError as exc:
             return error(400, "bad_request", str(exc))
+        ch.items_since = since if view and view[2] else None
         await feed.set_view(ch, view)
         for ev in await feed.view_events(ch):
             ch.offer(ev)
         return jsonify({"ok": True, "view": data if view else None})
+
+
+def _held(args) -> tuple[int | None, str | None]:
+    """What the phone holds already (issue 39): `items_since`, the revision it holds the viewed conversation's
+    items up to (a whole number), and `have`, the tag of the dashboard it read (up to 64 hex digits)."""
+    since, have = args.get("items_since"), args.get("have")
+    if isinstance(since, str) and since.isascii() and since.isdigit() and len(since) <= 18:
+        since = int(since)
+    if since is not None and (type(since) is not int or since < 0):
+        raise ValueError("items_since must be a whole number: the revision the phone holds the items up to")
+    if have is not None and (not isinstance(have, str) or not 1 <= len(have) <= 64
+                             or any(c not in "0123456789abcdef" for c in have)):
+        raise ValueError("have must be the dashboard's tag (hex digits), as its ETag gives it")
+    return since, have
 
 
 def _view_from(args) -> tuple | None:
@@ -122,4 +146,4 @@ async def _stream(feed: Feed, ch: Channel, missed):
 
 async def _snapshot(feed: Feed, ch: Channel) -> bytes:
     seq_id = f"{feed.log.boot}-{feed.log.seq}"
-    return snapshot_bytes(seq_id, await feed.snapshot(ch))
+    return await feed.snapshot_wire(ch, seq_id)

@@ -22,7 +22,7 @@ QUEUE = 512  # events waiting for one slow phone before it gets a snapshot inste
 MAX_CHANNELS = 200
 PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
 BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
-HEARTBEAT = 15.0
+HEARTBEAT = 25.0  # issue 39: an idle visible page gets at most 144 small writes an hour (proxies keep 30 s+)
 SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
@@ -188,22 +188,32 @@ def pane_event(key: tuple, pane: dict | None) -> tuple:
     return "pane", {"machine": machine, "agent": agent, "conversation": conv, "pane": pane}, key
 
 
-def items_event(key: tuple, items: list[dict], full: bool) -> tuple:
-    """A conversation's items: all of them (`full`, after a full read), or the ones that changed."""
+def items_event(key: tuple, items: list[dict], full: bool, earlier: int | None = None) -> tuple:
+    """A conversation's items: its newest page (`full`, after a full read: what the phone held is replaced;
+    `earlier`, when given, is the `before` of the page above it), or the ones that changed."""
     _, machine, agent, conv = key
-    return "items", {"machine": machine, "agent": agent, "conversation": conv, "items": items, "full": full}, key
+    data = {"machine": machine, "agent": agent, "conversation": conv, "items": items, "full": full}
+    if full and earlier is not None:
+        data["earlier"] = earlier
+    return "items", data, key
 
 
-def snapshot_data(sections: list[dict], asks: list[dict], view: tuple | None, pane: dict | None = None,
-                  items: list[dict] | None = None) -> dict:
-    """What a fresh channel's `snapshot` carries: the dashboard, the Needs you list and what it views;
-    for a conversation, its pane and all its items."""
-    data: dict = {"dashboard": {"sections": sections}, "view": None, "needs": asks}
+def snapshot_data(sections: list[dict] | None, asks: list[dict], view: tuple | None, pane: dict | None = None,
+                  items: list[dict] | dict | None = None) -> dict:
+    """What a fresh channel's `snapshot` carries: the dashboard (None: the phone has it already, issue 39),
+    the Needs you list and what it views; for a conversation, its pane and its items — a page as
+    `ConversationReads.items_of` gives it (the newest page, or only what changed: `items_full` false)."""
+    data: dict = {"dashboard": None if sections is None else {"sections": sections}, "view": None, "needs": asks}
     if view:
         machine, agent, conv = view
         data["view"] = {"machine": machine, "agent": agent, "conversation": conv}
         if conv:
-            data["pane"], data["items"] = pane, items or []
+            page = items if isinstance(items, dict) else {"items": items or [], "full": True}
+            data["pane"], data["items"] = pane, page["items"]
+            if not page["full"]:
+                data["items_full"] = False
+            elif page.get("earlier") is not None:
+                data["earlier"] = page["earlier"]
     return data
 
 
@@ -211,8 +221,14 @@ def hello(channel: str) -> bytes:
     return f"retry: 2000\nevent: hello\ndata: {{\"channel\":\"{channel}\"}}\n\n".encode()
 
 
-def snapshot_bytes(last_id: str, data: dict) -> bytes:
-    return f"id: {last_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+def snapshot_bytes(last_id: str, data: dict, dashboard: str | None = None) -> bytes:
+    """The `snapshot` event; `dashboard`, when given, is the dashboard's JSON text as `GET /api/dashboard`
+    has it (encoded once there), put in as data's `dashboard`."""
+    body = json.dumps(data, separators=(',', ':'))
+    if dashboard is not None:
+        rest = json.dumps({k: v for k, v in data.items() if k != "dashboard"}, separators=(',', ':'))
+        body = '{"dashboard":' + dashboard + ("," + rest[1:] if rest != "{}" else "}")
+    return f"id: {last_id}\nevent: snapshot\ndata: {body}\n\n".encode()
 
 
 PING = b": ping\n\n"

@@ -13,6 +13,7 @@ import trio
 
 from bridge.panes import chat_items
 from crew import logs
+from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from lead.feed_core import (ITEM_PAGES, ITEMS_WAIT, LOCAL, READ_TIMEOUT, MemberItems, asks_ended, item_revs,
                             items_event)
 
@@ -41,7 +42,11 @@ class ConversationReads:
             self.core.recent[("conv", machine, agent, conv)] = recent
         return self._pane(reader, machine, conv, recent)
 
-    async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
+    async def items_of(self, machine: str, agent: str, conv: str, since: int | None = None) -> dict | None:
+        """What a channel that starts viewing a conversation gets of its items (issue 39): the newest page
+        by position, `{"items", "full": True, "earlier"}` (what the chat draws; older pages the phone reads
+        when asked), or — when the phone says it holds them up to revision `since` — only the items changed
+        after it, `{"items", "full": False}` (a whole page of changes or a reset: the newest page instead)."""
         reader = self.reader_of(machine, agent)
         if reader is None or conv not in reader.conversations:
             return None
@@ -49,20 +54,32 @@ class ConversationReads:
         if machine == LOCAL:
             tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent) if self.writer else set()
             top = self._top_rev(machine, agent, conv)
-            items = chat_items(self.bridge.items(agent, conv, 0), tapped)
-            if key in self._viewed():  # the changes after this full read go as `items` events from here
+            if key in self._viewed():  # the changes after this read go as `items` events from here
                 self.core.item_since.setdefault(key, top)
-            return items
+            if since is not None:
+                page = self.bridge.items_page(agent, conv, since, PAGE_LIMIT_MAX)
+                if not page["more"] and not page["reset"]:
+                    return {"items": chat_items(page["items"], tapped), "full": False}
+            page = self.bridge.items_newest(agent, conv, PAGE_LIMIT)
+            return {"items": chat_items(page["items"], tapped), "full": True, "earlier": page["earlier"]}
         got = None
+        if since is not None:
+            with trio.move_on_after(READ_TIMEOUT):
+                got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": since})
+            if got is not None and len(item_revs(got.get("items") or [])) < PAGE_LIMIT:
+                if key in self._viewed():
+                    self.core.item_since.setdefault(key, max([since, *item_revs(got.get("items") or [])]))
+                return {"items": list(got.get("items") or []), "full": False}
+            got = None
         with trio.move_on_after(READ_TIMEOUT):
-            got = await self.hub.read(machine, agent, "items", {"conversation": conv, "since": 0})
+            got = await self.hub.read(machine, agent, "items", {"conversation": conv, "newest": PAGE_LIMIT})
         if got is None:
             return None
         items = list(got.get("items") or [])
         if key in self._viewed():
-            self.core.item_since.setdefault(key, max([0, *item_revs(items)]))
-        return items
-
+            top = got.get("next_since")
+            self.core.item_since.setdefault(key, top if isinstance(top, int) else max([0, *item_revs(items)]))
+        return {"items": items, "full": True, "earlier": got.get("earlier")}
 
     async def _refresh(self, key: tuple) -> None:
         """Read a viewed conversation's pane and the items that changed since the last read, and

@@ -37,7 +37,7 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError,
 from bridge.bridge import Bridge
 from bridge.pace import VIEWED_GAP
 from bridge.panes import chat_items
-from bridge.reader import LEFT_OUT
+from bridge.reader import LEFT_OUT, newest_of
 from bridge.writer import Writer
 from bridge.writes import WriteRequest
 from crew import __version__, crewwire, logs
@@ -375,7 +375,17 @@ class Link:
                 conv = str(args.get("conversation"))
                 since = int(args.get("since") or 0)
                 tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent)
-                if conv in self.bridge.readers[agent].conversations:
+                newest = args.get("newest")
+                if type(newest) is int:  # issue 39: the newest page by position (crew.md §2)
+                    before = args.get("before") if type(args.get("before")) is int else None
+                    if conv in self.bridge.readers[agent].conversations:
+                        page = self.bridge.items_newest(agent, conv, newest, before)
+                        result = {**page, "open": True}
+                    else:
+                        page = newest_of(await self.bridge.read_items_through(agent, conv), newest, before)
+                        result = {**page, "open": False}
+                    result = fit_items({**result, "items": chat_items(result["items"], tapped)})
+                elif conv in self.bridge.readers[agent].conversations:
                     result = {"items": chat_items(self.bridge.items(agent, conv, since), tapped), "open": True}
                 else:
                     items = await self.bridge.read_items_through(agent, conv)

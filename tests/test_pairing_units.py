@@ -185,12 +185,12 @@ async def test_a_change_while_a_view_is_read_is_not_hidden_by_the_older_read(aut
         async def pane_of(self, machine, agent, conv):
             return dict(self.state["pane"])
 
-        async def items_of(self, machine, agent, conv):
+        async def items_of(self, machine, agent, conv, since=None):
             items = [dict(i) for i in self.state["items"]]
             if self.first:  # the first read is answered late, with what stood before the change
                 self.first = False
                 await trio.sleep(1)
-            return items
+            return {"items": items, "full": True}
 
     feed = RacyFeed(FakeBridge())
     ch = feed.open(None)

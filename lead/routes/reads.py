@@ -8,7 +8,7 @@ from quart import jsonify, request
 from bridge.bridge import FOOTER_NO_ANSWER
 from bridge.client import AgentUnreachable
 from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
-from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
+from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX, newest_of
 from crew.receipts import NO_STARTERS
 from lead.routes.bodies import viewing_on
 from lead.routes.common import LOCAL, _id, _query_int, body, error, masked_rows, no_agent, reader_lookup
@@ -66,11 +66,20 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
 
     @app.get("/api/agents/<machine>/<agent>/conversations/<conv>/items")
     async def items(machine: str, agent: str, conv: str):
-        """Items by revision, one bounded page (issues 8.8, 9.6): follow `next_since` while `more`."""
+        """Items by revision, one bounded page (issues 8.8, 9.6): follow `next_since` while `more`. Or, with
+        `newest=N` (issue 39), the newest N by position (`before=SEQ`: the N above that seq), in one read."""
         reader = reader_of(machine, agent)
         conv = _id(conv, "conversation")
         if reader is None:
             return no_agent(machine, agent)
+        newest = _query_int("newest", 0, 1, PAGE_LIMIT_MAX) if request.args.get("newest") is not None else None
+        before = _query_int("before", 0, 1) if request.args.get("before") is not None else None
+        if newest is None and before is not None:
+            return error(400, "bad_request", "before goes with newest: ?newest=200&before=SEQ")
+        if newest is not None and request.args.get("since") is not None:
+            return error(400, "bad_request", "since and newest are two ways to page: give one of them")
+        if newest is not None:
+            return await newest_items(machine, agent, conv, reader, newest, before)
         since = _query_int("since", 0, 0)
         limit = _query_int("limit", PAGE_LIMIT, 1, PAGE_LIMIT_MAX)
         if machine != LOCAL:
@@ -78,7 +87,8 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
             if got is None:
                 return jsonify({"items": [], "open": conv in reader.conversations, "next_since": since, "more": False,
                                 "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
-            if "next_since" not in got:  # a member that answers one plain page: the highest rev it sent
+            got.pop("earlier", None)
+            if got.get("next_since") is None:  # a member that answers one plain page: the highest rev it sent
                 sent = [i.get("rev", 0) for i in got.get("items", []) if i.get("kind") != "gap"]
                 got["next_since"] = max([since, *sent])
                 got["more"] = len(sent) >= PAGE_LIMIT
@@ -94,6 +104,30 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
                 return error(404, "not_found", f"no conversation {conv!r}")
             return jsonify({"items": [], "open": False, "next_since": since, "more": False, "footer": FOOTER_NO_ANSWER,
                             "reason": exc.reason})
+        return jsonify({**page, "items": chat_items(page["items"], tapped), "open": False})
+
+    async def newest_items(machine, agent, conv, reader, newest, before):
+        if machine != LOCAL:
+            args = {"conversation": conv, "newest": newest, **({"before": before} if before else {})}
+            got = await hub.read(machine, agent, "items", args)
+            if got is None:
+                return jsonify({"items": [], "open": conv in reader.conversations, "next_since": 0, "more": False,
+                                "earlier": None, "footer": FOOTER_NO_ANSWER, "reason": "machine-offline"})
+            if got.get("next_since") is None:  # an older member read the oldest page by revision instead
+                sent = [i.get("rev", 0) for i in got.get("items", []) if i.get("kind") != "gap"]
+                got["next_since"] = max([0, *sent])
+            return jsonify({**got, "more": False})
+        tapped = await writer.journal.run(writer.journal.tapped_asks, agent)
+        if conv in reader.conversations:
+            page = bridge.items_newest(agent, conv, newest, before)
+            return jsonify({**page, "items": chat_items(page["items"], tapped), "open": True})
+        try:
+            page = newest_of(await bridge.read_items_through(agent, conv), newest, before)
+        except AgentUnreachable as exc:
+            if exc.reason == "not_found":
+                return error(404, "not_found", f"no conversation {conv!r}")
+            return jsonify({"items": [], "open": False, "next_since": 0, "more": False, "earlier": None,
+                            "footer": FOOTER_NO_ANSWER, "reason": exc.reason})
         return jsonify({**page, "items": chat_items(page["items"], tapped), "open": False})
 
     @app.get("/api/agents/<machine>/<agent>/starters")
