@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import re
 import time
 from pathlib import Path
 
@@ -33,6 +34,30 @@ FILES = {
     "/icon.svg": ("icon.svg", "image/svg+xml"),
 }
 SHELL = (*(f"/{m}.js" for m in MODULES), "/app.css", "/manifest.webmanifest")  # named versioned in index.html
+ENTRY = "app.js"
+_STATIC = re.compile(rb"""\bimport\s*(?:[\w*{}\s,$]+\s*from\s*)?["']\./([a-z]+\.js)["']""")
+_DYNAMIC = re.compile(rb"""\bimport\s*\(\s*["']\./([a-z]+\.js)["']""")
+
+
+def module_graph(raw: dict[str, bytes], entry: str = ENTRY) -> list[str]:
+    """Every module the page imports from `entry`, in the order the first screen needs them (issue 39):
+    first the static graph, breadth first (what app.js cannot run without), then what it imports when a
+    screen is first shown (`import("./x.js")`) and their own imports. No build step: read off the sources."""
+    def walk(start: list[str], seen: list[str]) -> list[str]:
+        queue, later = list(start), []
+        while queue:
+            name = queue.pop(0)
+            if name in seen or name not in raw:
+                continue
+            seen.append(name)
+            queue += sorted({m.decode() for m in _STATIC.findall(raw[name])} - set(seen))
+            later += [m.decode() for m in _DYNAMIC.findall(raw[name]) if m.decode() not in seen]
+        return later
+    order: list[str] = []
+    later = walk([entry], order)
+    while later:
+        later = walk(later, order)
+    return [n for n in order if n != entry]
 CSP = ("default-src 'self'; script-src 'self' {boot}; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
        "manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
@@ -64,6 +89,10 @@ class Static:
 
     def __init__(self, folder: Path = WEB) -> None:
         raw = {name: (folder / name).read_bytes() for name, _ in FILES.values()}
+        # issue 39: the browser learns the whole module graph from the page itself, at once
+        self.preloads = module_graph(raw)
+        links = "".join(f'<link rel="modulepreload" href="/{n}">' for n in self.preloads).encode()
+        raw["index.html"] = raw["index.html"].replace(b"<!-- modulepreload -->", links)
         self.version = hashlib.sha256(b"".join(hashlib.sha256(raw[n]).digest() for n in sorted(raw))).hexdigest()[:16]
         v = f"/v/{self.version}".encode()
         for path in SHELL:

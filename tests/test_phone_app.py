@@ -558,24 +558,27 @@ def test_an_ask_that_changed_under_you_comes_back_as_it_is_now(page):
 
 
 def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
-    """W4, C1: opening a chat reads its items over HTTP while the live channel sends them too, then
-    every change after them. When the HTTP answer comes back last it may be older than what the channel
-    sent; the app keeps the channel's. (Before: the older read replaced them, and a change that came in
-    between — in CI an ask that expired — stayed unseen until the next one.)"""
+    """W4, C1, issue 39: opening a chat reads its newest page over HTTP once; the live channel is told the
+    view when that read is in, with the revision it holds, and sends the pane and what changed after it.
+    A read that comes back late and older than the conversation (here: one item, no revision) is replaced
+    by what the channel sends, never the other way round. (Before: the older read replaced the channel's,
+    and a change that came in between — in CI an ask that expired — stayed unseen until the next one.)"""
     held = []
     items_url = re.compile(r".*/api/agents/local/forms/conversations/choice/items(\?.*)?$")  # any page
     page.route(items_url, lambda route: held.append(route))
     page.goto(f"{page.base}/#/c/local/forms/choice")
-    page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
     for _ in range(200):  # route handlers run while Playwright waits, not during a plain sleep
         if held:
             break
         page.wait_for_timeout(50)
+    page.wait_for_timeout(500)
     held[0].fulfill(status=200, content_type="application/json",
                     body=json_dumps({"items": [{"seq": 1, "kind": "user", "text": "an older read"}]}))
+    page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
     page.wait_for_selector("main:not([aria-busy])")
-    assert page.get_by_text("an older read").count() == 0
+    pump_until(page, lambda: page.get_by_text("an older read").count() == 0, what="the older read replaced")
     assert page.locator(".card[data-ask]").first.is_visible()
+    assert len(held) == 1  # one read of the items, the rest from the channel
     page.unroute(items_url)
 
 

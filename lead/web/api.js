@@ -72,10 +72,12 @@ export async function api(path, { method = "GET", body } = {}, again = true) {
     const key = await readKey();
     const first = early.path === path && method === "GET" && again ? early.response : null;
     early.path = null;  // boot.js's request answers the first read of its path only
-    r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: "no-store",
+    // a read is kept by the browser and asked again each time with its ETag: an unchanged one is a 304 (issue 39)
+    r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: method === "GET" ? "no-cache" : "no-store",
       headers: headers(method, body !== undefined, key),
       body: body !== undefined ? JSON.stringify(body) : undefined });
     text = await r.text();
+    if (method === "GET") tags.set(path, (r.headers.get("ETag") || "").replace(/^W\//, "").replace(/"/g, "").replace(/-gz$/, ""));
   } catch (e) {
     setLead(navigator.onLine !== false);
     const last = method === "GET" ? recall(path) : null;
@@ -95,46 +97,73 @@ export async function api(path, { method = "GET", body } = {}, again = true) {
   return data;
 }
 export const write = (path, body) => api(path, { method: "POST", body });
+// path -> the tag of the last answer read (its ETag bar the coding): the live channel is told the dashboard's
+export const tags = new Map();
 // Is the lead there? (asked when the live channel drops, so the page says so within seconds)
 async function probe() { try { await api("/api/needs"); } catch (_) { /* api() noted it */ } }
 
 // ---- the live channel ------------------------------------------------------------------------------
 // EventSource sends no headers: a ticket fetched with the device key opens the channel (issue 25.1).
-function channelUrl(view, ticket) {
+// `held` says what the page holds already (issue 39): `have`, the tag of the dashboard it read (the snapshot
+// then leaves it out), `items_since`, the revision it holds the viewed chat's items up to; and after a
+// pause, `last_event_id`: the lead replays what the page missed instead of a whole snapshot.
+function channelUrl(view, ticket, held) {
   const q = new URLSearchParams();
   if (view) {
     q.set("machine", view.machine); q.set("agent", view.agent);
     if (view.conversation) q.set("conversation", view.conversation);
   }
+  for (const [k, v] of Object.entries(held || {})) if (v !== null && v !== undefined && v !== "") q.set(k, String(v));
   if (ticket) q.set("ticket", ticket);
   const text = q.toString();
   return "/api/events" + (text ? "?" + text : "");
 }
-let es = null;
+let es = null, lastId = null, asleep = false, again = null;
 // Open the channel (once) and hand each named event's JSON to its handler in `on`.
-export function connect(view, on) {
-  if (es) return;
+export function connect(view, on, held = () => ({})) {
+  connect.args = [view, on, held];
+  if (es || asleep) return;
   const pending = es = { close() { this.closed = true; }, pending: true };
   write("/api/events/ticket", {}).then((t) => {
-    if (es === pending && !pending.closed) open(view, on, t && t.ticket);
+    if (es === pending && !pending.closed) open(view, on, t && t.ticket, held);
   }, (e) => {
     if (es !== pending) return;
     es = null;
-    if (e instanceof Unpaired) on.unauthorized(); else setTimeout(() => connect(view, on), 2000);
+    if (e instanceof Unpaired) on.unauthorized(); else later(() => connect(view, on, held));
   });
 }
-function open(view, on, ticket) {
-  const src = es = new EventSource(channelUrl(view(), ticket));
+function later(fn) { clearTimeout(again); again = setTimeout(fn, 2000); }
+function open(view, on, ticket, held) {
+  const opened = view();
+  const src = es = new EventSource(channelUrl(opened, ticket, { ...held(), last_event_id: lastId }));
   for (const [name, fn] of Object.entries(on)) {
     if (name === "unauthorized") continue;
-    src.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+    src.addEventListener(name, (e) => {
+      if (e.lastEventId) lastId = e.lastEventId;
+      const data = JSON.parse(e.data);
+      if (name === "hello") data.opened = opened;  // the view the lead was told in the address
+      fn(data);
+    });
   }
   src.addEventListener("open", () => setLead(false));
   src.addEventListener("unauthorized", () => { src.close(); es = null; on.unauthorized(); });
   src.onerror = () => {
     probe();
-    if (src.readyState === EventSource.CLOSED) { es = null; setTimeout(() => connect(view, on), 2000); }
+    if (src.readyState === EventSource.CLOSED) { es = null; later(() => connect(view, on, held)); }
   };
 }
+// Issue 39: a hidden page closes its channel (no write reaches a phone in a pocket; a push wakes it), and a
+// page shown again opens it from the last event it had: the lead replays what it missed.
+export function sleep() {
+  asleep = true; clearTimeout(again);
+  if (es) es.close();
+  es = null;
+}
+export function wake() {
+  if (!asleep) return;
+  asleep = false;
+  if (connect.args) connect(...connect.args);
+}
+export const channelOpen = () => es !== null && !es.pending;
 // Tell the lead what this page views (its agent is then polled every 2 s, and the chat gets its items live).
 export const tellView = (channel, view) => write(`/api/events/${encodeURIComponent(channel)}/view`, view || {});

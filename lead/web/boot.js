@@ -18,7 +18,7 @@
   });
   const dash = location.hash === "" || location.hash === "#/" || location.hash === "#";
   // the same request api.js would make, with the same headers; a failure is api.js's to judge
-  const response = dash ? key.then((k) => fetch("/api/dashboard", { credentials: "same-origin", cache: "no-store",
+  const response = dash ? key.then((k) => fetch("/api/dashboard", { credentials: "same-origin", cache: "no-cache",
     headers: k ? { "X-Collie-Device-Key": k } : {} })) : null;
   if (response) response.catch(() => {});  // never an unhandled rejection
   globalThis.collieEarly = { key, path: dash ? "/api/dashboard" : null, response };

@@ -4,7 +4,7 @@
 import { S } from "./strings.js";
 import { h, show, redraw, $view, where, enc, rid } from "./dom.js";
 import { api, write, Unreachable, Offline } from "./api.js";
-import { app, setItems, agentNotice } from "./state.js";
+import { app, setItems, olderItems, agentNotice, pushView } from "./state.js";
 import { itemNode } from "./items.js";
 import { askCard } from "./askcard.js";
 import { icon } from "./icons.js";
@@ -14,7 +14,7 @@ import { icon } from "./icons.js";
 // read does not slide away under new items, which wait behind `New items`). `Show earlier messages` widens
 // it by a page above, keeping what is on screen in place.
 const WINDOW = 200;
-const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null, above: null });
+const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null });
 const scroll = { conv: null, ...fresh() };
 export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
@@ -26,24 +26,25 @@ export async function load(r) {
   app.loading = true;
   try { await read(r); } finally { app.loading = false; }
 }
-const PAGES = 20;  // pages of items read at most when a chat opens (the lead keeps 2,000 per conversation)
+// Issue 39: a chat opens with one read of its newest page (what the screen draws); the pages above it are
+// read when the user asks (`Show earlier messages`). The live channel is told the view once this read is in,
+// with the revision it holds the items up to: it then sends only what changed since.
 async function read(r) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
-  const [pane, items] = await Promise.all([api(base), api(`${base}/items?limit=500`)]);
-  // The live channel sends this view's pane and items too, then every change after them. Once it has,
-  // what these requests read may be older than what it sent: keep the channel's (else a change that came
-  // between would be lost until the next one).
-  if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
-  if (!app.fromChannel.items) setItems((items && items.items) || [], true);
-  // The items come oldest first, a page at a time (so does the channel's first set): read on to the
-  // newest, which is where a chat opens (#29).
-  let page = items, n = 1;
-  while (page && page.more && n < PAGES && app.route === r) {
-    page = await api(`${base}/items?limit=500&since=${enc(page.next_since)}`);
-    n += 1;
-    if (page && !page.reset) setItems(page.items || [], false);
-    if (app.route === r) render();
-  }
+  try {
+    const [pane, items] = await Promise.all([api(base), api(`${base}/items?newest=${WINDOW}`)]);
+    // The live channel sends this view's pane and items too, then every change after them. Once it has,
+    // what these requests read may be older than what it sent: keep the channel's (else a change that came
+    // between would be lost until the next one).
+    if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
+    if (!app.fromChannel.items && items && Array.isArray(items.items)) setItems(items.items, true, items.earlier ?? null);
+    if (items && Number.isInteger(items.next_since) && (app.itemsSince === null || items.next_since > app.itemsSince)) app.itemsSince = items.next_since;
+  } finally { if (app.route === r) pushView(); }
+}
+async function readEarlier(r) {
+  const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
+  const page = await api(`${base}/items?newest=${WINDOW}&before=${app.itemsEarlier}`);
+  if (app.route === r && page && Array.isArray(page.items)) olderItems(page);
 }
 function mineNode(m) {
   // C3: the clock while sending and once sent (the editor says `Sent`), until the agent's copy takes its place
@@ -114,12 +115,24 @@ async function sessionWrite(op, extra = {}) {
   return rec;
 }
 let confirmClose = false, renaming = false, toBottom = false;
-function showEarlier() {
+async function showEarlier() {
+  const r = app.route;
+  if (scroll.first !== null && !heldAbove() && app.itemsEarlier !== null) {  // the page above is the lead's to give
+    try { await readEarlier(r); } catch (_) { return; }
+    if (app.route !== r) return;
+  }
   const from = document.documentElement.scrollHeight - window.scrollY;
   scroll.window += WINDOW;
-  scroll.first = scroll.above;
+  scroll.first = heldFirstAbove();
   keepFromBottom = from;
   render();
+}
+// the items held above the first one drawn (the window widens over them first)
+const sortedSeqs = () => [...app.items.values()].map((i) => i.seq).sort((a, b) => a - b);
+function heldAbove() { return sortedSeqs().some((s) => s < scroll.first); }
+function heldFirstAbove() {
+  const seqs = sortedSeqs(), at = seqs.findIndex((s) => s >= scroll.first);
+  return seqs.length ? seqs[Math.max(0, (at < 0 ? seqs.length : at) - WINDOW)] : null;
 }
 let keepFromBottom = null;
 const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 48;
@@ -208,10 +221,10 @@ export function render() {
   const items = all.slice(start, start + scroll.window);
   const earlier = start;
   scroll.first = items.length ? items[0].seq : null;
-  scroll.above = all.length ? all[Math.max(0, start - WINDOW)].seq : null;
   const echoed = new Set(all.filter((i) => i.kind === "user" && i.request_id).map((i) => i.request_id));
   const list = [];
-  if (earlier > 0) list.push(h("button", { class: "row earlier", "data-key": "earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
+  if (earlier > 0 || app.itemsEarlier !== null) list.push(h("button", { class: "row earlier", "data-key": "earlier", onclick: showEarlier,
+    text: earlier > 0 ? S.showEarlier(Math.min(earlier, WINDOW)) : S.showEarlierMore }));
   const cardFor = (a) => { placed.add(a.id); return keyed(askCard(a), `a:${a.id}`); };
   for (const it of items) {
     const node = itemNode(it);

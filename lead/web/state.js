@@ -1,12 +1,16 @@
 // The page's state and its routing: what the live channel and the API told us, which screen shows, and
 // which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
-import { api, connect as openChannel, tellView, Unpaired } from "./api.js";
+import { api, connect as openChannel, tellView, tags, Unpaired } from "./api.js";
 import { h, $view, show, where, clock } from "./dom.js";
 import { S } from "./strings.js";
 
 export const app = {
   dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
   channel: null, view: null, pane: null, items: new Map(), route: null,
+  // issue 39: what the page holds, told to the lead so that it sends only the rest: the dashboard's tag as
+  // read (null once an event changed it), the viewed chat's items up to a revision, and the `before` of the
+  // page above the items held (null: none older is held by the lead)
+  dashTag: null, itemsSince: null, itemsEarlier: null,
   fromChannel: { pane: false, items: false },
   cards: new Map(),   // ask id -> {ask, requestId, pending, outcome, text, armed, retry, body}
   expired: new Map(), // ask id -> ask: asks that expired while shown (Q3: the buttons stay)
@@ -46,8 +50,8 @@ export async function navigate() {
   app.view = view;
   if (changed) {
     app.pane = null; app.items = new Map(); app.movedOn = false; app.cards = new Map(); app.expired = new Map();
-    app.fromChannel = { pane: false, items: false }; app.allAsks = false;
-    pushView();
+    app.fromChannel = { pane: false, items: false }; app.allAsks = false; app.itemsSince = null; app.itemsEarlier = null;
+    if (r.name !== "chat") pushView();  // a chat tells its view once its first read is in (chat.js), with what it holds
   }
   // an installed web app has no browser back button: the header's Back goes up one screen
   const back = document.getElementById("back");
@@ -78,7 +82,7 @@ export function rerender() {
 export function showUnpaired() { where(""); show(h("p", { class: "warning", text: S.notPaired })); }
 
 // ---- the Needs you list ------------------------------------------------------------------------------
-export async function loadDashboard() { app.dash = await api("/api/dashboard"); await refreshNeeds(); }
+export async function loadDashboard() { app.dash = await api("/api/dashboard"); app.dashTag = tags.get("/api/dashboard") || null; await refreshNeeds(); }
 let needsTimer = null;
 export const needsListeners = [];
 // The live channel's list (its `needs` event and snapshot): open asks only; approvals come with GET /api/needs.
@@ -103,24 +107,34 @@ function sameView(d) {
   return d && app.view && d.machine === app.view.machine && d.agent === app.view.agent &&
     d.conversation === app.view.conversation;
 }
-// A `full` set replaces what is held up to its newest item; items beyond it came from later pages (a
-// long conversation is read a page at a time) and stay.
-export function setItems(items, full) {
-  const key = (it) => `${it.kind === "gap" ? "g" : ""}${it.seq}`;
-  if (full) {
-    const top = Math.max(-1, ...(items || []).map((it) => it.seq));
-    const later = [...app.items.values()].filter((it) => it.seq > top && (items || []).length >= 200);
-    app.items = new Map(later.map((it) => [key(it), it]));
+// Issue 39: a chat holds its newest page and the pages above it the user asked for. A `full` set is the
+// newest page (`earlier`: the `before` of the page above it, absent when nothing older is kept) and
+// replaces what is held; a set of changes updates what is held, and leaves out an item above the oldest
+// page held (it is read with its page, when asked for). `older` adds the page above.
+const itemKey = (it) => `${it.kind === "gap" ? "g" : ""}${it.seq}`;
+export function setItems(items, full, earlier = null) {
+  if (full) { app.items = new Map(); app.itemsEarlier = earlier; }
+  const floor = app.itemsEarlier;
+  for (const it of items || []) {
+    if (!full && floor !== null && it.seq < floor) continue;
+    app.items.set(itemKey(it), it);
+    if (Number.isInteger(it.rev) && it.rev > (app.itemsSince || 0)) app.itemsSince = it.rev;
   }
-  for (const it of items || []) app.items.set(key(it), it);
+}
+export function olderItems(page) {
+  for (const it of page.items || []) if (app.itemsEarlier === null || it.seq < app.itemsEarlier) app.items.set(itemKey(it), it);
+  app.itemsEarlier = page.earlier === undefined ? null : page.earlier;
 }
 const events = {
-  hello(d) { app.channel = d.channel; pushView(); },
+  hello(d) {  // the lead was told the view in the channel's address: told again only if it changed since
+    app.channel = d.channel;
+    if (JSON.stringify(d.opened || null) !== JSON.stringify(app.view)) pushView();
+  },
   snapshot(d) {
-    app.dash = d.dashboard;
+    if (d.dashboard) { app.dash = d.dashboard; app.dashTag = null; }  // null: the one read is still current
     if (d.pane !== undefined && sameView(d.view)) {
       keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
-      app.pane = d.pane; setItems(d.items || [], true); app.fromChannel = { pane: true, items: true };
+      app.pane = d.pane; setItems(d.items || [], d.items_full !== false, d.earlier ?? null); app.fromChannel = { pane: true, items: true };
     }
     if (Array.isArray(d.needs)) setNeeds(d.needs); else refreshNeeds();
     rerender();
@@ -129,6 +143,7 @@ const events = {
   needs(d) { if (Array.isArray(d.asks)) { setNeeds(d.asks); if (isRoute("dash")) rerender(); } },
   row(d) {
     if (!app.dash) return;
+    app.dashTag = null;
     for (const s of app.dash.sections) {
       if (s.machine !== d.machine) continue;
       const i = s.agents.findIndex((a) => a.name === d.agent);
@@ -141,6 +156,7 @@ const events = {
   },
   sections(d) {
     if (!app.dash) return;
+    app.dashTag = null;
     const byM = new Map(app.dash.sections.map((s) => [s.machine, s]));
     app.dash.sections = d.sections.map((head) => ({ ...(byM.get(head.machine) || { agents: [] }), ...head }));
     if (d.sections.some((s) => !byM.has(s.machine))) loadDashboard();
@@ -154,20 +170,23 @@ const events = {
   },
   items(d) {
     if (!sameView(d)) return;
-    setItems(d.items, d.full); if (d.full) app.fromChannel.items = true;
+    setItems(d.items, d.full, d.earlier ?? null); if (d.full) app.fromChannel.items = true;
     rerender();
   },
   inbox() { refreshNeeds(); if (isRoute("inbox") && screens.inbox) screens.inbox.render(app.route); },
   unauthorized() { showUnpaired(); },
 };
-export function connect() { openChannel(() => app.view, events); }
+export function connect() {
+  openChannel(() => app.view, events, () => ({ have: app.dashTag, items_since: app.view && app.view.conversation ? app.itemsSince : null }));
+}
 // A failed telling is tried again while the same channel is open: else the chat would stay silent.
 let viewRetry = null;
 export async function pushView() {
   clearTimeout(viewRetry);
   const channel = app.channel, view = JSON.stringify(app.view);
   if (!channel) return;
-  try { await tellView(channel, app.view); }
+  const held = app.view && app.view.conversation && app.itemsSince !== null ? { items_since: app.itemsSince } : {};
+  try { await tellView(channel, app.view && { ...app.view, ...held }); }
   catch (e) {
     if (e instanceof Unpaired) return;
     viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);

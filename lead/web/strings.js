@@ -69,6 +69,7 @@ export const S = {
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
   showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
+  showEarlierMore: "Show earlier messages",                           // #39: the lead holds older pages, read on a tap
   newItems: "New items",                                          // C1: the chat scrolled up, newer items came
   goToAsk: "Go to the question",                                  // B10: an ask blocks the send
   tapAgainClose: "Tap again to close",                            // C8: a destructive tap asks again
