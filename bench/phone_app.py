@@ -189,10 +189,10 @@ def long_chat(crew: Crew, browser, base: str, link: str, runs: int) -> dict:
 
         def sent(e, urls=urls, got=got):
             urls[e["requestId"]] = e["request"]["url"]
-            got["items"] += "/items" in e["request"]["url"]
+            got["items"] += "/items?" in e["request"]["url"]
 
         def done(e, urls=urls, got=got):
-            if "/items" in urls.get(e["requestId"], ""):
+            if "/items?" in urls.get(e["requestId"], ""):
                 got["items_bytes"] += int(e["encodedDataLength"])
 
         def data(e, urls=urls, got=got):

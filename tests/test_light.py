@@ -229,12 +229,18 @@ def test_a_long_chat_opens_with_one_read_of_its_newest_page(crew, browser):
     more (the one above), drawn above what was on screen."""
     page = paired(crew, browser)
     reads: list[str] = []
-    page.on("request", lambda r: reads.append(r.url) if "/items" in r.url else None)
+    page.on("request", lambda r: reads.append(r.url) if "/items?" in r.url else None)
     page.goto(f"{page.base}/#/c/local/long/talk")
     page.locator(".items .item", has_text=f"message {LONG - 1}").first.wait_for()
     page.wait_for_timeout(1500)  # the channel opens, is told the view, and settles
     assert len(reads) == 1 and "newest=200" in reads[0], reads
     assert page.locator(".items .item").count() <= 201
+    page.goto(f"{page.base}/healthz")  # a whole load of the chat's address: one read too
+    reads.clear()
+    page.goto(f"{page.base}/#/c/local/long/talk")
+    page.locator(".items .item", has_text=f"message {LONG - 1}").first.wait_for()
+    page.wait_for_timeout(1500)
+    assert len(reads) == 1 and "newest=200" in reads[0], reads
     page.get_by_role("button", name=re.compile("Show .*earlier messages")).click()
     page.locator(".items .item", has_text=f"message {LONG - 300}").first.wait_for()
     assert len(reads) == 2 and "before=" in reads[1], reads

@@ -143,7 +143,7 @@ def test_pair_from_the_printed_link_and_see_needs_you_across_two_machines(page):
     assert any("desk" in t for t in texts) and any("lab · workshop" in t for t in texts)
     assert page.get_by_role("heading", name="Durable agents · workshop").is_visible()
     assert page.locator("a.row:has-text('deployer, local, workshop') .badge").inner_text() == "Experimental"
-    assert page.evaluate("globalThis.collieEarly.path") is None  # boot.js ran (the CSP let it) and api.js took its read
+    assert page.evaluate("Object.keys(globalThis.collieEarly.reads)") == []  # boot.js ran (the CSP let it) and api.js took its read
     shot(page, "dashboard")
     needs.locator("a.row:has-text('workshop')").click()
     page.wait_for_selector(".card[data-ask]")

@@ -15,7 +15,8 @@ export class Offline extends Unreachable {}  // the phone is offline: the reques
 // the cookie to every port of the host, but another origin cannot read this origin's IndexedDB.
 let deviceKey = null;
 const { stored } = globalThis.collieDevice;
-const early = globalThis.collieEarly || {};  // boot.js: the key read and the dashboard asked for first
+const early = globalThis.collieEarly || {};  // boot.js: the key read and the first screen's reads asked for first
+const earlyReads = early.reads || {};
 deviceKey = early.key || null;
 const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || ""));
 
@@ -70,8 +71,8 @@ export async function api(path, { method = "GET", body } = {}, again = true) {
   if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
   try {
     const key = await readKey();
-    const first = early.path === path && method === "GET" && again ? early.response : null;
-    early.path = null;  // boot.js's request answers the first read of its path only
+    const first = method === "GET" && again ? earlyReads[path] : null;
+    delete earlyReads[path];  // boot.js's request answers the first read of its path only
     // a read is kept by the browser and asked again each time with its ETag: an unchanged one is a 304 (issue 39)
     r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: method === "GET" ? "no-cache" : "no-store",
       headers: headers(method, body !== undefined, key),
