@@ -131,7 +131,9 @@ const events = {
     if (JSON.stringify(d.opened || null) !== JSON.stringify(app.view)) pushView();
   },
   snapshot(d) {
-    if (d.dashboard) { app.dash = d.dashboard; app.dashTag = null; }  // null: the one read is still current
+    // null: the dashboard the page said it read is still current — but if events changed the page's copy since
+    // (a browser's own reconnect repeats the address it opened with), it reads the dashboard again
+    if (d.dashboard) { app.dash = d.dashboard; app.dashTag = null; } else if (app.dashTag === null) loadDashboard();
     if (d.pane !== undefined && sameView(d.view)) {
       keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
       app.pane = d.pane; setItems(d.items || [], d.items_full !== false, d.earlier ?? null); app.fromChannel = { pane: true, items: true };
