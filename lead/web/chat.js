@@ -8,6 +8,7 @@ import { app, setItems, agentNotice } from "./state.js";
 import { itemNode } from "./items.js";
 import { askCard } from "./askcard.js";
 import { icon } from "./icons.js";
+import { setTurns, turnsOn } from "./push.js";
 
 // #29: the chat draws at most WINDOW items (a long conversation would otherwise keep thousands of nodes):
 // its newest while the user follows them; once they scrolled up, the window stays where it is (what they
@@ -169,6 +170,14 @@ function menu(r, p) {
       renaming = false;
       await sessionWrite("rename", { title: box.value.trim() });
     } }), h("button", { text: S.cancelEdit, onclick: () => { renaming = false; render(); } }));
+  }
+  const turns = app.push.turns;  // issue 37: a turn-end push for this conversation, on or off
+  if (turns) {
+    const on = turnsOn(turns, r.machine, r.agent, r.conversation);
+    kids.push(h("label", { class: "toggle", for: "turns-here", "data-key": `turns:${on}` },
+      h("input", { type: "checkbox", id: "turns-here", checked: on,
+        onchange: (e) => setTurns({ machine: r.machine, agent: r.agent, conversation: r.conversation, on: e.target.checked })
+          .then(render) }), S.notifyTurnsHere));
   }
   if (c.close) kids.push(h("button", { class: confirmClose ? "danger" : "", text: confirmClose ? S.tapAgainClose : S.closeConversation,
     onclick: async () => {

@@ -85,6 +85,8 @@ export const S = {
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
   notifyOn: "Notify me when an agent asks",
+  notifyTurns: "Notify me when a turn ends",                     // issue 37: this phone, every conversation
+  notifyTurnsHere: "Notify me when a turn ends here",            // issue 37: this conversation (the chat's menu)
   notifyDone: "Notifications are on for this phone.",
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",

@@ -1,0 +1,335 @@
+"""Know when it is done (issue 37; crew.md §5 "When a turn ends"; docs/push.md), in Chromium: a paired phone turns
+on "Notify me when a turn ends" on its dashboard (its push subscription made on the way), and the lead pushes
+when a turn of the lead's own agent, a member's agent or an ACP agent ends — decrypted from the fake push service
+(RFC 8291) and delivered to the page's service worker through DevTools, as the lock-screen tests do."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+
+import httpx
+import pytest
+
+from crew import control
+from tests.conftest import REPO, collie_env, run_collie
+from tests.crewlab import wait_for
+from tests.live import cleanup, short_dir
+from tests.pushlab import FakePushService, Subscriber
+from tests.test_push_actions import RECORD
+
+pytestmark = pytest.mark.slow
+
+SECRET = "ghp_" + "a1B2c3D4" * 4 + "e5F6"
+AGENT = """
+import sys, trio
+from crew.sdk import open_collie
+async def on_send(pane, text):
+    word = text.split()[0]
+    if word == "hang":
+        await trio.sleep_forever()
+    if word == "fail":
+        raise RuntimeError("the build broke")
+    if word == "ask":
+        await pane.ask(kind="permission", tool_call_id="t-" + text.split()[1], title="Deploy?", tool="deploy",
+                       options=[{"id": "yes", "label": "Ship it", "role": "allow"}, {"id": "no", "label": "No", "role": "deny"}])
+    pane.reply("thinking it over")
+    pane.reply("All done: " + text + "\\nsecond line of the reply")
+async def main():
+    async with open_collie(socket=sys.argv[1], caps=["asks", "send", "abort", "watch"], on_send=on_send,
+                           runtime="turns") as c:
+        for i in range(12):
+            c.conversation(f"c{i}", title=f"Task {i}")
+        c.ready()
+        print("listening", flush=True)
+        await trio.sleep_forever()
+trio.run(main)
+"""
+SUBSCRIBE_FAKE = """
+  if (window.PushManager) {
+    const fake = %s;
+    let current = null;
+    PushManager.prototype.subscribe = async function () { current = { toJSON: () => fake, endpoint: fake.endpoint }; return current; };
+    PushManager.prototype.getSubscription = async function () { return current; };
+  }"""
+# a tap on the notification's text (no action): what the worker does is awaited, a refused focus() included
+TAP = """async (shown) => {
+  const waits = [];
+  const ev = new Event("notificationclick");
+  Object.defineProperty(ev, "notification", { value: { ...shown, close() {} } });
+  Object.defineProperty(ev, "action", { value: "" });
+  Object.defineProperty(ev, "waitUntil", { value: (p) => waits.push(p) });
+  self.dispatchEvent(ev);
+  await Promise.allSettled(waits);
+}"""
+HIDE = """(hidden) => {
+  Object.defineProperty(document, "visibilityState", { configurable: true, get: () => hidden ? "hidden" : "visible" });
+  Object.defineProperty(document, "hidden", { configurable: true, get: () => hidden });
+  document.dispatchEvent(new Event("visibilitychange"));
+}"""
+
+
+def hide(page) -> None:
+    """The page goes off screen: it tells its live channel (the lead has heard once the request is answered)."""
+    with page.expect_response(lambda r: r.url.endswith("/view") and r.request.method == "POST"):
+        page.evaluate(HIDE, True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    from tests.browser import launch
+
+    with sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+def rid() -> str:
+    return str(uuid.uuid4())
+
+
+class Phone:
+    """A paired Chromium page at phone size whose browser subscribes with the fake push service."""
+
+    def __init__(self, browser, address: str, link: str, sub: Subscriber) -> None:
+        self.address, self.sub = address, sub
+        self.ctx = browser.new_context(viewport={"width": 360, "height": 780})
+        self.ctx.grant_permissions(["notifications"], origin=address)
+        self.ctx.add_init_script(SUBSCRIBE_FAKE % json.dumps(sub.json()))
+        self.page = self.ctx.new_page()
+        self.errors: list = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(link)
+        self.page.wait_for_url(re.compile(r"/(#/?)?$"))
+        self.page.wait_for_selector("main section")
+
+    def turn_on(self) -> None:
+        """The dashboard's switch: its first tap subscribes this phone (it had no subscription) and turns it on."""
+        box = self.page.get_by_label("Notify me when a turn ends")
+        box.click()
+        wait_for(lambda: self.settings()["all"], what="the setting on the lead")
+        self.page.wait_for_selector("#turns:checked")
+
+    def settings(self) -> dict:
+        return self.page.evaluate("""async () => {
+          const key = await collieDevice.stored("key");
+          const r = await fetch("/api/push/turns", { headers: { "X-Collie-Device-Key": key } });
+          return r.json();
+        }""")
+
+    def worker(self):
+        cdp = self.ctx.new_cdp_session(self.page)
+        regs: dict = {}
+        cdp.on("ServiceWorker.workerRegistrationUpdated",
+               lambda ev: regs.update({r["scopeURL"]: r["registrationId"] for r in ev["registrations"]}))
+        cdp.send("ServiceWorker.enable")
+        wait_for(lambda: (self.page.wait_for_timeout(50), regs)[1], what="the service worker's registration")
+        [worker] = wait_for(lambda: (self.page.wait_for_timeout(50), self.ctx.service_workers)[1], what="the worker")
+        worker.evaluate(RECORD)
+        return cdp, regs, worker
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+class Pushes:
+    """The turn-end pushes the fake push service received for one subscription, decrypted."""
+
+    def __init__(self, service: FakePushService, sub: Subscriber, path: str) -> None:
+        self.service, self.sub, self.path = service, sub, path
+
+    def all(self, kind: str | None = None) -> list[dict]:
+        got = [self.sub.decrypt(r["body"]) for r in list(self.service.received) if r["path"] == self.path]
+        return [p for p in got if kind is None or p["kind"] == kind]
+
+    def turns(self) -> list[dict]:
+        return [p for p in self.all() if p["kind"] in ("turn", "turns")]
+
+    def wait(self, pred, what: str) -> dict:
+        return wait_for(lambda: next((p for p in self.all() if pred(p)), None), timeout=30, what=what)
+
+
+def pane(api, conv: str, machine: str = "local", agent: str = "desk") -> dict:
+    return api.get(f"/api/agents/{machine}/{agent}/conversations/{conv}").json()
+
+
+def send(api, conv: str, text: str, machine: str = "local", agent: str = "desk") -> dict:
+    turn = pane(api, conv, machine, agent)["turn"]
+    got = api.post("/api/send", json={"request_id": rid(), "machine": machine, "agent": agent, "conversation": conv,
+                                      "text": text, "turn": turn}).json()
+    assert got["outcome"] in ("sent", "queued"), got
+    return got
+
+
+def idle_after(api, conv: str, turn: int, machine: str = "local", agent: str = "desk") -> dict:
+    return wait_for(lambda: (lambda p: p if p.get("state") == "idle" and p.get("turn", 0) > turn else None)(
+        pane(api, conv, machine, agent)), timeout=30, what=f"the turn of {conv} to end")
+
+
+class Lead:
+    """A lead (`collie serve`) with the test agent `desk` (twelve conversations) attached, a fake push service,
+    and one paired phone."""
+
+    def __init__(self, paths, bridge, browser) -> None:
+        self.paths, self.bridge_fixture = paths, bridge
+        self.run = short_dir()
+        self.service = FakePushService()
+        self.sock = self.run / "lock" / "a.sock"
+        self.sock.parent.mkdir(mode=0o700)
+        self.agent = subprocess.Popen([sys.executable, "-c", AGENT, str(self.sock)], cwd=REPO, stdout=subprocess.PIPE,
+                                      text=True)
+        assert "listening" in self.agent.stdout.readline()
+        assert run_collie(paths, "durable", "attach", "desk", "--socket", str(self.sock)).returncode == 0
+        self.start()
+        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        self.sub = Subscriber(self.service.url("/ok/phone"))
+        self.phone = Phone(browser, self.address, link, self.sub)
+        self.pushes = Pushes(self.service, self.sub, "/ok/phone")
+
+    def start(self) -> None:
+        self.lead = self.bridge_fixture(env=collie_env(self.paths, COLLIE_PUSH_LOOPBACK="1"))
+        self.address = self.lead.wait_ready()["address"]
+        token = (self.paths.state_dir / "api-token").read_text().strip()
+        self.api = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=20)
+        wait_for(lambda: pane(self.api, "c0").get("state") == "idle", what="the agent to be read")
+
+    def restart(self) -> None:
+        self.api.close()
+        assert self.lead.stop() == 0
+        self.start()
+
+    def live(self) -> dict:
+        return control.call(self.paths.control_socket, "live")["push"]
+
+    def close(self) -> None:
+        self.api.close()
+        self.phone.close()
+        self.agent.kill()
+        self.agent.wait()
+        self.agent.stdout.close()
+        self.service.close()
+        cleanup(self.run)
+
+
+@pytest.fixture
+def lead(paths, bridge, browser):
+    lab = Lead(paths, bridge, browser)
+    try:
+        yield lab
+        assert lab.phone.errors == []
+    finally:
+        lab.close()
+
+
+def test_a_turn_that_ends_pushes_done_with_its_first_line_once_and_the_tap_opens_the_chat(lead):
+    """Issue 37: with "Notify me when a turn ends" on (the dashboard's switch; the phone had no push subscription,
+    so the tap made one), a turn that ends pushes `Done in Task 0` with the first line of the agent's last reply,
+    its secret masked (X1). Delivered to the service worker it shows that; tapping it opens the chat at its newest
+    item. A lead restart pushes that turn's end no second time; the next turn's end pushes again."""
+    phone = lead.phone
+    for i in range(10):  # a long chat (before the switch is on): the newest item is far below the first screen
+        t = send(lead.api, "c0", f"step {i}")["turn"]
+        idle_after(lead.api, "c0", t - 1)
+    assert phone.settings() == {"subscribed": False, "all": False, "conversations": []}
+    phone.turn_on()
+    assert phone.settings()["subscribed"] is True
+    turn = send(lead.api, "c0", f"run the tests, token={SECRET}")["turn"]
+    got = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["turn"] == turn, "the turn's push")
+    assert (got["title"], got["body"]) == ("Done in Task 0", "All done: run the tests, token=[secret]")
+    assert got["url"] == "/#/c/local/desk/c0" and got["tag"] == "turn:local/desk/c0"
+    assert SECRET not in json.dumps(lead.pushes.all())
+
+    cdp, regs, worker = phone.worker()
+    cdp.send("ServiceWorker.deliverPushMessage", {"origin": lead.address.rstrip("/"), "registrationId": list(regs.values())[0],
+                                                  "data": json.dumps(got)})
+    [shown] = wait_for(lambda: worker.evaluate("self.SHOWN"), what="the notification")
+    assert (shown["title"], shown["body"], shown["data"]["url"]) == (got["title"], got["body"], got["url"])
+    assert shown["actions"] == []
+    worker.evaluate(TAP, shown)
+    phone.page.wait_for_url(re.compile(r"#/c/local/desk/c0$"))
+    last = phone.page.locator(".items > .item").last
+    last.wait_for()
+    assert "All done: run the tests" in last.inner_text()
+    wait_for(lambda: phone.page.evaluate("(el) => el.getBoundingClientRect().bottom <= innerHeight", last.element_handle()),
+             what="the newest item on screen")
+
+    lead.restart()
+    phone.page.goto(lead.address + "/#/")  # a dashboard off this chat: the next turn pushes (not viewed)
+    turn2 = send(lead.api, "c1", "and now the docs")["turn"]
+    lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c1" and p["turn"]["turn"] == turn2,
+                     "the next turn's push")
+    assert [p["turn"]["turn"] for p in lead.pushes.turns() if p["turn"]["conversation"] == "c0"].count(turn) == 1
+
+
+def test_no_push_while_the_chat_is_open_and_visible_one_when_hidden_none_for_this_phones_stop(lead):
+    """Issue 37: a turn ending in the chat this phone has open and on screen pushes nothing; with the page hidden
+    (the page tells its live channel on visibilitychange) it pushes. A turn this phone stopped (its Stop, tapped in
+    the chat) pushes nothing to it; one stopped by someone else says `Stopped in Task 3` and who; a turn whose last
+    word is the agent's notice says `Failed in Task 4` and that notice. The chat's menu switch turns it off for one
+    conversation only."""
+    phone = lead.phone
+    phone.turn_on()
+    page = phone.page
+    page.goto(lead.address + "/#/c/local/desk/c1")
+    page.wait_for_selector("#turns-here:checked")  # the chat's menu shows it on (every conversation)
+    t = send(lead.api, "c1", "visible work")["turn"]
+    idle_after(lead.api, "c1", t - 1)
+    hide(page)  # the page goes off screen
+    t2 = send(lead.api, "c1", "hidden work")["turn"]
+    lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["turn"] == t2, "the hidden chat's push")
+    assert [p["turn"]["turn"] for p in lead.pushes.turns()] == [t2]  # none for the turn shown on screen
+
+    # this phone's Stop (the page hidden, so only the Stop keeps the push away); another's Stop (the API's)
+    t3 = send(lead.api, "c2", "hang on")["turn"]
+    page.goto(lead.address + "/#/c/local/desk/c2")
+    page.wait_for_selector("#turns-here")
+    hide(page)
+    wait_for(lambda: pane(lead.api, "c2")["state"] == "working", what="c2 working")
+    page.get_by_role("button", name="Stop").click()
+    idle_after(lead.api, "c2", t3 - 1)
+    t4 = send(lead.api, "c3", "hang here")["turn"]
+    wait_for(lambda: pane(lead.api, "c3")["state"] == "working", what="c3 working")
+    got = lead.api.post("/api/agents/local/desk/conversations/c3/stop", json={"request_id": rid(), "turn": t4}).json()
+    assert got["outcome"] == "stopped"
+    stopped = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c3", "Stopped in")
+    assert (stopped["title"], stopped["body"]) == ("Stopped in Task 3", "Stopped through Collie's API.")
+    t_fail = send(lead.api, "c4", "fail now")["turn"]
+    failed = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c4", "Failed in")
+    assert (failed["title"], failed["body"]) == ("Failed in Task 4", "the turn failed: RuntimeError: the build broke")
+    assert failed["turn"]["turn"] == t_fail
+    assert not [p for p in lead.pushes.turns() if p["turn"]["conversation"] == "c2"]  # this phone's own Stop
+
+    # the chat's menu: off for c5 only
+    page.goto(lead.address + "/#/c/local/desk/c5")
+    page.get_by_label("Notify me when a turn ends here").click()
+    page.wait_for_selector("#turns-here:not(:checked)")
+    assert phone.settings()["conversations"] == [{"machine": "local", "agent": "desk", "conversation": "c5", "on": False}]
+    hide(page)
+    t5 = send(lead.api, "c5", "quiet please")["turn"]
+    idle_after(lead.api, "c5", t5 - 1)
+    t6 = send(lead.api, "c6", "loud please")["turn"]
+    lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c6" and p["turn"]["turn"] == t6, "c6")
+    assert not [p for p in lead.pushes.turns() if p["turn"]["conversation"] == "c5"]
+
+
+def test_twelve_turns_at_once_fold_within_the_limits_and_an_ask_still_pushes(lead):
+    """P1 with turn ends: twelve conversations end a turn at once; at most 10 turn-end pushes go in the minute
+    (the agent's budget), the rest wait to fold into one `N turns ended on desk` push; an ask raised in the same
+    minute still pushes (asks keep the whole budget). The fold's exact minute is tests/test_turn_ends.py's."""
+    lead.phone.turn_on()
+    turns = {f"c{i}": send(lead.api, f"c{i}", f"job {i}")["turn"] for i in range(12)}
+    for conv, t in turns.items():
+        idle_after(lead.api, conv, t - 1)
+    wait_for(lambda: lead.live()["turn_pushed"] + lead.live()["turn_folded"] == 12, what="all twelve judged")
+    assert lead.live()["turn_pushed"] == 10 and lead.live()["turn_folded"] == 2
+    send(lead.api, "c0", "ask a1")
+    ask = lead.pushes.wait(lambda p: p["kind"] == "ask", "the ask's push")
+    assert ask["title"] == "Permission needed in Task 0"
+    wait_for(lambda: len(lead.pushes.turns()) == 10, what="the ten turn pushes")
+    assert {p["turn"]["conversation"] for p in lead.pushes.turns()} <= set(turns)
