@@ -333,3 +333,117 @@ def test_twelve_turns_at_once_fold_within_the_limits_and_an_ask_still_pushes(lea
     assert ask["title"] == "Permission needed in Task 0"
     wait_for(lambda: len(lead.pushes.turns()) == 10, what="the ten turn pushes")
     assert {p["turn"]["conversation"] for p in lead.pushes.turns()} <= set(turns)
+
+
+def test_a_members_turn_pushes_from_the_lead_and_not_while_its_chat_is_on_screen(browser):
+    """Issue 37, P4: the lead decides for a member's agents as for its own — it sees the member's view change.
+    A turn of `workshop`'s agent that ends pushes `Done in Task 0` and the first line of the reply, masked; with its
+    chat open and visible on the phone the next turn pushes nothing, hidden it pushes; this phone's Stop, routed
+    through the lead to the member, pushes nothing to it."""
+    from tests.crewlab import Crew
+
+    service = FakePushService()
+    crew = Crew(short_dir("tp"))
+    phone = agent = None
+    try:
+        crew.start_lead()
+        m = crew.add_member("workshop")
+        sock = m.run / "desk.sock"
+        agent = subprocess.Popen([sys.executable, "-c", AGENT, str(sock)], cwd=REPO, env=m.env, stdout=subprocess.PIPE,
+                                 text=True)
+        assert "listening" in agent.stdout.readline()
+        assert m.collie("durable", "attach", "desk", "--socket", str(sock)).returncode == 0
+        m.serve()
+        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        sub = Subscriber(service.url("/ok/member"))
+        phone = Phone(browser, crew.address, link, sub)
+        pushes = Pushes(service, sub, "/ok/member")
+        with crew.client() as api:
+            wait_for(lambda: pane(api, "c0", "workshop").get("state") == "idle", what="the member's agent")
+            phone.turn_on()
+            t = send(api, "c0", f"deploy with key={SECRET}", "workshop")["turn"]
+            got = pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["turn"] == t, "the member's turn push")
+            assert (got["title"], got["body"]) == ("Done in Task 0", "All done: deploy with key=[secret]")
+            assert got["url"] == "/#/c/workshop/desk/c0" and got["turn"]["machine"] == "workshop"
+
+            phone.page.goto(crew.address + "/#/c/workshop/desk/c1")
+            phone.page.wait_for_selector("#turns-here:checked")
+            t1 = send(api, "c1", "on screen", "workshop")["turn"]
+            idle_after(api, "c1", t1 - 1, "workshop")
+            hide(phone.page)
+            t2 = send(api, "c1", "off screen", "workshop")["turn"]
+            pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c1", "the hidden chat's push")
+            assert [p["turn"]["turn"] for p in pushes.turns() if p["turn"]["conversation"] == "c1"] == [t2]
+
+            t3 = send(api, "c2", "hang on", "workshop")["turn"]
+            phone.page.goto(crew.address + "/#/c/workshop/desk/c2")
+            phone.page.wait_for_selector("#turns-here")
+            hide(phone.page)
+            wait_for(lambda: pane(api, "c2", "workshop")["state"] == "working", what="c2 working")
+            phone.page.get_by_role("button", name="Stop").click()
+            idle_after(api, "c2", t3 - 1, "workshop")
+            t4 = send(api, "c3", "after the stop", "workshop")["turn"]
+            pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c3" and p["turn"]["turn"] == t4, "c3")
+            assert not [p for p in pushes.turns() if p["turn"]["conversation"] == "c2"]
+        assert phone.errors == []
+    finally:
+        if phone is not None:
+            phone.close()
+        if agent is not None:
+            agent.kill()
+            agent.wait()
+            agent.stdout.close()
+        crew.stop()
+        service.close()
+        cleanup(crew.base)
+
+
+def test_an_acp_agents_turn_pushes_when_its_prompt_turn_returns(paths, bridge, browser):
+    """Issue 37 with a real ACP agent (Codex through `collie acp run`, its model tests/modelstandin.py): the prompt
+    turn returns and the phone gets `Done in <pane>` with the first line of the model's reply; a prompt the model
+    answers with an error pushes `Failed in <pane>` and the agent's reason."""
+    from tests import agents
+    from tests.modelstandin import Fail, StandIn, Text
+    from tests.test_acp_real import SLOW, RealAgent
+
+    if not agents.ready():
+        pytest.fail(f"the real ACP agents are not installed in {agents.ROOT}: run `python -m tests.browser`")
+    service = FakePushService()
+    run = short_dir()
+    phone = None
+    with StandIn() as standin:
+        agent = RealAgent("codex", paths, run, standin.url)
+        agent.start()
+        try:
+            assert run_collie(paths, "durable", "attach", "codex", "--socket", agent.sock).returncode == 0
+            address = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1")).wait_ready()["address"]
+            token = (paths.state_dir / "api-token").read_text().strip()
+            link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+            sub = Subscriber(service.url("/ok/acp"))
+            phone = Phone(browser, address, link, sub)
+            pushes = Pushes(service, sub, "/ok/acp")
+            with httpx.Client(base_url=address, headers={"authorization": f"Bearer {token}"}, timeout=30) as api:
+                title = wait_for(lambda: pane(api, "session-1", agent="codex").get("title"), timeout=SLOW,
+                                 what="Session 1")
+                phone.turn_on()
+                standin.script("check the build", [Text("The build is green.\nAll 12 checks passed.")])
+                t = send(api, "session-1", "check the build", agent="codex")["turn"]
+                got = pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["turn"] == t, "the prompt turn's push")
+                assert (got["title"], got["body"]) == (f"Done in {title}", "The build is green.")
+                ends = [i for i in api.get("/api/agents/local/codex/conversations/session-1/items").json()["items"]
+                        if i["kind"] == "turn_end" and i.get("turn") == t]
+                assert ends  # it came once the prompt turn had returned
+                standin.script("break it", [Fail(400, "the model refused the request")])
+                t2 = send(api, "session-1", "break it", agent="codex")["turn"]
+                failed = pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["turn"] == t2, "the failed turn's push")
+                assert failed["title"] == f"Failed in {title}"
+                assert failed["body"].startswith("The agent answered the prompt with an error: ")
+                assert "the model refused the request" in failed["body"] and len(failed["body"]) <= 120
+            assert phone.errors == []
+        finally:
+            if phone is not None:
+                phone.close()
+            agent.stop()
+            agent.kill_left()
+            service.close()
+            cleanup(run)
