@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 import trio
 
 from crew import logs
+from lead.push import REMEMBER, REMEMBER_PER_MACHINE
 from lead.turn_ends import Ended, Push, Seen, Tick, TurnEnds, turn_payload, turn_text
 
 log = logs.get("push")
@@ -60,7 +61,7 @@ class TurnPusher:
         self.db.executescript(SCHEMA)
         self.prefs: dict[str, dict[tuple, bool]] = {}
         for device, m, a, c, on in self.db.execute(
-                "SELECT device, machine, agent, conversation, on_ FROM turn_prefs ORDER BY at"):
+                "SELECT device, machine, agent, conversation, on_ FROM turn_prefs ORDER BY at, rowid"):
             self.prefs.setdefault(device, {})[(m, a, c)] = bool(on)
         row = self.db.execute("SELECT state FROM turn_state WHERE id=1").fetchone()
         self.core = TurnEnds(pusher.limiter, json.loads(row[0]) if row else None)
@@ -190,6 +191,12 @@ class TurnPusher:
                 first = True
                 if key is not None:
                     first = self.db.execute("INSERT OR IGNORE INTO pushed VALUES (?, ?, ?, ?)", (*key, now)).rowcount == 1
+                    # the asks' bounds hold for turn ends too: 30 days, at most REMEMBER_PER_MACHINE a machine
+                    self.db.execute("DELETE FROM pushed WHERE at < ?", (now - REMEMBER,))
+                    (count,) = self.db.execute("SELECT count(*) FROM pushed WHERE machine=?", (key[0],)).fetchone()
+                    if count > REMEMBER_PER_MACHINE:
+                        self.db.execute("DELETE FROM pushed WHERE rowid IN (SELECT rowid FROM pushed WHERE machine=? "
+                                        "ORDER BY at, rowid LIMIT ?)", (key[0], count - REMEMBER_PER_MACHINE))
                 self.db.execute("INSERT OR REPLACE INTO turn_state VALUES (1, ?)", (state,))
             return first
         return await trio.to_thread.run_sync(write, limiter=self.pusher.limiter_disk)

@@ -260,6 +260,7 @@ def test_a_turn_that_ends_pushes_done_with_its_first_line_once_and_the_tap_opens
              what="the newest item on screen")
 
     lead.restart()
+    assert phone.settings()["all"] is True  # the phone's setting is the lead's, kept across its restart
     phone.page.goto(lead.address + "/#/")  # a dashboard off this chat: the next turn pushes (not viewed)
     turn2 = send(lead.api, "c1", "and now the docs")["turn"]
     lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c1" and p["turn"]["turn"] == turn2,
