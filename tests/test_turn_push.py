@@ -192,17 +192,18 @@ class Lead:
         self.phone = Phone(browser, self.address, link, self.sub)
         self.pushes = Pushes(self.service, self.sub, "/ok/phone")
 
-    def start(self) -> None:
-        self.lead = self.bridge_fixture(env=collie_env(self.paths, COLLIE_PUSH_LOOPBACK="1"))
+    def start(self, *args: str) -> None:
+        self.lead = self.bridge_fixture(*args, env=collie_env(self.paths, COLLIE_PUSH_LOOPBACK="1"))
         self.address = self.lead.wait_ready()["address"]
         token = (self.paths.state_dir / "api-token").read_text().strip()
         self.api = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=20)
         wait_for(lambda: pane(self.api, "c0").get("state") == "idle", what="the agent to be read")
 
     def restart(self) -> None:
+        """Stop the lead and start it again on the same port (the page's origin, its device key's home)."""
         self.api.close()
         assert self.lead.stop() == 0
-        self.start()
+        self.start("--port", self.address.rsplit(":", 1)[1])
 
     def live(self) -> dict:
         return control.call(self.paths.control_socket, "live")["push"]
@@ -260,8 +261,9 @@ def test_a_turn_that_ends_pushes_done_with_its_first_line_once_and_the_tap_opens
              what="the newest item on screen")
 
     lead.restart()
-    assert phone.settings()["all"] is True  # the phone's setting is the lead's, kept across its restart
     phone.page.goto(lead.address + "/#/")  # a dashboard off this chat: the next turn pushes (not viewed)
+    phone.page.wait_for_selector("#turns:checked")
+    assert phone.settings()["all"] is True  # the phone's setting is the lead's, kept across its restart
     turn2 = send(lead.api, "c1", "and now the docs")["turn"]
     lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c1" and p["turn"]["turn"] == turn2,
                      "the next turn's push")
@@ -324,9 +326,11 @@ def test_twelve_turns_at_once_fold_within_the_limits_and_an_ask_still_pushes(lea
     (the agent's budget), the rest wait to fold into one `N turns ended on desk` push; an ask raised in the same
     minute still pushes (asks keep the whole budget). The fold's exact minute is tests/test_turn_ends.py's."""
     lead.phone.turn_on()
-    turns = {f"c{i}": send(lead.api, f"c{i}", f"job {i}")["turn"] for i in range(12)}
+    turns = {f"c{i}": pane(lead.api, f"c{i}")["turn"] for i in range(12)}
+    for conv in turns:
+        send(lead.api, conv, f"job {conv}")  # at once: most wait their turn in the inbox (`queued`)
     for conv, t in turns.items():
-        idle_after(lead.api, conv, t - 1)
+        idle_after(lead.api, conv, t)
     wait_for(lambda: lead.live()["turn_pushed"] + lead.live()["turn_folded"] == 12, what="all twelve judged")
     assert lead.live()["turn_pushed"] == 10 and lead.live()["turn_folded"] == 2
     send(lead.api, "c0", "ask a1")
