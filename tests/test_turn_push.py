@@ -177,7 +177,7 @@ class Lead:
     and one paired phone."""
 
     def __init__(self, paths, bridge, browser) -> None:
-        self.paths, self.bridge_fixture = paths, bridge
+        self.paths, self.bridge_fixture, self.browser = paths, bridge, browser
         self.run = short_dir()
         self.service = FakePushService()
         self.sock = self.run / "lock" / "a.sock"
@@ -296,12 +296,18 @@ def test_no_push_while_the_chat_is_open_and_visible_one_when_hidden_none_for_thi
     wait_for(lambda: pane(lead.api, "c2")["state"] == "working", what="c2 working")
     page.get_by_role("button", name="Stop").click()
     idle_after(lead.api, "c2", t3 - 1)
-    t4 = send(lead.api, "c3", "hang here")["turn"]
+    send(lead.api, "c3", "hang here")
     wait_for(lambda: pane(lead.api, "c3")["state"] == "working", what="c3 working")
-    got = lead.api.post("/api/agents/local/desk/conversations/c3/stop", json={"request_id": rid(), "turn": t4}).json()
-    assert got["outcome"] == "stopped"
-    stopped = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c3", "Stopped in")
-    assert (stopped["title"], stopped["body"]) == ("Stopped in Task 3", "Stopped through Collie's API.")
+    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(lead.paths, "pair", "--no-qr").stdout).group(1)
+    other = Phone(lead.browser, lead.address, link, Subscriber(lead.service.url("/ok/other")))
+    try:  # another paired phone taps Stop in its chat
+        other.page.goto(lead.address + "/#/c/local/desk/c3")
+        other.page.get_by_role("button", name="Stop").click()
+        stopped = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c3", "Stopped in")
+        assert (stopped["title"], stopped["body"]) == ("Stopped in Task 3", "Stop was tapped on another phone.")
+        assert other.errors == []
+    finally:
+        other.close()
     t_fail = send(lead.api, "c4", "fail now")["turn"]
     failed = lead.pushes.wait(lambda p: p["kind"] == "turn" and p["turn"]["conversation"] == "c4", "Failed in")
     assert (failed["title"], failed["body"]) == ("Failed in Task 4", "the turn failed: RuntimeError: the build broke")
