@@ -90,3 +90,65 @@ def test_settings_survive_a_restart_and_a_phone_keeps_at_most_its_bound(tmp_path
     assert again.wants("p1", "local", "desk", "c5") is False
     again.drop_device("p1")
     assert TurnPusher(pusher, None).prefs == {}
+
+
+def conversation(state: str, turn: int, rev: int) -> NS:
+    return NS(id="c1", title="Fix the build", state=state, turn=turn, items_rev=rev)
+
+
+class Inline:
+    """A nursery stand-in: what is started is run when `run()` is awaited, in order."""
+
+    def __init__(self) -> None:
+        self.todo: list = []
+
+    def start_soon(self, fn, *args) -> None:
+        self.todo.append((fn, args))
+
+    async def run(self) -> None:
+        while self.todo:
+            fn, args = self.todo.pop(0)
+            await fn(*args)
+
+
+async def test_a_turn_end_is_pushed_once_even_when_a_restarted_lead_sees_it_end_again(tmp_path):
+    """P3 for turn ends: the lead pushes a turn's end, restarts, and is shown that same turn running and ending
+    again (a member's stale view replaced by a fresh one): nothing more is sent. A later turn pushes."""
+    import trio
+
+    from lead.push import Subscription
+
+    sent: list[dict] = []
+    items = {1: {"seq": 1, "turn": 4, "kind": "reply", "rev": 9, "text": "Fixed.\nmore"},
+             2: {"seq": 2, "turn": 4, "kind": "turn_end", "rev": 10, "stopped": False}}
+    reader = NS(name="desk", conversations={}, logs={"c1": NS(since=10, items=items)})
+
+    async def deliver(sub, body, urgency, topic):
+        sent.append(json.loads(body))
+
+    store = PushStore(tmp_path)
+    store.add(Subscription("https://push.example.com/x", "k", "a", "p1"), 0.0)
+
+    async def life(views) -> None:
+        """One lead's life: it is shown `views` of c1 in turn."""
+        tasks = Inline()
+        pusher = NS(bridge=NS(readers={"desk": reader}), hub=None, store=store, limiter=PushLimiter(), redact_on=True,
+                    nursery=tasks, deliver=deliver, limiter_disk=trio.CapacityLimiter(1))
+        t = TurnPusher(pusher, None)
+        t.nursery = tasks
+        t.set("p1", ALL, True)
+        for view in views:
+            reader.conversations = {"c1": view}
+            t.touch("local", "desk")
+            await t._pass()
+            await tasks.run()
+
+    await life([conversation("working", 4, 8), conversation("idle", 4, 10)])
+    assert [(p["title"], p["body"]) for p in sent] == [("Done in Fix the build", "Fixed.")]
+    await life([conversation("working", 4, 8), conversation("idle", 4, 10)])  # restarted: a stale view, then fresh
+    assert len(sent) == 1  # that turn's end was judged already
+    items[3] = {"seq": 3, "turn": 5, "kind": "reply", "rev": 11, "text": "Again."}
+    items[4] = {"seq": 4, "turn": 5, "kind": "turn_end", "rev": 12}
+    reader.logs["c1"].since = 12
+    await life([conversation("idle", 4, 10), conversation("idle", 5, 12)])
+    assert [p["body"] for p in sent] == ["Fixed.", "Again."]
