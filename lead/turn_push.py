@@ -28,6 +28,7 @@ from collections import OrderedDict, deque
 import trio
 
 from crew import logs
+from crew.views import READY
 from lead.push import REMEMBER, REMEMBER_PER_MACHINE
 from lead.turn_ends import Ended, Push, Seen, Tick, TurnEnds, turn_payload, turn_text
 
@@ -176,6 +177,8 @@ class TurnPusher:
         dirty, self.dirty = self.dirty, set()
         for machine, agent in dirty:
             for reader in self._readers(machine, agent):
+                if getattr(reader, "status", READY) != READY:
+                    continue  # its last view is kept, not an empty one: a turn that ends meanwhile is seen after
                 convs = tuple((c.id, c.state, c.turn, c.items_rev) for c in list(reader.conversations.values()))
                 for look in self.core.handle(Seen(machine, reader.name, convs), now):
                     self.nursery.start_soon(self._ended, look)
