@@ -16,7 +16,8 @@
   folds — stay within P1 (3 a minute per pane, 10 a minute and 30 an hour per agent on a machine) and the
   agent is not silenced for raising many asks; otherwise it folds. Folded turn ends go as one push
   `N turns ended on <agent>` a minute after the first of them (so at most one a minute per agent), N counted
-  for each phone. A turn end no phone is to get (nobody turned it on, the one who did views it, or stopped
+  for each phone; a fold is one of the agent's pushes too: while the agent's budget (10 a minute, 30 an
+  hour, the "many asks" silence) has no room for it, it waits, a minute at a time, gathering what ends meanwhile. A turn end no phone is to get (nobody turned it on, the one who did views it, or stopped
   it) is no push and counts nothing.
 
 `TurnEnds.handle(event, now) -> actions`: `Seen` (an agent's conversations as read) gives `Look` (a turn
@@ -202,17 +203,21 @@ class TurnEnds:
             q.popleft()
         return q
 
-    def _room(self, machine: str, agent: str, conv: str, now: float) -> bool:
-        akey, pkey = (machine, agent), (machine, agent, conv)
+    def _room(self, machine: str, agent: str, conv: str | None, now: float) -> bool:
+        """May one more push of this agent (of conversation `conv`; None: a fold) go now, all pushes counted?"""
+        akey = (machine, agent)
         if self.asks.silent.get(akey, 0.0) > now:
             return False  # the agent raised many asks: silent for the hour, turn ends too
         ask_hour = [t for t in self.asks.agents.get(akey, ()) if t > now - HOUR]
-        ask_pane = [t for t in self.asks.panes.get(pkey, ()) if t > now - MINUTE]
         hour = self._window(self.agents, akey, now, HOUR)
-        pane = self._window(self.panes, pkey, now, MINUTE)
         minute = sum(1 for t in hour if t > now - MINUTE) + sum(1 for t in ask_hour if t > now - MINUTE)
-        return (len(pane) + len(ask_pane) < PANE_PER_MIN and minute < AGENT_PER_MIN
-                and len(hour) + len(ask_hour) < AGENT_PER_HOUR)
+        if minute >= AGENT_PER_MIN or len(hour) + len(ask_hour) >= AGENT_PER_HOUR:
+            return False
+        if conv is None:
+            return True
+        pkey = (machine, agent, conv)
+        ask_pane = [t for t in self.asks.panes.get(pkey, ()) if t > now - MINUTE]
+        return len(self._window(self.panes, pkey, now, MINUTE)) + len(ask_pane) < PANE_PER_MIN
 
     def _sent(self, machine: str, agent: str, conv: str | None, now: float) -> None:
         self._window(self.agents, (machine, agent), now, HOUR).append(now)
@@ -236,6 +241,9 @@ class TurnEnds:
     def _tick(self, now: float) -> list:
         out = []
         for akey in sorted(k for k, f in self.folds.items() if f["due"] <= now):
+            if not self._room(akey[0], akey[1], None, now):
+                self.folds[akey]["due"] = now + FOLD_AFTER  # the agent's budget is spent: a minute later, and again
+                continue
             fold = self.folds.pop(akey)
             by_n: dict[int, set] = {}
             for device, n in fold["counts"].items():

@@ -124,6 +124,36 @@ async def test_turn_ends_for_nobody_count_nothing_and_a_silenced_agent_folds(aut
     assert t.handle(ended("x"), t0)  # nothing was used
     asks.silent[("local", "desk")] = t0 + 3600
     assert t.handle(ended("y"), t0) == [] and t.next_due() == t0 + 60
+    for minute in range(1, 60):  # the silence holds the fold too: it waits a minute at a time, gathering
+        await trio.sleep(60)
+        assert t.handle(Tick(), trio.current_time()) == [] and t.next_due() == t0 + 60 * (minute + 1)
+        t.handle(ended("y"), trio.current_time())
+    await trio.sleep(60)
+    assert trio.current_time() - t0 == 3600
+    [fold] = t.handle(Tick(), trio.current_time())
+    assert fold.payload["title"] == "60 turns ended on desk"
+
+
+async def test_a_fold_waits_while_the_hour_is_spent(autojump_clock):
+    """30 pushes in an hour per agent count folds too: with the hour spent by asks and turn ends, a fold waits a
+    minute at a time until the oldest push leaves the hour."""
+    asks = PushLimiter()
+    t = TurnEnds(asks)
+    t0 = trio.current_time()
+    for i in range(3):  # 10 a minute: three minutes of pushes, 30 in all
+        now = trio.current_time()
+        assert [asks.admit("local", "desk", f"k{i}-{j}", now) for j in range(5)] == ["push"] * 5
+        assert all(t.handle(ended(f"c{i}-{j}"), now) for j in range(5))
+        await trio.sleep(60)
+    assert t.handle(ended("late"), trio.current_time()) == []  # t0 + 180: the hour is spent
+    due = t0 + 240
+    while due < t0 + 3600:
+        await trio.sleep_until(due)
+        assert t.handle(Tick(), trio.current_time()) == [] and t.next_due() == due + 60
+        due += 60
+    await trio.sleep_until(t0 + 3600)  # the first minute's ten pushes leave the hour
+    [fold] = t.handle(Tick(), trio.current_time())
+    assert fold.payload["title"] == "1 turns ended on desk"
 
 
 async def test_the_windows_and_a_waiting_fold_survive_a_restart(autojump_clock):
