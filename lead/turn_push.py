@@ -20,6 +20,7 @@ what the readers show, reads the items of a turn that ended, keeps each phone's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -242,9 +243,11 @@ class TurnPusher:
             self.stats[stat] += 1
             self.sent_log.append((self.wall(), push.payload["title"], sorted(push.devices)))
             body = json.dumps(push.payload, separators=(",", ":")).encode()
+            # RFC 8030 Topic: a push service still holding this conversation's (or fold's) earlier push replaces it
+            topic = hashlib.sha256(push.payload["tag"].encode()).hexdigest()[:32]
             for sub in list(self.pusher.store.subs.values()):
                 if device_key(sub.device) in push.devices:
-                    self.pusher.nursery.start_soon(self.pusher.deliver, sub, body, "high", None)
+                    self.pusher.nursery.start_soon(self.pusher.deliver, sub, body, "high", topic)
 
     # --- a turn's items ---------------------------------------------------------------------------------
     async def _items(self, look) -> list[dict]:
