@@ -33,7 +33,7 @@ from crew import __version__, control, logs
 from crew.cli.serve import daemon_command
 from crew.config import BridgeConfig, load_bridge_config, secrets_of
 from crew.crewconfig import read_crew
-from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, CollieError, ConfigError, NotRunningError
+from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_RUNNING, CollieError, ConfigError, NotRunningError
 from crew.paths import Paths
 from crew.sources import tighten_mode
 
@@ -187,7 +187,7 @@ def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], che
         pass
     else:
         log.error("[bridge] FATAL: a bridge is already running (pid %s); use `collie restart`", pong.get("pid"))
-        return EXIT_FAILURE
+        return EXIT_RUNNING
     migrate_legacy_logs(paths)
     try:
         config = load_bridge_config(paths)

@@ -136,7 +136,7 @@ def test_a_member_says_link_to_the_lead_not_phone_api(cli, paths, fake_bridge):
     _, status, _ = cli("status")
     _, doctor, _ = cli("doctor")
     assert "phone API" not in status and "phone API" not in doctor
-    assert "running (pid 4242), linked to the lead at ws://127.0.0.1:9/crew/v1" in doctor
+    assert "running (pid 4242), a member of the lead at ws://127.0.0.1:9/crew/v1 (the link: see crew below)" in doctor
     _, listing, _ = cli("crew", "list")
     assert "no members" not in listing and "invite" not in listing
     assert "members are listed on the lead" in listing
