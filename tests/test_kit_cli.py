@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from fixtures.pytest_plugin import collie_lead  # noqa: F401 (fixture)
+from fixtures.pytest_plugin import collie_lead, collie_lead_pool  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
 
 
