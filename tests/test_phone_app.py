@@ -779,7 +779,7 @@ def test_every_item_kind_a_growing_reply_progress_and_the_left_out_line(page):
     assert page.locator(".item.link a").evaluate_all("els => els.map(e => [e.textContent, e.href])") == [
         ["The report", "https://example.com/report"]]
     assert page.locator(".item.link", has_text="Plain http").locator("a").count() == 0  # http: not live
-    assert page.locator(".item.tool .tstatus").all_inner_texts() == ["completed", "failed", "denied", "running"]
+    assert page.locator(".item.tool .tstatus").all_inner_texts() == ["done", "failed", "denied", "running"]  # the S table's words, not the wire's `completed`
     assert page.locator(".item.tool", has_text="Tool completed").locator("pre").inner_text() == "3 matches"
     growing = page.locator(".item.reply.cursor")
     assert growing.count() == 1 and growing.inner_text() == "Still writing"
