@@ -103,7 +103,15 @@ class Daemon:
     async def op_agents(self, _req: dict) -> dict:
         from cattrs import unstructure
 
-        return {"programs_off": self.config.programs_off, "agents": [unstructure(s) for s in self.bridge.snapshot()]}
+        now = trio.current_time()
+        agents = []
+        for status in self.bridge.snapshot():
+            row = unstructure(status)
+            reader = self.bridge.readers.get(status.name)
+            last = getattr(reader, "last_ok", None)
+            row["polled_ago"] = round(now - last, 1) if last is not None else None  # I11: when it was last read
+            agents.append(row)
+        return {"programs_off": self.config.programs_off, "agents": agents}
 
     async def op_program(self, _req: dict) -> dict:
         """B9: reads of the agents, and each write outcome, for the doctor's `program` line."""

@@ -246,3 +246,15 @@ def test_output_piped_to_a_reader_that_left_is_no_traceback(paths, verb):
         os.close(write)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141
+
+
+def test_status_says_when_an_agent_was_last_polled(cli, paths, fake_bridge):
+    """I11: `collie status` says when the bridge last read one of its agents, or that none was reached yet."""
+    first = fake_bridge(ping=ping(), agents={"agents": [agent(polled_ago=3.4), agent(name="edge", polled_ago=75.0)]},
+                        crew={"members": []})
+    assert "durable agents: 2 (2 ready), last polled 3 s ago" in cli("status")[1]
+    first.close()
+    paths.control_socket.unlink()
+    fake_bridge(ping=ping(), agents={"agents": [agent(status="unreachable", reason="timeout", polled_ago=None)]},
+                crew={"members": []})
+    assert "durable agents: 1 (1 unreachable), none reached yet" in cli("status")[1]

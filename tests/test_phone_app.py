@@ -56,7 +56,8 @@ def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> N
 AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
           ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
           ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"),
-          ("show", "showcase", "--history-limit", "20"), ("timer", "deployer", "--expires", "300"))
+          ("show", "showcase", "--history-limit", "20"), ("timer", "deployer", "--expires", "300"),
+          ("watcher", "nohistory", "--caps", "asks,watch"))
 
 
 @pytest.fixture(scope="module")
@@ -758,6 +759,28 @@ def test_dashboard_rows_in_every_state_and_only_what_needs_you(page, crew):
     row("writer").wait_for()
     row("ghost").click()  # D4: a row in any state opens its list (viewing it once stalled the lead: poller fix)
     page.wait_for_selector("main[data-route='#/a/local/ghost'] h1")
+
+
+def test_the_phone_draws_a_control_only_for_what_the_agent_declared(page):
+    """W4: an agent that declared neither `send` nor `starters` gets no composer, no Send and no New
+    conversation (not disabled ones); one that declared `send` but not `starters`, `steer` or `abort`
+    gets the composer and Send only; one that declared `starters` offers New conversation."""
+    goto(page, "#/a/local/watcher")
+    page.get_by_text("Only one").wait_for()
+    assert page.get_by_role("link", name="New conversation").count() == 0
+    chat(page, "local", "watcher", "only")
+    page.get_by_text("hello").wait_for()
+    assert not page.locator("#editor").is_visible() and not page.get_by_role("button", name="Send").is_visible()
+    assert not page.get_by_role("button", name="Steer").is_visible()
+    chat(page, "local", "solo", "only")
+    page.get_by_text("hello").wait_for()
+    assert page.locator("#editor").is_visible() and page.get_by_role("button", name="Send").is_visible()
+    assert not page.get_by_role("button", name="Steer").is_visible() and not page.get_by_role("button", name="Stop").is_visible()
+    goto(page, "#/a/local/solo")
+    page.get_by_text("Only one").wait_for()
+    assert page.get_by_role("link", name="New conversation").count() == 0
+    goto(page, "#/a/local/lib")
+    page.get_by_role("link", name="New conversation").wait_for()
 
 
 def test_every_item_kind_a_growing_reply_progress_and_the_left_out_line(page):

@@ -142,6 +142,7 @@ function actionBar(r, p) {
       "aria-label": a.label, title: a.label, onclick: () => sessionWrite(`actions/${enc(a.id)}`) }, icon(a.icon), h("span", { text: label }));
   });
   const steerable = (p.caps || []).includes("steer"), stoppable = (p.caps || []).includes("abort");
+  const sendable = (p.caps || []).includes("send");  // W4: no composer for an agent that did not declare `send`
   const editor = h("textarea", { id: "editor", rows: 1, "aria-label": S.message, placeholder: S.message,
     oninput: (e) => grow(e.target) });
   const jump = blockedBy ? h("button", { class: "jump", onclick: () => goTo(blockedBy), text: S.goToAsk }) : null;
@@ -152,7 +153,8 @@ function actionBar(r, p) {
       h("button", { class: `act${off(c.stop && running) ? " dim" : ""}`, disabled: off(c.stop && running), hidden: !stoppable && !c.stop,
         onclick: () => sessionWrite("stop") }, h("span", { text: S.stop })),
       actions),
-    h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
+    h("div", { class: "editor", hidden: !sendable && !steerable }, editor,
+      h("button", { class: "primary", disabled: !c.send, hidden: !sendable, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
 }
 function keyed(node, key) { node.dataset.key = key; return node; }
