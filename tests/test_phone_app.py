@@ -1046,3 +1046,30 @@ def test_the_countdown_in_minutes_then_seconds_then_expired(page, crew):
     pump_until(page, lambda: line.inner_text() == "Expires in 40 s", what="40 s left")
     page.clock.run_for(41_000)
     pump_until(page, lambda: line.inner_text() == "Expired", what="expired")
+
+
+def test_the_working_row_shows_as_soon_as_the_agent_took_my_line(page, crew):
+    """C5: while my line is the newest and the agent has not answered, the three-dot row shows — from the
+    moment the send is `sent`, not only once the agent's echo of my line (and its `working`) comes back
+    from the bridge's next read."""
+    chat(page, "local", "writer", "chat")
+    page.get_by_label("Message").fill("list the files")  # so that the newest item is the agent's reply
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".item.reply:has-text('Looking at it: list the files done.')").wait_for()
+    page.locator(".working").wait_for(state="detached")
+    page.evaluate("""() => {
+      window.__seen = [];
+      new MutationObserver(() => {
+        const w = !!document.querySelector('.working');
+        const u = [...document.querySelectorAll('.item.user')].some((e) => e.textContent.includes('count the files'));
+        window.__seen.push([w, u]);
+      }).observe(document.body, { childList: true, subtree: true });
+    }""")
+    page.get_by_label("Message").fill("count the files")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".item.user:has-text('count the files')").wait_for()
+    seen = page.evaluate("window.__seen")
+    first_echo = next(i for i, (_, echoed) in enumerate(seen) if echoed)
+    assert any(working for working, _ in seen[:first_echo]), seen  # the row came before the echo
+    page.locator(".item.reply:has-text('Looking at it: count the files done.')").wait_for()
+    page.locator(".working").wait_for(state="detached")  # and goes once the agent answered
