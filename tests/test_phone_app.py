@@ -1073,3 +1073,39 @@ def test_the_working_row_shows_as_soon_as_the_agent_took_my_line(page, crew):
     assert any(working for working, _ in seen[:first_echo]), seen  # the row came before the echo
     page.locator(".item.reply:has-text('Looking at it: count the files done.')").wait_for()
     page.locator(".working").wait_for(state="detached")  # and goes once the agent answered
+
+
+def test_a_send_while_a_turn_runs_is_queued_on_its_line_in_the_editor_and_in_the_recent_sends(page, crew):
+    """C9, B10: a send while the agent's turn runs is `queued` (Collie's view of the turn): the editor's
+    note gives the receipt's own words, my line says `queued`, and so does the pane's recent-sends list
+    the lead keeps (after a reload); once the turn ends the queued line runs as the next turn."""
+    import json
+
+    chat(page, "local", "slow", "chat")
+    page.get_by_label("Message").fill("first job")
+    page.locator(".editor button:has-text('Send')").click()
+    page.locator(".working").wait_for()
+    page.get_by_label("Message").fill("second job")
+    with page.expect_response(lambda r: r.url.endswith("/api/send")) as sent:
+        page.locator(".editor button:has-text('Send')").click()
+    got = json.loads(sent.value.text())
+    assert got["outcome"] == "queued", got
+    note = page.locator("#editor-note")
+    pump_until(page, lambda: note.inner_text().strip() != "", what="the editor's note")
+    assert note.inner_text().startswith(got.get("message") or got.get("text") or "queued")
+    line = page.locator(".item.mine", has_text="second job")
+    assert line.locator(".state").inner_text() == "queued"
+    pane = pane_of(crew, "local", "slow", "chat")
+    recent = pane["recent_sends"]  # the lead's list, read while the turn runs
+    assert {"request_id": got["request_id"], "text": "second job", "state": "queued"} in recent, (json.dumps(got), json.dumps(pane)[:3000])
+    page.reload()
+    page.wait_for_selector("main h1")
+    page.locator(".item.mine:has-text('second job'), .item.user:has-text('second job')").first.wait_for()
+    mine, echoed = page.evaluate("""() => {
+      const m = [...document.querySelectorAll('.item.mine')].find((e) => e.textContent.includes('second job'));
+      const u = [...document.querySelectorAll('.item.user')].some((e) => e.textContent.includes('second job'));
+      return [m ? m.querySelector('.state').textContent : null, u];
+    }""")
+    assert mine == "queued" or (echoed and mine is None)  # redrawn from the lead's list until its turn starts
+    page.locator(".item.reply:has-text('Looking at it: second job done.')").wait_for(timeout=30000)
+    assert page.locator(".item.mine", has_text="second job").count() == 0  # the agent's copy took its place
