@@ -21,6 +21,7 @@ export const S = {
   send: "Send",                                                   // Q4, C3
   required: "Required",                                           // Q4
   textShortened: "Text shortened",                                // Q4, Q6
+  toolStatus: (st) => ({ running: "running", completed: "done", failed: "failed", denied: "denied" }[st] || ""),  // S table: a tool call
   alwaysAllow: "Always allow",                                    // Q5
   tapAgain: "Tap again to always allow",                          // Q5
   cannotAnswer: "This ask cannot be answered from the phone.",   // Q7
