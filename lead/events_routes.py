@@ -66,6 +66,10 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
         except ValueError as exc:
             return error(400, "bad_request", str(exc))
         ch.items_since = since if view and view[2] else None
+        visible = data.get("visible", True)
+        if type(visible) is not bool:
+            return error(400, "bad_request", "visible must be true or false (is the page on screen?)")
+        ch.visible = visible
         await feed.set_view(ch, view)
         for ev in await feed.view_events(ch):
             ch.offer(ev)

@@ -40,7 +40,9 @@ class ConversationReads:
                 got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
                 recent = (got or {}).get("lines", [])
             self.core.recent[("conv", machine, agent, conv)] = recent
-        return self._pane(reader, machine, conv, recent)
+        from lead.inbox import with_waiting
+
+        return self._pane(reader, machine, conv, with_waiting(recent, self.inbox, machine, agent, conv))
 
     async def items_of(self, machine: str, agent: str, conv: str, since: int | None = None) -> dict | None:
         """What a channel that starts viewing a conversation gets of its items (issue 39): the newest page

@@ -7,7 +7,7 @@
 //   strings.js   every string the page shows
 import { banner } from "./dom.js";
 import { net, connectivity, phoneChanged, sleep, wake } from "./api.js";
-import { register, navigate, connect, isRoute, rerender, needsListeners } from "./state.js";
+import { register, navigate, connect, isRoute, rerender, needsListeners, pushView } from "./state.js";
 import * as dashboard from "./dashboard.js";
 
 register("dash", async () => dashboard);
@@ -29,9 +29,12 @@ setInterval(() => { // Q3: countdowns move without a redraw of the whole page
 window.addEventListener("hashchange", navigate);
 // The banner says which is out of reach: this phone's network, or the lead (api.js tells them apart)
 net.listeners.push(() => banner(connectivity()));
-// Issue 39: in the pocket the page is silent. Hidden (or left), its live channel closes; shown again, it
-// opens from the last event it had and draws what changed meanwhile. A push is what wakes the phone.
-document.addEventListener("visibilitychange", () => { if (document.visibilityState === "hidden") sleep(); else wake(); });
+// Issue 39: in the pocket the page is silent. Hidden (or left), it tells the lead it is off screen (issue 37:
+// its turns are pushed) and closes its live channel; shown again, it opens a channel from the last event it
+// had (on screen from the start) and draws what changed meanwhile. A push is what wakes the phone.
+document.addEventListener("visibilitychange", () => {
+  if (document.visibilityState === "hidden") { pushView(); sleep(); } else wake();
+});
 window.addEventListener("pagehide", sleep);
 window.addEventListener("pageshow", () => { if (document.visibilityState !== "hidden") wake(); });
 if (document.visibilityState === "hidden") sleep();  // opened in the background: the channel waits to be seen

@@ -19,7 +19,9 @@ export const app = {
   movedOn: false,
   lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
   approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
-  push: { offer: false, note: "" },  // the dashboard's offer to turn notifications on (push.js fills it)
+  // the dashboard's offer to turn notifications on, and this phone's turn-end settings (push.js fills them:
+  // turns is GET /api/push/turns, null where this browser has no push)
+  push: { offer: false, note: "", turns: null },
 };
 // route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
 // carries only the dashboard's)
@@ -187,8 +189,10 @@ export async function pushView() {
   clearTimeout(viewRetry);
   const channel = app.channel, view = JSON.stringify(app.view);
   if (!channel) return;
+  // issue 37: whether the page is on screen goes with the view (a phone viewing a chat gets no turn-end push for it);
+  // issue 39: with the revision it holds the chat's items up to
   const held = app.view && app.view.conversation && app.itemsSince !== null ? { items_since: app.itemsSince } : {};
-  try { await tellView(channel, app.view && { ...app.view, ...held }); }
+  try { await tellView(channel, { ...(app.view || {}), ...held, visible: document.visibilityState !== "hidden" }); }
   catch (e) {
     if (e instanceof Unpaired) return;
     viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
