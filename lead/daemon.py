@@ -84,7 +84,10 @@ class LeadDaemon(Daemon):
         from lead.tls import ensure_certificate, fingerprint_file, names_for
 
         self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
-        self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
+        from lead.needs_file import NAME as SEEN_FILE
+
+        self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing,
+                         seen_path=paths.state_dir / SEEN_FILE)
         self.feed.follow_inbox(self.inbox)
         self.devices.on_revoke.append(self.feed.revoke_device)
         self.redact_on = redaction_enabled({**env, **os.environ})
@@ -170,7 +173,7 @@ class LeadDaemon(Daemon):
                                      install_pairing(a, door, self.devices),
                                      install_events(a, self.feed,
                                                     owner_check=lambda: getattr(g, "sender", None) == OWNER),
-                                     install_web(a, self.bridge, self.hub),
+                                     install_web(a, self.bridge, self.hub, needs=self.feed.needs),
                                      self.hub.install(a, self.shutdown)))
 
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
