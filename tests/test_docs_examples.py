@@ -247,6 +247,11 @@ def drive_agent(sandbox: Sandbox, run: Running, socket_path: str) -> None:
         if code is not None:
             assert code == 0, run.text()
             assert option in run.text(), f"the agent did not print its answer: {run.text()}"
+        # issue 36: an agent that was answered (and may have exited since) leaves no ghost ask behind: not in
+        # Needs you, not on its conversation
+        needs = c.get("/api/needs").json()
+        assert not [a for a in needs["asks"] + needs["unreachable"] if a["agent"] == name], needs
+        assert c.get(f"/api/agents/local/{name}/conversations/{conv['id']}").json().get("ask") is None
 
 
 @pytest.mark.slow
