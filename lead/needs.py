@@ -12,10 +12,14 @@ agent that changed alone. `GET /api/needs` reads the whole list with it; the liv
 
 `now` is the wall clock (seconds since the epoch), as `since` is shown to the phone.
 
-Only an ask its agent can be answered through now is waiting for you (`asks`, counted in Needs you (N)):
-its agent is `ready`, as the dashboard row counts `waiting` (D1). The asks of an agent that is not — its
-program exited, its machine is offline, its Collie too old — are listed apart (`unreachable`), each with
-the agent's `status` and `reason`, so the phone can say why, and are not counted (issue 36.6).
+An ask whose agent is gone is not waiting for you (issue 36.6): when the agent's own bridge says it cannot
+reach it (`unreachable`: its program exited, its socket is gone …) or cannot speak to it
+(`version_mismatch`), its asks are listed apart (`unreachable`), each with the agent's `status` and
+`reason`, so the phone can say why, and are not counted in Needs you (N). The asks of an agent whose
+machine is offline (reason `machine-offline`: a laptop asleep, or a lead just restarted that its members
+have not reached again yet) or that is `starting` still wait for you and are counted: the agent is not
+known to be gone, and its ask is answerable once the machine is back (a notification is not closed for a
+member's nap).
 
 An ask's age survives a lead restart: `recall` holds the first-seen times the lead kept on disk
 (lead.needs_file), and an ask seen again takes its time from there instead of now.
@@ -26,7 +30,13 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable
 
-READY = "ready"
+GONE = ("unreachable", "version_mismatch")
+MACHINE_OFFLINE = "machine-offline"
+
+
+def waits_for_you(reader) -> bool:
+    """Are this agent's open asks waiting for you? Not when its own bridge says it is gone (see above)."""
+    return reader.status not in GONE or reader.reason == MACHINE_OFFLINE
 
 
 def _since(seen: float) -> str:
@@ -87,7 +97,7 @@ class NeedsList:
         entries = []
         alive = set()
         if reader is not None:
-            counted = reader.status == READY
+            counted = waits_for_you(reader)
             for conv in reader.conversations.values():
                 for ask in conv.asks:
                     ask_key = (machine, agent, ask.id)

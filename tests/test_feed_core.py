@@ -211,9 +211,10 @@ def test_get_api_needs_keeps_when_it_first_saw_an_ask_and_forgets_closed_ones():
 
 
 def test_an_ask_whose_agent_cannot_be_answered_is_listed_apart_and_not_counted():
-    """36.6, D1: an ask of an agent whose program exited (or whose machine is offline) is not waiting for
-    you: it leaves `asks` (what Needs you (N) counts, as the row's `waiting` does) for `unreachable`, with
-    the agent's status and reason, and keeps the time first seen; back, it is counted again, as old."""
+    """36.6, D1: an ask of an agent whose program exited is not waiting for you: it leaves `asks` (what
+    Needs you (N) counts) for `unreachable`, with the agent's status and reason, and keeps the time first
+    seen; back, it is counted again, as old. An agent on a machine that is offline (asleep, or not yet back
+    after a lead restart) is not known to be gone: its ask still waits for you."""
     from lead.needs import NeedsList
 
     needs = NeedsList()
@@ -223,10 +224,12 @@ def test_an_ask_whose_agent_cannot_be_answered_is_listed_apart_and_not_counted()
     machines["local"]["desk"] = _reader("a1", status="unreachable", reason="connection-refused")
     machines["m1"]["lab"] = _reader("b1", status="unreachable", reason="machine-offline")
     assert needs.read(machines, 200.0)
-    assert needs.asks() == []
+    assert [a["ask"] for a in needs.asks()] == ["b1"]
     assert [(a["ask"], a["status"], a["reason"], a["since"]) for a in needs.unreachable()] == [
-        ("a1", "unreachable", "connection-refused", "1970-01-01T00:01:40Z"),
-        ("b1", "unreachable", "machine-offline", "1970-01-01T00:01:40Z")]
+        ("a1", "unreachable", "connection-refused", "1970-01-01T00:01:40Z")]
+    machines["m1"]["lab"] = _reader("b1", status="version_mismatch", reason="version")
+    assert needs.read(machines, 210.0)
+    assert needs.asks() == [] and [a["ask"] for a in needs.unreachable()] == ["a1", "b1"]
     assert needs_event(needs.asks(), needs.unreachable())[1]["unreachable"] == needs.unreachable()
     machines["local"]["desk"] = _reader("a1")
     assert needs.read(machines, 300.0)
