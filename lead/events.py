@@ -6,8 +6,8 @@ conversation it views), then carries changes as they happen:
     row        one agent's dashboard row changed (counts, status, line 2)
     sections   the list of sections changed (a machine joined, went offline or came back, an ask
                moved one above the others)
-    needs      the Needs you list changed (`{"asks": […], "unreachable": […]}`, as `GET /api/needs`): an ask opened or
-               closed anywhere, also one closed and another raised in its place (no count moves)
+    needs      the Needs you list changed (`{"asks": […], "unreachable": […]}`, as `GET /api/needs`): an ask
+               opened or closed anywhere, also one closed and another raised in its place (no count moves)
     pane       the viewed conversation's pane state changed (asks appear and close, turn, progress,
                actions, recent sends and their receipts)
     items      new or changed chat items of the viewed conversation
