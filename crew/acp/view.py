@@ -118,8 +118,9 @@ def command_of(raw_input: Any) -> str | None:
 
 def raw_text(raw: Any, depth: int = 0) -> str | None:
     """What a `rawOutput` says, as text: a string as it is; content blocks' texts; a dict's output
-    field (Codex: `formatted_output`, `aggregated_output`, `stdout` + `stderr`, `exit_code`); else
-    compact JSON."""
+    field (Codex: `formatted_output`, `aggregated_output`, `stdout` + `stderr`, `exit_code`) — nothing
+    when every such field is empty, or `exit N` when N ≠ 0; compact JSON only for a shape that has none
+    of these fields."""
     if raw is None or depth > 3:
         return None
     if isinstance(raw, str):
@@ -143,6 +144,11 @@ def raw_text(raw: Any, depth: int = 0) -> str | None:
                     return text
         if isinstance(raw.get("stderr"), str) and raw["stderr"]:
             return raw["stderr"]
+        if any(key in raw for key in (*OUTPUT_KEYS, "stderr", "exit_code", "exitCode")):
+            # a command's result whose every output field is empty (Codex: `"stdout": ""` beside its
+            # call_id, process_id, duration…): nothing to show but a failing exit status (issue 38)
+            code = raw.get("exit_code", raw.get("exitCode"))
+            return f"exit {code}" if type(code) is int and code != 0 else None
     try:
         text = json.dumps(raw, ensure_ascii=False, separators=(", ", ": "))
     except (TypeError, ValueError):
