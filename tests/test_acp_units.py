@@ -445,3 +445,14 @@ async def test_a_silent_turn_says_no_output_for_n_seconds_growing_and_it_goes_wi
         await at(230 + 90 + 0.001)
         assert conv.progress == {"steps": ["Read", "Fix · No output for 2 min"], "current": 1}
         n.cancel_scope.cancel()
+
+
+def test_a_model_servers_json_error_passed_on_as_the_message_reads_as_words():
+    """Issue 38: Gemini CLI answers a refused prompt with the model server's JSON error body as its
+    message; the chat says `401 UNAUTHENTICATED: <the server's words>`, not the JSON."""
+    from crew.acp.rpc import RpcError
+    from crew.acp.words import reason_of
+
+    body = '{"error":{"code":401,"message":"stand-in: this API key is not valid","status":"UNAUTHENTICATED"}}'
+    assert reason_of(RpcError(401, body)) == "401 UNAUTHENTICATED: stand-in: this API key is not valid"
+    assert reason_of(RpcError(-32603, "{not json")) == "{not json"

@@ -239,3 +239,16 @@ def test_a_long_command_in_the_title_is_cut_by_collie_not_silently():
     spec, card = ask_for({"toolCallId": "toolu_9", "title": f"`{command}`", "rawInput": {"command": command}})
     assert len(spec["title"]) == 201
     assert card.shortened and not card.always_allow and card.title.endswith("…")
+
+
+def test_opencodes_edit_ask_shows_its_diff_not_its_raw_input_as_json():
+    """Issue 38: opencode's edit ask carries `rawInput: {filepath, diff}` (a unified diff) and no
+    content; the card shows `edit <path>` and the changed lines, not the rawInput as JSON."""
+    diff = ("Index: /w/notes.txt\n===================================================================\n"
+            "--- /w/notes.txt\n+++ /w/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n")
+    spec, card = ask_for({"toolCallId": "call_6", "title": "/w/notes.txt", "kind": "edit", "status": "pending",
+                          "rawInput": {"filepath": "/w/notes.txt", "diff": diff}})
+    assert spec["body"] == "edit /w/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO"
+    spec, _ = ask_for({"toolCallId": "call_7", "title": "edit", "kind": "edit",
+                       "rawInput": {"filePath": "/w/notes.txt", "oldString": "two", "newString": "TWO"}})
+    assert spec["body"] == "edit /w/notes.txt\n@@ -1 +1 @@\n-two\n+TWO"

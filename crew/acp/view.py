@@ -161,13 +161,20 @@ def raw_text(raw: Any, depth: int = 0) -> str | None:
 
 def edits_of_raw_input(raw_input: Any) -> list[str]:
     """Claude Code's Edit/Write/MultiEdit inputs (`file_path` with `old_string`/`new_string`, `content`
-    or `edits`) as compact diffs, for asks whose content carries none."""
-    if not isinstance(raw_input, dict) or not isinstance(raw_input.get("file_path"), str):
+    or `edits`) and opencode's (`filePath` with `oldString`/`newString`; its ask's `filepath` with a
+    unified `diff`) as compact diffs, for asks whose content carries none."""
+    if not isinstance(raw_input, dict):
         return []
-    path = raw_input["file_path"]
-    if isinstance(raw_input.get("new_string"), str):
-        old = raw_input.get("old_string") if isinstance(raw_input.get("old_string"), str) else ""
-        return [compact_diff(path, old, raw_input["new_string"])]
+    path = next((raw_input[k] for k in ("file_path", "filePath", "filepath") if isinstance(raw_input.get(k), str)), None)
+    if path is None:
+        return []
+    if isinstance(raw_input.get("diff"), str) and raw_input["diff"].strip():
+        lines = raw_input["diff"].splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+        return ["\n".join([f"edit {path}", *lines[start:]])]
+    new, old = raw_input.get("new_string", raw_input.get("newString")), raw_input.get("old_string", raw_input.get("oldString"))
+    if isinstance(new, str):
+        return [compact_diff(path, old if isinstance(old, str) else "", new)]
     if isinstance(raw_input.get("content"), str):
         return [compact_diff(path, None, raw_input["content"])]
     if isinstance(raw_input.get("edits"), list):
