@@ -697,6 +697,7 @@ class Adapter:
                                                             "mcpServers": []})
                 self.live_sessions.add(sid)
                 self._loaded_modes(conv_id, raw)
+                await self._start_mode(ep, conv_id, sid)  # a reloaded session may be back in the agent's default
                 if keep_replay:
                     self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
@@ -747,6 +748,7 @@ class Adapter:
             conv_id = self.sessions.conv_of(sid)
             if conv_id is not None:
                 self._loaded_modes(conv_id, raw)
+                await self._start_mode(self.endpoint, conv_id, sid)
         except (RpcError, Closed, trio.TooSlowError) as exc:
             self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
         finally:
