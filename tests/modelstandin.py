@@ -22,7 +22,7 @@ A test scripts the model per prompt: `standin.script("make the file", [Shell("to
 Which step answers a request is read from the request itself (how many tool results follow the user's
 last text), so retries and the agents' side requests (titles, token counts) never shift the script.
 Steps: `Text` (a reply, streamed in chunks), `Shell` (a command-line tool call), `Edit` (a file edit
-tool call), `Read` (a read-file tool call, Gemini and Chat Completions agents only), `Plan` (the agent's plan tool: Codex's update_plan, Claude Code's TodoWrite), `Fail` (an
+tool call), `Read` (a read-file tool call: Qwen Code and claude-agent-acp edit only a file read first), `Plan` (the agent's plan tool: Codex's update_plan, Claude Code's TodoWrite), `Fail` (an
 HTTP error such as 401 or 500 with the API's error body), `Hang` (a reply that streams a first chunk
 and then stalls until the client goes away, for stop). A prompt with no script
 gets `Text("stand-in reply")`; a request without tools (a side request) gets a short plain reply.
@@ -288,8 +288,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._event("response.output_item.done", {"type": "response.output_item.done", "output_index": 0,
                         "item": {"type": "message", "role": "assistant", "id": mid,
                                  "content": [{"type": "output_text", "text": text}]}})
-        elif isinstance(step, Shell):
-            name, args = _shell_call(tool_names(body), step.command)
+        elif isinstance(step, Shell | Read):  # Codex reads a file with a (read-only, never asked) `cat`
+            line = step.command if isinstance(step, Shell) else f"cat {step.path}"
+            name, args = _shell_call(tool_names(body), line)
             self._event("response.output_item.done", {"type": "response.output_item.done", "output_index": 0,
                         "item": {"type": "function_call", "id": f"fc_{rid}", "call_id": f"call_{rid}",
                                  "name": name, "arguments": json.dumps(args)}})
@@ -353,6 +354,9 @@ class _Handler(BaseHTTPRequestHandler):
                 todos = [{"content": text, "activeForm": text, "status": "in_progress" if i == 0 else "pending"}
                          for i, text in enumerate(step.steps)]
                 args = {"todos": todos}
+            elif isinstance(step, Read):
+                name = "mcp__acp__Read" if "mcp__acp__Read" in names else "Read"
+                args = {"file_path": step.path}
             elif isinstance(step, Shell):
                 name = "mcp__acp__Bash" if "mcp__acp__Bash" in names else "Bash"
                 args = {"command": step.command, "description": "Run the test's command"}

@@ -4,11 +4,11 @@ tests/agents.py), each run by `collie acp run` against the model stand-in that s
 (tests/modelstandin.py: Gemini streamGenerateContent, OpenAI Chat Completions, Anthropic Messages),
 attached to a real `collie serve` and read and written through the phone API.
 
-One setup per agent for the whole module (one stand-in, one bridge, one agent process): each test
+Codex (codex-acp) and Claude Code (claude-code-acp) run the same tests; tests/test_acp_real.py has
+more of theirs. One setup per agent for the whole module (one stand-in, one bridge, one agent process): each test
 opens a conversation of its own with the `New session` starter, so that what one test leaves (a
 stopped turn, claude-agent-acp's stale state after it) does not reach the next. The crash test is
-the last of each agent's: it restarts the agent. Codex and Claude Code (claude-code-acp) are
-covered the same way, with more, in tests/test_acp_real.py."""
+the last of each agent's: it restarts the agent."""
 
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ from tests.test_acp_real import SLOW, Phone, RealAgent, _status, _turn_of, _visi
 from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
-VENDORS = ["gemini", "qwen", "opencode", "claude-agent"]
+VENDORS = ["gemini", "qwen", "opencode", "claude-agent", "codex", "claude"]
 ARGS = {"qwen": ("--mode", "default")}  # Qwen Code's default mode runs tools without asking
 RUNTIME = {"gemini": "gemini-cli 0.61.0", "qwen": "0.24.4", "opencode": "1.18.33",
-           "claude-agent": "claude-agent-acp 0.23.1"}
+           "claude-agent": "claude-agent-acp 0.23.1", "codex": "codex-acp 0.16.0", "claude": "claude-code-acp 0.16.2"}
 ERROR = "stand-in: this API key is not valid"
 
 
@@ -183,10 +183,8 @@ def test_an_edit_asks_showing_the_file_and_the_change(vendor):
     phone = vendor.conversation()
     notes = vendor.agent.work / vendor.name("notes")
     notes.write_text("one\ntwo\n")
-    steps = [Edit(str(notes), "two", "TWO"), Text("Edited.")]
-    if vendor.kind != "claude-agent":  # Qwen Code edits only a file it read first
-        steps.insert(0, Read(str(notes)))
-    vendor.standin.script(f"fix {notes.name}", steps)
+    # Qwen Code and claude-agent-acp edit only a file they read first
+    vendor.standin.script(f"fix {notes.name}", [Read(str(notes)), Edit(str(notes), "two", "TWO"), Text("Edited.")])
     assert phone.send(f"fix {notes.name}")["outcome"] == "sent"
     ask = phone.ask()
     body = ask.get("body") or ""
@@ -259,6 +257,11 @@ def test_zz_a_crash_with_an_ask_open_leaves_nothing_running_and_the_agent_comes_
     command's ask open. The turn ends saying the agent exited; the ask does not claim it was decided;
     no call stays running; every process of the crashed agent is gone; the adapter starts it again and
     the conversation's next prompt is answered."""
+    base = f"/api/agents/local/{vendor.kind}/conversations"
+    for row in vendor.c.get(base).json()["open"]:  # after the restart only this one is loaded again
+        turn = vendor.c.get(f"{base}/{row['id']}").json()["turn"]
+        vendor.c.post(f"{base}/{row['id']}/close", json={"request_id": rid(), "turn": turn})
+    wait_for(lambda: not vendor.c.get(base).json()["open"], what="the earlier conversations closed")
     phone = vendor.conversation()
     crashed = vendor.name("crashed")
     vendor.standin.script("before the crash", [Shell(f"echo crashed >> {crashed}"), Text("Ran it.")])
