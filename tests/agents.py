@@ -169,7 +169,7 @@ def _settings(path: Path, settings: dict) -> None:
 
 
 def gemini(home: Path, model_url: str) -> tuple[list[str], dict[str, str]]:
-    """Gemini CLI in ACP mode (`gemini --experimental-acp`), its model the stand-in.
+    """Gemini CLI in ACP mode (`gemini --acp`; `--experimental-acp` is its older name), its model the stand-in.
 
     `GOOGLE_GEMINI_BASE_URL` sends the Gemini API there; `GEMINI_API_KEY` with `selectedType:
     gemini-api-key` in `~/.gemini/settings.json` is its login. Usage statistics, telemetry, update
@@ -179,7 +179,7 @@ def gemini(home: Path, model_url: str) -> tuple[list[str], dict[str, str]]:
         "general": {"disableAutoUpdate": True, "disableUpdateNag": True, "checkpointing": {"enabled": False}},
         "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
         "model": {"name": "gemini-2.5-flash"}})
-    return ["node", str(GEMINI_JS), "--experimental-acp"], _base_env(home, {
+    return ["node", str(GEMINI_JS), "--acp"], _base_env(home, {
         "GOOGLE_GEMINI_BASE_URL": model_url, "GEMINI_API_KEY": "standin-gemini-key",
         "GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_TELEMETRY_ENABLED": "false"})
 

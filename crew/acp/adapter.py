@@ -452,7 +452,8 @@ class Adapter:
         turn.stale = True
         self.lagging.add(turn.session_id)
         self._log(f"session {escape(turn.session_id, 40)} answered a prompt end_turn before any update of it, "
-                  f"right after a {self.last_end.get(turn.session_id)} turn: a stale answer; the turn stays open")
+                  f"right after {'an error' if self.last_end.get(turn.session_id) == 'error' else 'a stopped turn'}: "
+                  "a stale answer; the turn stays open")
         while not turn.cancel_sent.is_set():
             poke = turn.poke
             if turn.asking:
