@@ -23,8 +23,13 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
   restarted, and no conversation is made without a session (item 8);
 - a closed conversation closes its session where the agent offers `session/close`; modes are the
   conversation's buttons (`session/set_mode`); slash commands are starters (item 9, "Beyond").
+- a turn silent for 30 s says `No output for 30 s`, growing, until the agent sends anything (issue 38);
+- a prompt answered `end_turn` before any update of it, right after a stop or an error in its session
+  (claude-agent-acp's stale answer), does not end the turn: it stays open for the asks that follow,
+  and a later ask of that session is shown in a turn of its own, never cancelled unseen (issue 38).
 Every message from the agent is validated with the `agent-client-protocol` package's models before
-use; what fails validation is answered `invalid params` (requests) or logged (notifications).
+use; what fails validation is answered `invalid params` (requests) or logged (notifications); an
+update broken only in some of its own fields is kept without them, the log naming its type.
 """
 
 from __future__ import annotations
@@ -947,6 +952,7 @@ class Adapter:
                 self.endpoint = None
                 self.live_sessions.clear()
                 self._held.clear()
+                self.lagging.clear()  # a new agent process starts with no stale state
                 for turn in list(self.turns.values()):
                     if not turn.done.is_set():
                         turn.error = CRASHED
