@@ -157,6 +157,20 @@ def test_a_command_asks_showing_it_and_runs_once_when_allowed(vendor):
     assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["answered"]
 
 
+def test_a_command_that_prints_nothing_shows_no_json(vendor):
+    """Issue 38: a command that prints nothing (Codex then sends a rawOutput of empty fields beside its
+    call_id and process_id) shows its command line at most — never the agent's raw output as JSON."""
+    phone = vendor.conversation()
+    quiet = vendor.name("quiet")
+    vendor.standin.script("touch it quietly", [Shell(f"touch {quiet}"), Text("Touched.")])
+    assert phone.send("touch it quietly")["outcome"] == "sent"
+    assert phone.answer(phone.ask(), "allow")["outcome"] == "accepted"
+    phone.reply("Touched.")
+    assert (vendor.agent.work / quiet).exists()
+    outputs = [t.get("output") or "" for t in phone.tools()]
+    assert outputs and not any("{" in o or "call_id" in o or "stdout" in o for o in outputs), outputs
+
+
 def test_a_denied_command_does_not_run_and_the_conversation_goes_on(vendor):
     """Issue 38, B5: Reject reaches the agent as its reject option: the command does not run, no call is
     left running, the ask ends answered, and the next prompt is answered."""
