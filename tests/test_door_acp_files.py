@@ -102,3 +102,61 @@ def test_links_inside_are_followed_and_links_out_refused(tree):
             files.read_text(root, str(bad))
     files.write_text(root, str(root / "rel"), "B")  # through a symlink inside: its target is written
     assert (root / "sub" / "a.txt").read_text() == "B" and (root / "rel").is_symlink()
+
+
+def _unblocked_write(root, path: str, content: str, fifo) -> None:
+    """`files.write_text` in a thread, bounded: if it is still blocked after 20 s (an open of a FIFO
+    with no reader), the FIFO is opened for reading so the thread ends, and the test fails."""
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(files.write_text(root, path, content)), daemon=True)
+    t.start()
+    t.join(20)
+    if t.is_alive():
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        t.join(20)
+        os.close(fd)
+        pytest.fail("the write blocked on a FIFO the agent planted")
+    assert done == [None]
+
+
+def test_a_hard_link_planted_at_the_temporary_name_is_never_written_through(tree):
+    """Issue 42 item 1: the agent plants `<cwd>/.innocent.txt.collie-tmp` as a hard link to a file
+    outside (the name the adapter used to write through, opened with truncate); a write of
+    `innocent.txt` writes a new file of its own and leaves the outside file as it was."""
+    root, outside = tree
+    os.link(outside / "f", root / ".innocent.txt.collie-tmp")
+    files.write_text(root, str(root / "innocent.txt"), "the agent's text")
+    assert (outside / "f").read_text() == "SECRET"
+    assert (root / "innocent.txt").read_text() == "the agent's text"
+    assert os.stat(root / "innocent.txt").st_nlink == 1
+    assert sorted(p.name for p in root.iterdir()) == [".innocent.txt.collie-tmp", "innocent.txt"]  # nothing left
+
+
+def test_a_fifo_planted_at_the_temporary_name_does_not_block_the_write(tree):
+    """Issue 42 item 5: a FIFO at the adapter's old temporary name (an open for writing blocks until a
+    reader comes) is never opened: the write ends at once and the file is written."""
+    root, _ = tree
+    os.mkfifo(root / ".innocent.txt.collie-tmp")
+    _unblocked_write(root, str(root / "innocent.txt"), "written", root / ".innocent.txt.collie-tmp")
+    assert (root / "innocent.txt").read_text() == "written"
+
+
+def test_the_temporary_name_cannot_be_known_beforehand(tree, monkeypatch):
+    """Issue 42 item 1: each write draws a fresh random temporary name, created exclusively; a name
+    already taken (whatever it is) is passed over for another, never opened."""
+    root, outside = tree
+    names = iter(["taken", "taken", "free"])
+    monkeypatch.setattr(files.secrets, "token_hex", lambda n: next(names))
+    os.link(outside / "f", root / ".collie-write-taken.tmp")
+    files.write_text(root, str(root / "a.txt"), "A")
+    assert (root / "a.txt").read_text() == "A" and (outside / "f").read_text() == "SECRET"
+    assert sorted(p.name for p in root.iterdir()) == [".collie-write-taken.tmp", "a.txt"]
+
+
+def test_text_that_is_not_unicode_is_refused_not_raised(tree):
+    """Issue 42 item 2: content with a lone surrogate (JSON allows `\\ud800`) is refused with a
+    reason, not a crash; nothing is written."""
+    root, _ = tree
+    with pytest.raises(files.Refused, match="not valid Unicode"):
+        files.write_text(root, str(root / "s.txt"), "x\ud800")
+    assert not (root / "s.txt").exists()

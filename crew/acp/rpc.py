@@ -167,6 +167,8 @@ class Endpoint:
             await self._write(framing.error(req_id, code, message))
         except (Closed, RpcError):
             pass
+        except Exception as exc:  # nothing the agent sent may end the adapter (issue 42 item 2)
+            self._log(f"answering request {escape(repr(req_id), 60)} failed: {type(exc).__name__}: {escape(str(exc))}")
 
     async def _run_request(self, body: dict) -> None:
         try:
@@ -183,6 +185,9 @@ class Endpoint:
             await self._answer_error(body["id"], framing.INTERNAL_ERROR, exc.message)
         except Closed:
             pass
+        except Exception as exc:  # an answer that cannot be written is logged: the adapter goes on (issue 42 item 2)
+            self._log(f"answering {escape(body['method'], 60)} failed: {type(exc).__name__}: {escape(str(exc))}")
+            await self._answer_error(body["id"], framing.INTERNAL_ERROR, "the client could not write its answer")
 
     async def _run_notification(self, body: dict) -> None:
         try:
