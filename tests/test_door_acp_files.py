@@ -160,3 +160,42 @@ def test_text_that_is_not_unicode_is_refused_not_raised(tree):
     with pytest.raises(files.Refused, match="not valid Unicode"):
         files.write_text(root, str(root / "s.txt"), "x\ud800")
     assert not (root / "s.txt").exists()
+
+
+async def test_a_file_request_that_blocks_does_not_hold_the_adapter(tree, monkeypatch):
+    """Issue 42 item 5: fs/* requests run off the adapter's event loop and are bounded in time: while
+    a write is stuck (a hung mount, say), a read is answered, and the stuck write is refused with a
+    reason once `FILE_TIMEOUT` is up — the adapter never waits on a file."""
+    import trio
+
+    from crew.acp import adapter as adapter_mod
+    from crew.acp.rpc import RpcError
+
+    root, _ = tree
+    (root / "hello.txt").write_text("hello")
+    a = adapter_mod.Adapter(["true"], name="t", cwd=str(root), state_dir=root.parent / "st", log=lambda _: None)
+    a.sessions.set("c", "s", str(root))
+    a.live_sessions.add("s")
+    stuck = threading.Event()
+    monkeypatch.setattr(files, "write_text", lambda *args: stuck.wait())
+    monkeypatch.setattr(adapter_mod, "FILE_TIMEOUT", 3.0, raising=False)
+    watchdog = threading.Timer(20, stuck.set)  # were the write on the loop, the test would end, failing
+    watchdog.start()
+    write = {"sessionId": "s", "path": str(root / "w.txt"), "content": "x"}
+    got: list = []
+
+    async def writing():
+        with pytest.raises(RpcError, match="did not answer within 3 s") as exc:
+            await a.handle("fs/write_text_file", write, False)
+        got.append(exc.value.code)
+
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(writing)
+                read = await a.handle("fs/read_text_file", {"sessionId": "s", "path": str(root / "hello.txt")}, False)
+                assert read == {"content": "hello"} and got == []  # answered while the write is stuck
+        assert got == [-32602]
+    finally:
+        stuck.set()
+        watchdog.cancel()

@@ -59,6 +59,7 @@ INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
+FILE_TIMEOUT, FILE_THREADS = 10.0, 4  # one fs/* request's bound, and how many run at once (issue 42 item 5)
 AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
@@ -179,6 +180,7 @@ class Adapter:
         self._run_mark = 0
         self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
         self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
+        self._file_threads = trio.CapacityLimiter(FILE_THREADS)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -412,7 +414,7 @@ class Adapter:
                 req = schema.ReadTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    return {"content": files.read_text(self.cwd, req.path, req.line, req.limit)}
+                    return {"content": await self._file_io(files.read_text, self.cwd, req.path, req.line, req.limit)}
                 except files.Refused as exc:
                     self._log(f"refused fs/read_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -420,7 +422,7 @@ class Adapter:
                 req = schema.WriteTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    files.write_text(self.cwd, req.path, req.content)
+                    await self._file_io(files.write_text, self.cwd, req.path, req.content)
                 except files.Refused as exc:
                     self._log(f"refused fs/write_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -436,6 +438,16 @@ class Adapter:
         if is_notification:
             return None
         raise RpcError(framing.METHOD_NOT_FOUND, f"the client does not offer {method[:60]}")
+
+    async def _file_io(self, fn: Callable, *args: Any) -> Any:
+        """A file request off the event loop (issue 42 item 5): in a worker thread, at most
+        `FILE_THREADS` at once, answered within `FILE_TIMEOUT` s whatever the file is (a FIFO, a hung
+        network mount). A request that takes longer is refused; its thread, abandoned, still holds
+        its place until it ends, so a stuck folder cannot grow the number of threads."""
+        with trio.move_on_after(FILE_TIMEOUT):
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._file_threads, abandon_on_cancel=True)
+        raise files.Refused(f"the file system did not answer within {FILE_TIMEOUT:g} s (nothing is known "
+                            "of what was done)")
 
     def _known_session(self, session_id: str) -> str:
         conv_id = self.sessions.conv_of(session_id)
