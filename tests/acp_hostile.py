@@ -12,7 +12,7 @@ surrogate   requests whose id or method holds a lone surrogate, a malformed mess
 fifo        a FIFO planted at the adapter's old temporary name `.innocent.txt.collie-tmp`, then a write of
             `innocent.txt` and, without waiting, a read of `hello.txt`: both answers (or `null` after 20 s)
 terminals   the terminals of $ACP_HOSTILE_COMMANDS (a JSON list of shell lines) created: their ids
-exit        as `terminals`, then the agent exits with status 7 (a crash)
+exit        as `terminals`, then the agent exits with status 7 (a crash) once $ACP_HOSTILE_GO exists
 """
 
 from __future__ import annotations
@@ -113,12 +113,25 @@ def terminals(cwd: str) -> dict:
     return got
 
 
+def session_known() -> None:
+    """The adapter records the session just after our answer to `session/new`: ask until it knows it
+    (an honest read), so that the attack's first request is not refused for that."""
+    for n in range(200):
+        send({"jsonrpc": "2.0", "id": f"known{n}", "method": "fs/read_text_file",
+              "params": {"sessionId": "s1", "path": os.path.join(os.getcwd(), "hello.txt")}})
+        answer = wait_for(f'"known{n}"')
+        if answer is None or "unknown session" not in json.dumps(answer):
+            return
+        threading.Event().wait(0.05)
+
+
 def main() -> None:
     threading.Thread(target=reader, daemon=True).start()
     if os.path.exists(OUT):  # restarted after the attack: only answer
         threading.Event().wait()
     if not session_ready.wait(60):
         os._exit(2)
+    session_known()
     cwd = os.getcwd()
     attack = {"surrogate": surrogate, "fifo": fifo, "terminals": terminals, "exit": terminals}[ATTACK]
     result = attack(cwd)
@@ -126,8 +139,13 @@ def main() -> None:
     with open(tmp, "w") as fh:
         json.dump(result, fh)
     os.replace(tmp, OUT)
-    if ATTACK == "exit":
-        os._exit(7)
+    if ATTACK == "exit":  # once the test saw the terminals' processes (it makes $ACP_HOSTILE_GO), crash
+        go = os.environ["ACP_HOSTILE_GO"]
+        for _ in range(6000):
+            if os.path.exists(go):
+                os._exit(7)
+            threading.Event().wait(0.01)
+        os._exit(8)
     threading.Event().wait()
 
 

@@ -47,8 +47,8 @@ def alive(pid: int) -> bool:
 class Hostile:
     """`collie acp run --cwd WORK --socket SOCK [args] -- python tests/acp_hostile.py`."""
 
-    def __init__(self, paths, attack: str, *args: str, **env: str) -> None:
-        self.run = short_dir("ah")
+    def __init__(self, paths, attack: str, *args: str, run: Path | None = None, **env: str) -> None:
+        self.run = run or short_dir("ah")
         self.work = self.run / "work"
         self.work.mkdir()
         (self.work / "hello.txt").write_text("hello")
@@ -85,8 +85,8 @@ class Hostile:
 def hostile(paths):
     made: list[Hostile] = []
 
-    def start(attack: str, *args: str, **env: str) -> Hostile:
-        made.append(Hostile(paths, attack, *args, **env))
+    def start(attack: str, *args: str, run: Path | None = None, **env: str) -> Hostile:
+        made.append(Hostile(paths, attack, *args, run=run, **env))
         return made[-1]
 
     yield start
@@ -126,3 +126,49 @@ def test_a_fifo_at_the_temporary_name_does_not_freeze_the_adapter(hostile):
     assert got['"write"'] is not None and got['"write"']["result"] == {}
     assert (h.work / "innocent.txt").read_text() == "written"
     assert h.stop() == 0
+
+
+def escaping_terminals(h_run: Path, n: int = 2) -> dict[str, str]:
+    """The env for the `terminals` attack: `n` terminals, each a shell line that leaves processes
+    outside its group (tests/test_door_acp_terminals.py `escapes`) writing their pids to run/pidsI."""
+    from tests.test_door_acp_terminals import escapes
+
+    return {"ACP_HOSTILE_COMMANDS": json.dumps([escapes(h_run / f"pids{i}") for i in range(n)])}
+
+
+def escaped_pids(run: Path, n: int = 2) -> list[int]:
+    def read():
+        lines = [line for i in range(n) if (run / f"pids{i}").exists() for line in (run / f"pids{i}").read_text().split()]
+        return lines if len(lines) >= 3 * n else None
+
+    pids = [int(p) for p in until(read, "the terminals' background processes start")]
+    assert all(alive(p) for p in pids)
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_no_terminal_process_outlives_the_adapter_even_killed(hostile, sig):
+    """Issue 42 items 6, 7: the agent's terminals started processes that left their group (`setsid`,
+    `setpgid`+fork, a double fork); the adapter is ended by SIGTERM, or SIGKILLed (no clean-up of its
+    own can run): not one of those processes survives it."""
+    run = short_dir("ah")
+    h = hostile("terminals", "--allow-terminal", run=run, **escaping_terminals(run))
+    got = h.result()
+    assert all("terminalId" in (a or {}).get("result", {}) for a in got.values()), got
+    pids = escaped_pids(run)
+    h.proc.send_signal(sig)
+    h.proc.wait(timeout=LIMIT)
+    until(lambda: not any(alive(p) for p in pids), "every terminal process is gone")
+
+
+def test_an_agent_crash_ends_its_terminals(hostile):
+    """Issue 42 item 7: the agent made terminals whose processes left their group, then crashed (exit
+    7): the adapter, still running, ends every process of those terminals."""
+    run = short_dir("ah")
+    h = hostile("exit", "--allow-terminal", run=run, ACP_HOSTILE_GO=str(run / "go"), **escaping_terminals(run))
+    until(lambda: h.out.exists(), "the agent made its terminals")
+    pids = escaped_pids(run)
+    (run / "go").touch()  # now the agent crashes
+    until(lambda: not any(alive(p) for p in pids), "every terminal process is gone after the crash")
+    assert h.proc.poll() is None  # the adapter serves on (and restarts the agent)
+    until(lambda: any("ended 2 terminals: the agent exited" in line for line in h.stderr), "the log says so")

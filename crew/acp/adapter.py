@@ -200,6 +200,15 @@ class Adapter:
         except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
             self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
 
+    def _end_terminals(self, why: str, session_id: str | None = None) -> None:
+        """End the terminals of a session (or all): nothing a command started outlives a Stop, a closed
+        conversation or the agent that asked for it (issue 42 item 7). They count against the limit
+        until their last process is gone."""
+        if self.terminals is not None:
+            ended = self.terminals.release_all(session_id)
+            if ended:
+                self._log(f"ended {ended} terminal{'s' if ended > 1 else ''}: {why}")
+
     def _set_trouble(self, text: str) -> None:
         """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
         if text != self.trouble:
@@ -370,6 +379,8 @@ class Adapter:
             view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
+            if stopped:
+                self._end_terminals("the turn was stopped", session_id)
         if turn.error is not None:
             pane.notice(turn.error)
         elif turn.stop_reason not in (None, "end_turn"):
@@ -640,6 +651,7 @@ class Adapter:
                 sid = entry["session_id"]
                 if conv_id in self.collie._core.closed and sid in self.live_sessions:
                     self.live_sessions.discard(sid)
+                    self._end_terminals("its conversation was closed", sid)
                     if self.can_close:
                         try:
                             with trio.fail_after(INIT_TIMEOUT):
@@ -812,6 +824,7 @@ class Adapter:
                     if not turn.done.is_set():
                         turn.error = CRASHED
                         turn.done.set()
+                self._end_terminals("the agent exited")
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):

@@ -1,0 +1,133 @@
+"""Terminal commands cannot escape (issue 42 items 6 and 7): a command that leaves its process group
+(`setsid`, `setpgid` then fork, a double fork) is still ended by `terminal/release`, `terminal/kill`
+and the adapter's end, and still counts against the limit of terminals until it is gone."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import pytest
+import trio
+
+from crew.acp import terminals as terms_mod
+from crew.acp.rpc import RpcError
+from tests.test_acp_terminals import alive, create, finished, with_terminals
+
+LIMIT = 20.0
+
+
+def escapes(pidfile) -> str:
+    """A shell line whose three background processes each leave the command's process group (a new
+    session; a new group, then a fork; a double fork, re-parented away from the shell), each writing
+    its pid to `pidfile` and sleeping; the line itself ends at once."""
+    p = shlex.quote(str(pidfile))
+    py = (f"import os; os.setpgid(0, 0)\nif os.fork() == 0:\n    open({str(pidfile)!r}, 'a').write(f'{{os.getpid()}}\\n')"
+          "\n    os.execvp('sleep', ['sleep', '300'])")
+    return (f"setsid sh -c 'echo $$ >> {p}; exec sleep 300' </dev/null >/dev/null 2>&1 & "
+            f"(sh -c 'echo $$ >> {p}; exec sleep 300' </dev/null >/dev/null 2>&1 &) ; "
+            f"{shlex.quote(sys.executable)} -c {shlex.quote(py)} </dev/null >/dev/null 2>&1; "
+            f"echo started")
+
+
+async def pids_in(pidfile, n: int = 3) -> list[int]:
+    with trio.fail_after(LIMIT):
+        while True:
+            lines = pidfile.read_text().split() if pidfile.exists() else []
+            if len(lines) >= n:
+                return [int(x) for x in lines]
+            await trio.sleep(0.02)
+
+
+async def all_gone(pids: list[int]) -> None:
+    with trio.fail_after(LIMIT):
+        while any(alive(p) for p in pids):
+            await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("how", ["terminal/release", "terminal/kill"])
+async def test_a_command_that_leaves_its_group_is_still_ended(tmp_path, how):
+    """Issue 42 item 6: `setsid`, `setpgid`+fork and a double fork escaped the group that release and
+    kill signalled; now every descendant of the command is ended, whatever group it moved to."""
+    pidfile = tmp_path / "pids"
+
+    async def body(t):
+        tid = await create(t, escapes(pidfile))
+        pids = await pids_in(pidfile)
+        status, out = await finished(t, tid)
+        assert status == {"exitCode": 0, "signal": None} and out == "started\n"  # the line itself ended
+        assert all(alive(p) for p in pids)
+        assert await t.handle(how, {"sessionId": "s", "terminalId": tid}) == {}
+        await all_gone(pids)
+
+    await with_terminals(body, tmp_path)
+
+
+async def test_the_adapters_end_ends_every_escaped_process(tmp_path):
+    """Issue 42 item 6: the adapter's end (its SIGTERM cancels `Terminals.serve`) ends what escaped
+    the group, released or not."""
+    pids = []
+
+    async def body(t):
+        for i in range(2):
+            await create(t, escapes(tmp_path / f"pids{i}"))
+            pids.extend(await pids_in(tmp_path / f"pids{i}"))
+        await t.handle("terminal/release", {"sessionId": "s", "terminalId": "t1"})
+
+    await with_terminals(body, tmp_path)
+    await all_gone(pids)
+
+
+async def test_an_escaped_process_counts_against_the_limit_until_it_is_gone(tmp_path, monkeypatch):
+    """Issue 42 item 6: 40 terminals whose processes escaped passed the limit of 16 (a released
+    terminal stopped counting when its group was empty, its escapees still running). Now a released
+    terminal counts until its last process is gone: whenever the count drops, they are."""
+    monkeypatch.setattr(terms_mod, "TERMINALS_MAX", 3)
+
+    async def body(t):
+        pids = []
+        for i in range(3):
+            await finished(t, await create(t, escapes(tmp_path / f"pids{i}")))
+            pids.extend(await pids_in(tmp_path / f"pids{i}"))
+        with pytest.raises(RpcError, match="at most 3 terminals"):
+            await create(t, "true")  # the commands ended, their escapees did not: the limit holds
+        for tid in ("t1", "t2", "t3"):
+            await t.handle("terminal/release", {"sessionId": "s", "terminalId": tid})
+        with trio.fail_after(LIMIT):
+            while t.count() == 3:
+                assert t.count() == 3
+                await trio.sleep(0.01)
+        assert not any(alive(p) for p in pids[:3])  # t1's slot came back only once all of t1 was gone
+
+    await with_terminals(body, tmp_path)
+
+
+async def test_release_all_ends_a_sessions_terminals_only(tmp_path):
+    """Issue 42 item 7: a Stop or a closed conversation ends the terminals of its session (the
+    adapter calls `release_all(session)`), the other sessions' terminals run on; the agent's end
+    ends all."""
+    async def body(t):
+        a = (await t.handle("terminal/create", {"sessionId": "A", "command": escapes(tmp_path / "a")}))["terminalId"]
+        b = (await t.handle("terminal/create", {"sessionId": "B", "command": escapes(tmp_path / "b")}))["terminalId"]
+        pa, pb = await pids_in(tmp_path / "a"), await pids_in(tmp_path / "b")
+        assert t.release_all("A") == 1
+        await all_gone(pa)
+        assert all(alive(p) for p in pb) and b in t.by_id and a not in t.by_id
+        assert t.release_all() == 1
+        await all_gone(pb)
+
+    await with_terminals(body, tmp_path)
+
+
+async def test_a_program_that_cannot_be_run_is_refused(tmp_path):
+    """A terminal whose program does not exist is refused with the reason (as before the supervisor),
+    and takes no place."""
+    async def body(t):
+        with pytest.raises(RpcError, match="cannot run no-such-program-here: No such file"):
+            await create(t, "no-such-program-here", ["x"])
+        with trio.fail_after(LIMIT):
+            while t.count():
+                await trio.sleep(0.01)
+
+    await with_terminals(body, tmp_path)
+
