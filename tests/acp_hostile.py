@@ -12,6 +12,8 @@ surrogate   requests whose id or method holds a lone surrogate, a malformed mess
 fifo        a FIFO planted at the adapter's old temporary name `.innocent.txt.collie-tmp`, then a write of
             `innocent.txt` and, without waiting, a read of `hello.txt`: both answers (or `null` after 20 s)
 terminals   the terminals of $ACP_HOSTILE_COMMANDS (a JSON list of shell lines) created: their ids
+stop        a prompt creates the first of $ACP_HOSTILE_COMMANDS in a terminal and runs until cancelled
+            (then answers `cancelled`); the terminal is never released
 exit        as `terminals`, then the agent exits with status 7 (a crash) once $ACP_HOSTILE_GO exists
 """
 
@@ -30,6 +32,7 @@ lock = threading.Lock()
 answers: dict[str, dict] = {}
 arrived = threading.Condition(lock)
 session_ready = threading.Event()
+prompts: list = []
 
 
 def send_raw(line: str) -> None:
@@ -60,6 +63,9 @@ def reader() -> None:
                 arrived.notify_all()
             continue
         if "id" not in msg:
+            if method == "session/cancel":
+                for pid in prompts:
+                    send({"jsonrpc": "2.0", "id": pid, "result": {"stopReason": "cancelled"}})
             continue
         if method == "initialize":
             send({"jsonrpc": "2.0", "id": msg["id"], "result": {"protocolVersion": 1, "agentCapabilities": {},
@@ -67,6 +73,10 @@ def reader() -> None:
         elif method == "session/new":
             send({"jsonrpc": "2.0", "id": msg["id"], "result": {"sessionId": "s1"}})
             session_ready.set()
+        elif method == "session/prompt" and ATTACK == "stop":  # a terminal, never released; the turn runs on
+            prompts.append(msg["id"])
+            send({"jsonrpc": "2.0", "id": "tp", "method": "terminal/create",
+                  "params": {"sessionId": "s1", "command": json.loads(os.environ["ACP_HOSTILE_COMMANDS"])[0]}})
         elif method == "session/prompt":
             send({"jsonrpc": "2.0", "id": msg["id"], "result": {"stopReason": "end_turn"}})
         else:
@@ -133,7 +143,8 @@ def main() -> None:
         os._exit(2)
     session_known()
     cwd = os.getcwd()
-    attack = {"surrogate": surrogate, "fifo": fifo, "terminals": terminals, "exit": terminals}[ATTACK]
+    attack = {"surrogate": surrogate, "fifo": fifo, "terminals": terminals, "exit": terminals,
+              "stop": lambda cwd: {}}[ATTACK]
     result = attack(cwd)
     tmp = OUT + ".tmp"
     with open(tmp, "w") as fh:

@@ -131,3 +131,45 @@ async def test_a_program_that_cannot_be_run_is_refused(tmp_path):
 
     await with_terminals(body, tmp_path)
 
+
+
+async def test_a_stop_ends_the_terminals_of_its_session(tmp_path, monkeypatch):
+    """Issue 42 item 7: a prompt makes the agent run a command in a terminal that leaves processes
+    outside its group, and the agent never releases it; Stop on the phone (the send cancelled) ends
+    every one of them."""
+    import json
+
+    from crew.acp.adapter import Adapter
+    from tests.conftest import REPO
+    from tests.test_acp_view import collie
+
+    pidfile = tmp_path / "pids"
+    monkeypatch.setenv("ACP_HOSTILE", "stop")
+    monkeypatch.setenv("ACP_HOSTILE_OUT", str(tmp_path / "out.json"))
+    monkeypatch.setenv("ACP_HOSTILE_COMMANDS", json.dumps([escapes(pidfile) + "; sleep 300"]))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "hello.txt").write_text("hello")
+    c = collie()
+    logs: list[str] = []
+    adapter = Adapter([sys.executable, str(REPO / "tests" / "acp_hostile.py")], name="t", cwd=str(work),
+                      state_dir=tmp_path / "st", log=logs.append, allow_terminal=True)
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(adapter.serve, c)
+            while "session-1" not in c._core.conversations:
+                await trio.sleep(0.02)
+            async with trio.open_nursery() as n:
+                stop = trio.CancelScope()
+
+                async def send():
+                    with stop:
+                        await adapter.on_send(c.pane_of("session-1"), "go")
+
+                n.start_soon(send)
+                pids = await pids_in(pidfile)
+                assert all(alive(p) for p in pids) and adapter.terminals.count() == 1
+                stop.cancel()
+            await all_gone(pids)
+            assert "ended 1 terminal: the turn was stopped" in logs
+            nursery.cancel_scope.cancel()
