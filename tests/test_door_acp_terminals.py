@@ -173,3 +173,37 @@ async def test_a_stop_ends_the_terminals_of_its_session(tmp_path, monkeypatch):
             await all_gone(pids)
             assert "ended 1 terminal: the turn was stopped" in logs
             nursery.cancel_scope.cancel()
+
+
+async def test_no_collie_variable_and_no_unknown_lc_name_reaches_a_terminal(tmp_path):
+    """Issue 42 items 11, 12: a terminal gets no `COLLIE_*` variable — not `COLLIE_CREW_TOKEN` (which
+    crew.md tells users to export), not even one named with --terminal-env — and the locale only by
+    its known names: `LC_SECRET_TOKEN` stays out, `LC_TIME` comes in."""
+    from tests.test_acp_terminals import ENVIRON
+
+    environ = {**ENVIRON, "COLLIE_CREW_TOKEN": "crew-secret", "COLLIE_DURABLE_TOKEN": "durable-secret",
+               "LC_SECRET_TOKEN": "lc-secret", "LC_TIME": "C.UTF-8", "LC_IDENTIFICATION": "C"}
+    from crew.acp.terminals import Terminals
+
+    t = Terminals(str(tmp_path), environ=environ, env_names=("COLLIE_CREW_TOKEN", "EXTRA_ONE"))
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t.serve)
+            _, out = await finished(t, await create(t, "env"))
+            nursery.cancel_scope.cancel()
+    env = dict(line.split("=", 1) for line in out.splitlines())
+    assert not [k for k in env if k.startswith("COLLIE_")]
+    assert "secret" not in out and "LC_SECRET_TOKEN" not in env
+    assert env["LC_TIME"] == "C.UTF-8" and env["LC_ALL"] == "C.UTF-8" and env["LC_IDENTIFICATION"] == "C"
+    assert env["EXTRA_ONE"] == "passed on"
+
+
+def test_terminal_env_refuses_a_collie_variable(paths, tmp_path):
+    """Issue 42 item 11: naming a Collie variable with --terminal-env is a usage error that says why,
+    before anything starts."""
+    from tests.conftest import run_collie
+
+    done = run_collie(paths, "acp", "run", "--terminal-env", "COLLIE_CREW_TOKEN", "--socket",
+                      str(tmp_path / "s" / "app.sock"), "--", "true")
+    assert done.returncode == 2 and "Collie's own variables (its tokens) are never passed to terminals" in done.stderr
+    assert not (tmp_path / "s").exists()

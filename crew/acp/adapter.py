@@ -14,7 +14,8 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
   health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
 - the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
-  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+  before every restart, and without any `COLLIE_*` variable in its environment (issue 24 item 7,
+  issue 42 item 11);
 - it logs in with `authenticate` where the agent offers a method the environment provides, or the
   one `--auth` names (item 1);
 - while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
@@ -60,7 +61,7 @@ CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
 FILE_TIMEOUT, FILE_THREADS = 10.0, 4  # one fs/* request's bound, and how many run at once (issue 42 item 5)
-AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
+AGENT_ENV_DROPPED = ("COLLIE_",)  # Collie's own variables (its tokens above all): not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
@@ -908,7 +909,9 @@ class Adapter:
 
 
 def agent_env(source) -> dict[str, str]:
-    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    """The agent's environment: the adapter's, without any of Collie's own variables (`COLLIE_*`: the
+    SDK's `COLLIE_TOKEN`, `COLLIE_TOKEN_NEXT`, a member's `COLLIE_CREW_TOKEN`, `COLLIE_DURABLE_TOKEN`,
+    and every other; issue 42 item 11)."""
     return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
 
 

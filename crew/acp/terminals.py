@@ -4,9 +4,9 @@ Off by default (the client capability `terminal` is then false and every `termin
 refused). When allowed (issue 24 item 2, issue 25 item 8):
 - a `command` without `args` is a shell line (`/bin/sh -c <command>`: `touch x && ls` is what
   claude-code-acp sends); with `args` the program runs with exactly those arguments;
-- the environment is built from an allow-list (`ENV_ALLOWED`, plus the names given with
-  `--terminal-env`) and the `env` the agent sent: the adapter's own environment (tokens, keys) is not
-  passed on;
+- the environment is built from an allow-list (`ENV_ALLOWED`, the locale's `ENV_LOCALE` names, plus
+  the names given with `--terminal-env`, never a `COLLIE_*` one) and the `env` the agent sent: the
+  adapter's own environment (tokens, keys) is not passed on;
 - it runs in the session's folder (`--cwd`) or the `cwd` the agent asked for, inside it;
 - output is kept up to the agent's `outputByteLimit` (at most 1 MiB), cut at the start on a
   character boundary;
@@ -44,13 +44,17 @@ REAPER = str(Path(__file__).with_name("reaper.py"))  # each terminal's superviso
 START_WAIT = 30.0  # the supervisor says `started` (or why not) within this
 END_GRACE = 5.0  # at the adapter's end, how long the supervisors get to end their trees
 ENV_ALLOWED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
-ENV_PREFIXES = ("LC_",)
+ENV_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME", "LC_PAPER",
+              "LC_NAME", "LC_ADDRESS", "LC_TELEPHONE", "LC_MEASUREMENT", "LC_IDENTIFICATION")  # by name: not LC_*
+ENV_NEVER = "COLLIE_"  # Collie's own variables, its tokens: never, not even named by --terminal-env
 
 
 def terminal_env(source: dict[str, str], extra_names: Iterable[str] = (), given: Iterable[Any] = ()) -> dict[str, str]:
-    """The allow-listed part of `source`, then the variables the agent gave (`EnvVariable`s)."""
-    allowed = set(ENV_ALLOWED) | set(extra_names)
-    env = {k: v for k, v in source.items() if k in allowed or k.startswith(ENV_PREFIXES)}
+    """The allow-listed part of `source` (never a `COLLIE_*` variable; the locale by its known names
+    only, so `LC_SECRET_TOKEN` stays out: issue 42 items 11, 12), then the variables the agent gave
+    (`EnvVariable`s: values of its own)."""
+    allowed = set(ENV_ALLOWED) | set(ENV_LOCALE) | set(extra_names)
+    env = {k: v for k, v in source.items() if k in allowed and not k.startswith(ENV_NEVER)}
     env.setdefault("PATH", os.defpath)
     for var in given:
         env[var.name] = var.value
