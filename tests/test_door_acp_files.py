@@ -199,3 +199,45 @@ async def test_a_file_request_that_blocks_does_not_hold_the_adapter(tree, monkey
     finally:
         stuck.set()
         watchdog.cancel()
+
+
+async def test_a_flood_of_requests_is_bounded(monkeypatch):
+    """Issue 42 (hostile agents' answers bounded): the agent's requests handled at once are at most
+    `REQUESTS_MAX`; one more is refused at once with the reason (not a new task each, without end),
+    and those in flight are answered as they finish."""
+    import trio
+    import trio.testing
+
+    from crew.acp import rpc
+    from crew.acp.framing import Decoder, encode
+
+    monkeypatch.setattr(rpc, "REQUESTS_MAX", 4, raising=False)
+    ours, theirs = trio.testing.memory_stream_pair()
+    release = trio.Event()
+    running = []
+
+    async def handler(method, params, is_notification):
+        running.append(params["n"])
+        await release.wait()
+        return {"n": params["n"]}
+
+    logs: list[str] = []
+    ep = rpc.Endpoint(ours, ours, handler, log=logs.append)
+    decoder, got = Decoder(), []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(ep.serve)
+            await theirs.send_all(b"".join(encode({"jsonrpc": "2.0", "id": n, "method": "slow", "params": {"n": n}})
+                                           for n in range(10)))
+            while len(got) < 6:
+                got += [e.body for e in decoder.feed(await theirs.receive_some(65536))]
+            assert sorted(running) == [0, 1, 2, 3]
+            assert sorted(m["id"] for m in got) == [4, 5, 6, 7, 8, 9]
+            assert all("at most 4 requests at once" in m["error"]["message"] for m in got)
+            release.set()
+            got = []
+            while len(got) < 4:
+                got += [e.body for e in decoder.feed(await theirs.receive_some(65536))]
+            assert sorted(m["result"]["n"] for m in got) == [0, 1, 2, 3]
+            nursery.cancel_scope.cancel()
+    assert sum("requests open: further ones are refused" in line for line in logs) == 1
