@@ -85,19 +85,21 @@ async def test_an_escaped_process_counts_against_the_limit_until_it_is_gone(tmp_
     monkeypatch.setattr(terms_mod, "TERMINALS_MAX", 3)
 
     async def body(t):
-        pids = []
+        pids, terms = [], []
         for i in range(3):
-            await finished(t, await create(t, escapes(tmp_path / f"pids{i}")))
-            pids.extend(await pids_in(tmp_path / f"pids{i}"))
+            tid = await create(t, escapes(tmp_path / f"pids{i}"))
+            terms.append(t.by_id[tid])
+            await finished(t, tid)
+            pids.append(await pids_in(tmp_path / f"pids{i}"))
         with pytest.raises(RpcError, match="at most 3 terminals"):
             await create(t, "true")  # the commands ended, their escapees did not: the limit holds
-        for tid in ("t1", "t2", "t3"):
-            await t.handle("terminal/release", {"sessionId": "s", "terminalId": tid})
+        for term in terms:
+            await t.handle("terminal/release", {"sessionId": "s", "terminalId": term.id})
         with trio.fail_after(LIMIT):
             while t.count() == 3:
-                assert t.count() == 3
                 await trio.sleep(0.01)
-        assert not any(alive(p) for p in pids[:3])  # t1's slot came back only once all of t1 was gone
+        freed = [i for i, term in enumerate(terms) if term.gone.is_set()]
+        assert freed and not any(alive(p) for i in freed for p in pids[i])  # a slot comes back once all of it is gone
 
     await with_terminals(body, tmp_path)
 
