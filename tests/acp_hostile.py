@@ -10,7 +10,7 @@ sent, as `json.dumps(id)`), then keeps running until its stdin closes. Attacks:
 surrogate   requests whose id or method holds a lone surrogate, a malformed message with such an id,
             an update and a write with one, then an honest read: every answer recorded
 fifo        a FIFO planted at the adapter's old temporary name `.innocent.txt.collie-tmp`, then a write of
-            `innocent.txt` and, without waiting, a read of `hello.txt`: both answers (or `null` after 20 s)
+            `innocent.txt` and, without waiting, a read of `hello.txt`: both answers (or `null` after 60 s)
 terminals   the terminals of $ACP_HOSTILE_COMMANDS (a JSON list of shell lines) created: their ids
 stop        a prompt creates the first of $ACP_HOSTILE_COMMANDS in a terminal and runs until cancelled
             (then answers `cancelled`); the terminal is never released
@@ -26,7 +26,7 @@ import threading
 
 OUT = os.environ.get("ACP_HOSTILE_OUT", "")
 ATTACK = os.environ.get("ACP_HOSTILE", "")
-WAIT = 20.0
+WAIT = 60.0
 
 lock = threading.Lock()
 answers: dict[str, dict] = {}

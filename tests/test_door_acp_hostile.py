@@ -20,7 +20,7 @@ from tests.live import cleanup, short_dir
 
 pytestmark = pytest.mark.slow
 HOSTILE = [sys.executable, str(REPO / "tests" / "acp_hostile.py")]
-LIMIT = 30.0  # the outer bound of every wait here; each ends as soon as its condition holds
+LIMIT = 60.0  # the outer bound of every wait here; each ends as soon as its condition holds
 
 
 def until(check, what: str, limit: float = LIMIT):

@@ -12,9 +12,9 @@ import trio
 
 from crew.acp import terminals as terms_mod
 from crew.acp.rpc import RpcError
-from tests.test_acp_terminals import alive, create, finished, with_terminals
+from tests.test_acp_terminals import ENVIRON, alive, create, finished
 
-LIMIT = 20.0
+LIMIT = 60.0  # the outer bound of every wait; each ends as soon as its condition holds (the machine may be loaded)
 
 
 def escapes(pidfile) -> str:
@@ -28,6 +28,19 @@ def escapes(pidfile) -> str:
             f"(sh -c 'echo $$ >> {p}; exec sleep 300' </dev/null >/dev/null 2>&1 &) ; "
             f"{shlex.quote(sys.executable)} -c {shlex.quote(py)} </dev/null >/dev/null 2>&1; "
             f"echo started")
+
+
+async def with_terminals(body, tmp_path, **kw):
+    """`body(terminals)` inside a running `Terminals`, ended after it (its `serve` cancelled)."""
+    from crew.acp.terminals import Terminals
+
+    t = Terminals(str(tmp_path), environ=ENVIRON, **kw)
+    with trio.fail_after(LIMIT * 2):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(t.serve)
+            await body(t)
+            nursery.cancel_scope.cancel()
+    return t
 
 
 async def pids_in(pidfile, n: int = 3) -> list[int]:
@@ -181,8 +194,6 @@ async def test_no_collie_variable_and_no_unknown_lc_name_reaches_a_terminal(tmp_
     """Issue 42 items 11, 12: a terminal gets no `COLLIE_*` variable — not `COLLIE_CREW_TOKEN` (which
     crew.md tells users to export), not even one named with --terminal-env — and the locale only by
     its known names: `LC_SECRET_TOKEN` stays out, `LC_TIME` comes in."""
-    from tests.test_acp_terminals import ENVIRON
-
     environ = {**ENVIRON, "COLLIE_CREW_TOKEN": "crew-secret", "COLLIE_DURABLE_TOKEN": "durable-secret",
                "LC_SECRET_TOKEN": "lc-secret", "LC_TIME": "C.UTF-8", "LC_IDENTIFICATION": "C"}
     from crew.acp.terminals import Terminals
