@@ -220,3 +220,17 @@ def test_terminal_env_refuses_a_collie_variable(paths, tmp_path):
                       str(tmp_path / "s" / "app.sock"), "--", "true")
     assert done.returncode == 2 and "Collie's own variables (its tokens) are never passed to terminals" in done.stderr
     assert not (tmp_path / "s").exists()
+
+
+async def test_a_command_that_stops_its_supervisor_is_still_ended(tmp_path):
+    """Issue 42 item 6: a command that stops its own supervisor (`kill -STOP $PPID`) before leaving
+    processes behind is still ended on release: the supervisor is resumed and ends its tree."""
+    pidfile = tmp_path / "pids"
+
+    async def body(t):
+        tid = await create(t, "kill -STOP $PPID; " + escapes(pidfile) + "; sleep 300")
+        pids = await pids_in(pidfile)
+        await t.handle("terminal/release", {"sessionId": "s", "terminalId": tid})
+        await all_gone(pids)
+
+    await with_terminals(body, tmp_path)

@@ -91,6 +91,11 @@ class _Terminal:
                 os.write(self.control, b"k")
             except OSError:  # the supervisor is gone already, or its pipe is full of the same request
                 pass
+        if self.proc.returncode is None:  # a command may have stopped its supervisor (SIGSTOP): resume it
+            try:
+                self.proc.send_signal(signal.SIGCONT)
+            except OSError:
+                pass
 
     def close_control(self) -> None:
         if self.control >= 0:
