@@ -5,7 +5,6 @@ adapter's SIGTERM, not after its SIGKILL. The agent is tests/acp_hostile.py (raw
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
