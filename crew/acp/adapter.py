@@ -14,7 +14,8 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
   health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
 - the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
-  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+  before every restart, and without any `COLLIE_*` variable in its environment (issue 24 item 7,
+  issue 42 item 11);
 - it logs in with `authenticate` where the agent offers a method the environment provides, or the
   one `--auth` names (item 1);
 - while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
@@ -65,7 +66,8 @@ INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
-AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
+FILE_TIMEOUT, FILE_THREADS = 10.0, 4  # one fs/* request's bound, and how many run at once (issue 42 item 5)
+AGENT_ENV_DROPPED = ("COLLIE_",)  # Collie's own variables (its tokens above all): not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
@@ -208,6 +210,7 @@ class Adapter:
         self._run_mark = 0
         self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
         self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
+        self._file_threads = trio.CapacityLimiter(FILE_THREADS)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -226,6 +229,15 @@ class Adapter:
                 view.terminal_changed(terminal_id)
         except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
             self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    def _end_terminals(self, why: str, session_id: str | None = None) -> None:
+        """End the terminals of a session (or all): nothing a command started outlives a Stop, a closed
+        conversation or the agent that asked for it (issue 42 item 7). They count against the limit
+        until their last process is gone."""
+        if self.terminals is not None:
+            ended = self.terminals.release_all(session_id)
+            if ended:
+                self._log(f"ended {ended} terminal{'s' if ended > 1 else ''}: {why}")
 
     def _set_trouble(self, text: str) -> None:
         """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
@@ -402,6 +414,8 @@ class Adapter:
             view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
+            if stopped:
+                self._end_terminals("the turn was stopped", session_id)
         if turn.error is not None:
             pane.notice(turn.error)
         elif turn.stale:
@@ -496,7 +510,7 @@ class Adapter:
                 req = schema.ReadTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    return {"content": files.read_text(self.cwd, req.path, req.line, req.limit)}
+                    return {"content": await self._file_io(files.read_text, self.cwd, req.path, req.line, req.limit)}
                 except files.Refused as exc:
                     self._log(f"refused fs/read_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -504,7 +518,7 @@ class Adapter:
                 req = schema.WriteTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    files.write_text(self.cwd, req.path, req.content)
+                    await self._file_io(files.write_text, self.cwd, req.path, req.content)
                 except files.Refused as exc:
                     self._log(f"refused fs/write_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -520,6 +534,16 @@ class Adapter:
         if is_notification:
             return None
         raise RpcError(framing.METHOD_NOT_FOUND, f"the client does not offer {method[:60]}")
+
+    async def _file_io(self, fn: Callable, *args: Any) -> Any:
+        """A file request off the event loop (issue 42 item 5): in a worker thread, at most
+        `FILE_THREADS` at once, answered within `FILE_TIMEOUT` s whatever the file is (a FIFO, a hung
+        network mount). A request that takes longer is refused; its thread, abandoned, still holds
+        its place until it ends, so a stuck folder cannot grow the number of threads."""
+        with trio.move_on_after(FILE_TIMEOUT):
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._file_threads, abandon_on_cancel=True)
+        raise files.Refused(f"the file system did not answer within {FILE_TIMEOUT:g} s (nothing is known "
+                            "of what was done)")
 
     def _known_session(self, session_id: str) -> str:
         conv_id = self.sessions.conv_of(session_id)
@@ -784,6 +808,7 @@ class Adapter:
                 sid = entry["session_id"]
                 if conv_id in self.collie._core.closed and sid in self.live_sessions:
                     self.live_sessions.discard(sid)
+                    self._end_terminals("its conversation was closed", sid)
                     if self.can_close:
                         try:
                             with trio.fail_after(INIT_TIMEOUT):
@@ -957,6 +982,7 @@ class Adapter:
                     if not turn.done.is_set():
                         turn.error = CRASHED
                         turn.done.set()
+                self._end_terminals("the agent exited")
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):
@@ -1040,7 +1066,9 @@ class Adapter:
 
 
 def agent_env(source) -> dict[str, str]:
-    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    """The agent's environment: the adapter's, without any of Collie's own variables (`COLLIE_*`: the
+    SDK's `COLLIE_TOKEN`, `COLLIE_TOKEN_NEXT`, a member's `COLLIE_CREW_TOKEN`, `COLLIE_DURABLE_TOKEN`,
+    and every other; issue 42 item 11)."""
     return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
 
 
