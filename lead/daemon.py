@@ -81,7 +81,7 @@ class LeadDaemon(Daemon):
         from lead.devices import Devices
         from lead.events import Feed
         from lead.push import Pusher
-        from lead.tls import ensure_certificate, fingerprint_file, names_for
+        from lead.tls import ensure_certificate, fingerprint_file, machine_addresses, names_for
 
         self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
@@ -92,14 +92,19 @@ class LeadDaemon(Daemon):
                              redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
+        self.tls_files = None  # the lead's own authority and the certificate it issued (lead.tls)
         host = args.host or "127.0.0.1"
+        self.addresses = machine_addresses() if host in ("0.0.0.0", "::", "") else None
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
-            names = names_for(host, getattr(args, "name", None) or [])
-            cert, key, made = ensure_certificate(paths.state_dir, names, log)
-            if made:
-                log.info("[bridge] made a self-signed TLS certificate for %s: %s", ", ".join(names), cert)
-            self.certfile, self.keyfile = str(cert), str(key)
-        self.fingerprint = fingerprint_file(self.certfile) if self.certfile else None
+            names = names_for(host, getattr(args, "name", None) or [], self.addresses)
+            self.tls_files = files = ensure_certificate(paths.state_dir, names, log)
+            if files.made:
+                log.info("[bridge] issued the served TLS certificate for %s from the lead's own certificate "
+                         "authority (SHA-256 %s): %s", ", ".join(names), files.fingerprint, files.cert)
+            self.certfile, self.keyfile = str(files.cert), str(files.key)
+        # the fingerprint people compare: the lead's authority, else the user's own certificate
+        self.fingerprint = (self.tls_files.fingerprint if self.tls_files
+                            else fingerprint_file(self.certfile) if self.certfile else None)
         self.door = None
 
     async def _set_viewing(self, machine: str, agent: str, on: bool) -> None:
@@ -113,8 +118,16 @@ class LeadDaemon(Daemon):
         if self.door is None:
             raise LookupError("the phone's server is not up yet: try again in a moment")
         code, expires = self.devices.new_code(time.time())
-        return {"link": f"{self.door.base_url(self.args.host)}/pair#{code}", "expires_at": expires,
-                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK}
+        base = self.door.base_url()
+        return {"link": f"{base}/pair#{code}", "expires_at": expires,
+                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK and not self.args.public_url,
+                "trust": f"{base}/trust" if self.tls_files and not self.args.public_url else None,
+                "addresses": self.door.base_urls()}
+
+    async def op_ping(self, req: dict) -> dict:
+        """Besides the bridge's: the lead's public URL and its authority's fingerprint (`collie crew invite`)."""
+        return {**await super().op_ping(req), "public_url": self.args.public_url,
+                "authority": self.tls_files.fingerprint if self.tls_files else None}
 
     async def op_live(self, _req: dict) -> dict:
         """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
@@ -122,7 +135,17 @@ class LeadDaemon(Daemon):
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
         push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
         return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
-                "fingerprint": self.fingerprint, "address": self.address}
+                "fingerprint": self.fingerprint, "address": self.address, **self.tls_statistics()}
+
+    def tls_statistics(self) -> dict:
+        """What `collie doctor` says of TLS: which certificate is served, who issued it, where to open the lead."""
+        from lead.tls import describe_served
+
+        urls = self.door.base_urls() if self.door is not None else []
+        served = describe_served(self.certfile) if self.certfile else None
+        return {"urls": urls, "served": served, "own_authority": self.tls_files is not None,
+                "authority_fingerprint": self.tls_files.fingerprint if self.tls_files else None,
+                "public_url": self.args.public_url}
 
     async def op_devices(self, _req: dict) -> dict:
         return {"devices": self.devices.listing()}
@@ -146,8 +169,12 @@ class LeadDaemon(Daemon):
 
     def ready_line(self) -> str:
         n = len(self.config.agents)
-        tls = f" (TLS, certificate SHA-256 {self.fingerprint})" if self.fingerprint else ""
-        return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {self.address}{tls}, "
+        if self.tls_files:
+            tls = f" (TLS from the lead's own authority, SHA-256 {self.fingerprint}: trust it once at /trust)"
+        else:
+            tls = f" (TLS, certificate SHA-256 {self.fingerprint})" if self.fingerprint else ""
+        shown = " ".join(self.door.base_urls()) if self.door is not None else self.address
+        return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {shown}{tls}, "
                 f"{n} durable agent{'' if n == 1 else 's'}")
 
     def make_app(self):
@@ -158,10 +185,12 @@ class LeadDaemon(Daemon):
         from lead.events import install_events
         from lead.pairing import Door, install_pairing
         from lead.push import install_push
+        from lead.trust import install_trust
         from lead.web import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
-                                      names=self.args.name or [])
+                                      names=self.args.name or [], public_url=self.args.public_url,
+                                      addresses=self.addresses)
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
                                                 redact_on=self.redact_on),
@@ -171,6 +200,7 @@ class LeadDaemon(Daemon):
                                      install_events(a, self.feed,
                                                     owner_check=lambda: getattr(g, "sender", None) == OWNER),
                                      install_web(a, self.bridge, self.hub),
+                                     install_trust(a, self.tls_files),
                                      self.hub.install(a, self.shutdown)))
 
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -199,6 +229,8 @@ class LeadDaemon(Daemon):
                 self.address = binds[0] if binds else ""
                 door.port = _port_of(self.address) or door.port
                 self.door = door
+                if self.address and (self.args.host or "") in ("0.0.0.0", "::", ""):
+                    self.address = door.local_urls()[0]  # never 0.0.0.0 or :: where a person reads it
                 if self.made_credential:
                     log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
                              self.paths.state_dir / "api-token")

@@ -20,9 +20,10 @@ log = logs.get("door")
 
 
 def with_cookie(resp, door: Door, credential: str):
-    """The device cookie on an answer (pairing, renewal): HttpOnly, SameSite=Strict, `__Host-` over TLS."""
-    resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
-                    samesite="Strict", secure=door.tls, path="/")
+    """The device cookie on an answer (pairing, renewal): HttpOnly, SameSite=Strict, `__Host-` when the phone
+    speaks HTTPS (the lead's own TLS, or the proxy's of `--public-url`)."""
+    resp.set_cookie(SECURE_COOKIE if door.secure else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
+                    samesite="Strict", secure=door.secure, path="/")
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
