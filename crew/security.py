@@ -351,7 +351,8 @@ def fingerprint_file(path) -> str | None:
     import ssl
 
     try:
-        text = open(path, encoding="ascii").read()
+        with open(path, encoding="ascii") as f:
+            text = f.read()
         end = text.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
         return fingerprint_der(ssl.PEM_cert_to_DER_cert(text[:end]))
     except (OSError, ValueError, UnicodeDecodeError):

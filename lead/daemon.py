@@ -120,13 +120,13 @@ class LeadDaemon(Daemon):
         code, expires = self.devices.new_code(time.time())
         base = self.door.base_url()
         return {"link": f"{base}/pair#{code}", "expires_at": expires,
-                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK and not self.args.public_url,
-                "trust": f"{base}/trust" if self.tls_files and not self.args.public_url else None,
+                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK and not getattr(self.args, "public_url", None),
+                "trust": f"{base}/trust" if self.tls_files and not getattr(self.args, "public_url", None) else None,
                 "addresses": self.door.base_urls()}
 
     async def op_ping(self, req: dict) -> dict:
         """Besides the bridge's: the lead's public URL and its authority's fingerprint (`collie crew invite`)."""
-        return {**await super().op_ping(req), "public_url": self.args.public_url,
+        return {**await super().op_ping(req), "public_url": getattr(self.args, "public_url", None),
                 "authority": self.tls_files.fingerprint if self.tls_files else None}
 
     async def op_live(self, _req: dict) -> dict:
@@ -145,7 +145,7 @@ class LeadDaemon(Daemon):
         served = describe_served(self.certfile) if self.certfile else None
         return {"urls": urls, "served": served, "own_authority": self.tls_files is not None,
                 "authority_fingerprint": self.tls_files.fingerprint if self.tls_files else None,
-                "public_url": self.args.public_url}
+                "public_url": getattr(self.args, "public_url", None)}
 
     async def op_devices(self, _req: dict) -> dict:
         return {"devices": self.devices.listing()}
@@ -189,7 +189,7 @@ class LeadDaemon(Daemon):
         from lead.web import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
-                                      names=self.args.name or [], public_url=self.args.public_url,
+                                      names=self.args.name or [], public_url=getattr(self.args, "public_url", None),
                                       addresses=self.addresses)
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
@@ -220,7 +220,8 @@ class LeadDaemon(Daemon):
                 try:
                     binds = await web.start(partial(
                         serve_http, app, [bind_text(self.args.host, self.args.port)], self.shutdown,
-                        certfile=self.certfile, keyfile=self.keyfile))
+                        certfile=self.certfile, keyfile=self.keyfile,
+                        trusted_proxies=getattr(self.args, "trusted_proxy", None) or ()))
                 except BaseException as exc:
                     err = first_of(exc, OSError)
                     if err is None:

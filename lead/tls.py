@@ -271,6 +271,12 @@ def issue(ca_pem: bytes, ca_key_pem: bytes, names: list[str],
     return cert.public_bytes(serialization.Encoding.PEM) + ca_pem, _key_pem(key)
 
 
+def make_certificate(names: list[str]) -> tuple[bytes, bytes]:
+    """(chain PEM, key PEM) for `names` from a fresh authority that is then forgotten (tests, benchmarks)."""
+    ca_pem, ca_key = make_authority([n for n in names if not is_local_address(n) and not _dns_local(n)])
+    return issue(ca_pem, ca_key, names)
+
+
 def covered(cert_pem: bytes, names: list[str], ca_pem: bytes | None = None,
             now: datetime.datetime | None = None) -> bool:
     """The served certificate names every one of `names`, is not near its end, and (given) was issued by `ca_pem`."""

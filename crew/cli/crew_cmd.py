@@ -37,7 +37,7 @@ def register(sub) -> None:
     j.add_argument("--token-env", required=True, metavar="VAR",
                    help="name of the variable holding this machine's member token (from `collie crew invite` on the "
                         "lead); the token is never given on the command line")
-    j.add_argument("--ca-sha256", metavar="FINGERPRINT",
+    j.add_argument("--ca-sha256", metavar="SHA256",
                    help="the SHA-256 of the lead's own certificate authority, as `collie crew invite` prints it: "
                         "this member trusts it for this lead (besides the system's authorities)")
     j.add_argument("--label", help="this machine's name in the crew (default: the host name)")

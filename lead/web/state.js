@@ -15,7 +15,8 @@ export const app = {
   movedOn: false,
   lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
   approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
-  push: { offer: false, note: "" },  // the dashboard's offer to turn notifications on (push.js fills it)
+  push: { offer: false, note: "", cannot: null, sw: null },  // the dashboard's offer to turn notifications on, or
+  // why it cannot ({text, link}); sw: whether the service worker registered (app.js). push.js fills it
 };
 // route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
 // carries only the dashboard's)
