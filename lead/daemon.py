@@ -127,6 +127,7 @@ class LeadDaemon(Daemon):
     async def op_ping(self, req: dict) -> dict:
         """Besides the bridge's: the lead's public URL and its authority's fingerprint (`collie crew invite`)."""
         return {**await super().op_ping(req), "public_url": getattr(self.args, "public_url", None),
+                "bind": self.args.host,
                 "authority": self.tls_files.fingerprint if self.tls_files else None}
 
     async def op_live(self, _req: dict) -> dict:
