@@ -163,6 +163,28 @@ class LeadDaemon(Daemon):
         return {**super().handlers(), **self.hub.control_handlers(), "pair": self.op_pair,
                 "devices": self.op_devices, "devices_revoke": self.op_devices_revoke, "live": self.op_live}
 
+    async def follow_addresses(self, app) -> None:
+        """On 0.0.0.0/:: the served certificate names this machine's addresses: when they change (another network,
+        a new lease), it is issued anew from the same authority and served from the next connection on."""
+        from lead.tls import ensure_certificate, names_for
+
+        while True:
+            await trio.sleep(ADDRESS_CHECK_SECONDS)
+            now = await _addresses_now()
+            if sorted(now) == sorted(self.addresses or []):
+                continue
+            names = names_for(self.args.host, self.args.name or [], now)
+            files = await trio.to_thread.run_sync(ensure_certificate, self.paths.state_dir, names, log)
+            ctx = app.config.get("COLLIE_SSL_CONTEXT")
+            if ctx is not None:
+                ctx.load_cert_chain(str(files.cert), str(files.key))
+            self.addresses = now
+            if self.door is not None:
+                self.door.set_addresses(now)
+            if files.made:
+                log.info("[bridge] this machine's addresses changed: the served TLS certificate now names %s "
+                         "(same authority, SHA-256 %s)", ", ".join(names), files.fingerprint)
+
     def abandon(self) -> None:
         """A start that failed leaves no credential it made behind (issue 10.4)."""
         if self.made_credential:
@@ -192,6 +214,7 @@ class LeadDaemon(Daemon):
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
                                       names=self.args.name or [], public_url=getattr(self.args, "public_url", None),
                                       addresses=self.addresses)
+        door.trust_page = self.tls_files is not None
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
                                                 redact_on=self.redact_on),
@@ -212,6 +235,9 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.inbox.run)
             await nursery.start(self.feed.run)
             await nursery.start(self.pusher.run)
+
+            if self.tls_files is not None and (self.args.host or "") in ("0.0.0.0", "::", ""):
+                nursery.start_soon(self.follow_addresses, app)
 
             async def end_channels():
                 await self.shutdown.wait()
@@ -239,6 +265,15 @@ class LeadDaemon(Daemon):
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
+
+
+ADDRESS_CHECK_SECONDS = 30.0
+
+
+async def _addresses_now() -> list[str]:
+    from lead.tls import machine_addresses
+
+    return await trio.to_thread.run_sync(machine_addresses)
 
 
 def pair_command(env: dict) -> str:

@@ -332,6 +332,14 @@ async def serve_http(
     config.errorlog = None
     if certfile:
         config.certfile, config.keyfile = certfile, keyfile
+        made = config.create_ssl_context
+
+        def keep_context():
+            """hypercorn's context, kept so that a certificate issued anew is served without a restart (issue 35)."""
+            ctx = made()
+            app.config["COLLIE_SSL_CONTEXT"] = ctx
+            return ctx
+        config.create_ssl_context = keep_context
     budget = ConnectionBudget(limits or Limits.for_descriptors(descriptor_limit()))
     app.config["COLLIE_CONNECTIONS"] = budget  # statistics() for benchmarks and tests
     token = _budget.set(budget)  # the server's connection tasks inherit this context

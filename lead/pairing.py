@@ -64,18 +64,25 @@ class Door:
                  public_url: str | None = None, addresses: list[str] | None = None) -> None:
         self.tls = tls
         self.port = port
+        self.trust_page = False  # the lead serves /trust (its own authority): the pairing page points to it
         self.host = host
         self.names = {n.lower().strip("[]").rstrip(".") for n in (*LOOPBACK, *names) if n}
         self.public = public_parts(public_url) if public_url else None
         if host in ("0.0.0.0", "::", ""):
             from lead.tls import machine_addresses
 
-            self.addresses = [a for a in (machine_addresses() if addresses is None else addresses)]
             self.names |= {socket.gethostname().lower(), f"{socket.gethostname().lower()}.local"}
-            self.names |= {a.lower() for a in self.addresses}
+            self.set_addresses(machine_addresses() if addresses is None else addresses)
         else:
             self.addresses = [host.strip("[]")]
             self.names.add(host.lower().strip("[]"))
+
+    def set_addresses(self, addresses: list[str]) -> None:
+        """This machine's addresses (on 0.0.0.0/::), now: the Host check and the printed addresses follow them."""
+        old = set(getattr(self, "addresses", []))
+        self.addresses = list(addresses)
+        self.names -= {a.lower() for a in old - set(addresses)} - set(LOOPBACK)
+        self.names |= {a.lower() for a in self.addresses}
 
     @property
     def secure(self) -> bool:
@@ -195,6 +202,7 @@ PAIR_PAGE = """<!doctype html>
 button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 <body><h1>Pair this phone</h1>
 <p id="msg">Pairing…</p>
+<!--trust-->
 <script>
 // The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as
 // X-Collie-Device-Key; beside it a signing key script cannot read out, which renews a replaced cookie
@@ -245,6 +253,10 @@ def _inline_hashes(page: str, tag: str) -> str:
 PAIR_CSP = (f"default-src 'none'; script-src {_inline_hashes(PAIR_PAGE, 'script')}; "
             f"style-src {_inline_hashes(PAIR_PAGE, 'style')}; connect-src 'self'; base-uri 'none'; "
             "form-action 'none'; frame-ancestors 'none'")
+# Over the lead's own authority the pairing page points to /trust (lead.trust): trusting it is what gives the
+# phone notifications and the lock-screen answer.
+TRUST_LINE = ('<p id="trust">First time on this phone? <a href="/trust">Trust this lead once</a>: then it can '
+              'notify you and take answers from the lock screen.</p>')
 ANSWER_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"  # JSON: nothing runs
 
 

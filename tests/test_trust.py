@@ -184,6 +184,8 @@ def test_the_same_browser_without_trust_is_told_why_and_where_to_trust(lab):
     with httpx.Client(verify=ssl.create_default_context(cafile=lead.paths.state_dir / "tls" / "ca.pem"), timeout=10) as c:
         # from this namespace the lead's address is its own: the test reads what the phone would download
         der = c.get(f"{address}/trust/ca.crt")
+        pair_page = c.get(f"{address}/pair").text
+    assert '<a href="/trust">' in pair_page  # the pairing page points to it too
     assert der.headers["content-type"] == "application/x-x509-ca-cert"
     assert ssl.DER_cert_to_PEM_cert(der.content).strip() == (lead.paths.state_dir / "tls" / "ca.pem").read_text().strip()
 
@@ -313,6 +315,8 @@ def test_a_member_joins_a_lead_on_all_addresses_by_the_printed_command_and_refus
                                      env=member.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: any(m["online"] for m in control.call(lead.paths.control_socket, "crew")["members"]),
              timeout=40, what="the member online with the printed command")
+    [ready] = [line for line in lead.log().splitlines() if " ready (pid " in line]
+    assert "0.0.0.0" not in ready and f"https://{lead_ns.there}:" in ready
     doctor = lead.collie("doctor")
     assert "0.0.0.0" not in doctor.stdout and "issued by the lead's own authority" in doctor.stdout
     # the lead's authority is made anew (its state lost, say): the member refuses it and names both

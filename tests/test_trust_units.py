@@ -197,3 +197,36 @@ def test_the_invite_fingerprint_is_read_in_any_spelling():
     assert check_fingerprint(fp.lower()) == fp and check_fingerprint(fp.replace(":", "")) == fp
     with pytest.raises(ValueError, match="64 hexadecimal"):
         check_fingerprint("AB:CD")
+
+
+async def test_a_new_address_is_served_with_a_certificate_issued_anew_without_a_restart(tmp_path, monkeypatch,
+                                                                                        autojump_clock):
+    """On 0.0.0.0, when this machine's addresses change, the served certificate is issued anew from the same
+    authority within ADDRESS_CHECK_SECONDS, loaded into the running server's TLS context, and the door (Host
+    check, printed addresses) follows."""
+    import types
+
+    import trio
+
+    from lead import daemon as lead_daemon
+
+    first = ensure_certificate(tmp_path, names_for("0.0.0.0", [], addresses=["10.211.9.1"]))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(first.cert, first.key)
+    door = Door("0.0.0.0", 8470, tls=True, addresses=["10.211.9.1"])
+    fake = types.SimpleNamespace(args=types.SimpleNamespace(host="0.0.0.0", name=[]), addresses=["10.211.9.1"],
+                                 paths=types.SimpleNamespace(state_dir=tmp_path), door=door)
+
+    async def moved() -> list[str]:
+        return ["10.211.9.2"]
+    monkeypatch.setattr(lead_daemon, "_addresses_now", moved)
+    app = types.SimpleNamespace(config={"COLLIE_SSL_CONTEXT": ctx})
+    with trio.move_on_after(lead_daemon.ADDRESS_CHECK_SECONDS + 1):
+        await lead_daemon.LeadDaemon.follow_addresses(fake, app)
+    served = x509.load_pem_x509_certificate(first.cert.read_bytes())
+    ips = [str(i) for i in served.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+           .get_values_for_type(x509.IPAddress)]
+    assert "10.211.9.2" in ips and "10.211.9.1" not in ips
+    assert fingerprint_pem(first.ca.read_bytes()) == first.fingerprint  # the same authority: trusted once
+    assert door.host_ok("10.211.9.2:8470") and not door.host_ok("10.211.9.1:8470")
+    assert door.base_urls() == ["https://10.211.9.2:8470"]

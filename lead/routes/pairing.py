@@ -13,7 +13,7 @@ from crew import logs
 from lead.devices import (CHALLENGE_TTL, COOKIE, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Devices, PairingRefused,
                           RenewRefused, parse_sign_key)
 from lead.door import BodyRefused, parse_body
-from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, Door, csrf_ok, secure_headers
+from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, TRUST_LINE, Door, csrf_ok, secure_headers
 from lead.routes.common import error
 
 log = logs.get("door")
@@ -50,7 +50,7 @@ def register(app, door: Door, devices: Devices) -> None:
 
     @app.get("/pair")
     async def pair_page():
-        resp = await make_response(PAIR_PAGE)
+        resp = await make_response(PAIR_PAGE.replace("<!--trust-->", TRUST_LINE if door.trust_page else ""))
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["Content-Security-Policy"] = PAIR_CSP
