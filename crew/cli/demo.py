@@ -787,7 +787,7 @@ def restart_running(_args) -> int:
 
 # --- drawing ----------------------------------------------------------------------------------------
 def curl_line(address: str, token_file: Path) -> str:
-    cacert = f"--cacert {token_file.parent / 'tls' / 'cert.pem'} " if address.startswith("https://") else ""
+    cacert = f"--cacert {token_file.parent / 'tls' / 'ca.pem'} " if address.startswith("https://") else ""
     return f'curl -s {cacert}-H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
 
 
