@@ -218,7 +218,8 @@ def test_behind_caddy_with_a_public_url_the_phone_pairs_asks_sends_and_a_flood_c
     """Behind Debian's Caddy (tls internal, its root trusted by the phone) with --public-url: the printed link is
     the public URL; pairing gives the __Host- cookie; the dashboard, an ask on the live channel, a send and the
     service worker all work through the proxy, while a slow-connection flood through the same proxy from another
-    address is held; a foreign Origin through the proxy is refused."""
+    address is held; a foreign Origin through the proxy is refused; the lead's log names the phone's own address,
+    not the proxy's."""
     p, base, made = lab
     phone_ns = Netns("10.211.43.0")
     made.append(phone_ns)
@@ -276,6 +277,8 @@ def test_behind_caddy_with_a_public_url_the_phone_pairs_asks_sends_and_a_flood_c
     assert foreign.status_code == 403 and foreign.json()["error"] == "cross_origin"
     assert own.status_code == 401  # the right origin, no credential: the door's next check
     assert flood.poll() is None  # the flood was still on the whole time
+    # the lead saw the phone's own address through the proxy (X-Forwarded-For from a trusted proxy, loopback)
+    assert f"paired a phone: " in lead.log() and f"(from {phone_ns.there})" in lead.log()
 
 
 def test_a_member_joins_a_lead_on_all_addresses_by_the_printed_command_and_refuses_a_changed_authority(lab):

@@ -72,7 +72,7 @@ def register(app, door: Door, devices: Devices) -> None:
             dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time(), sign_key)
         except PairingRefused as exc:
             return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
-        log.info("[bridge] paired a phone: %s", dev.name)
+        log.info("[bridge] paired a phone: %s (from %s)", dev.name, g.get("client") or "?")
         return with_cookie(jsonify({"device": dev.public(), "key": key}), door, credential)
 
     @app.post("/pair/renew")
@@ -96,5 +96,5 @@ def register(app, door: Door, devices: Devices) -> None:
             dev, credential = devices.renew(key, data.get("challenge"), data.get("signature"), now)
         except RenewRefused as exc:
             return error(401, "unauthorized", str(exc))
-        log.info("[bridge] renewed a phone's cookie: %s", dev.name)
+        log.info("[bridge] renewed a phone's cookie: %s (from %s)", dev.name, g.get("client") or "?")
         return with_cookie(jsonify({"device": dev.public()}), door, credential)
