@@ -91,6 +91,10 @@ class LeadDaemon(Daemon):
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
                              redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
+        from lead.turn_push import TurnPusher
+
+        self.turns = TurnPusher(self.pusher, self.feed)  # issue 37: a push when a turn ends
+        self.devices.on_revoke.append(self.turns.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         self.tls_files = None  # the lead's own authority and the certificate it issued (lead.tls)
         host = args.host or "127.0.0.1"
@@ -134,7 +138,7 @@ class LeadDaemon(Daemon):
         """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
-        push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
+        push = {**self.pusher.stats, **self.turns.stats, "subscriptions": len(self.pusher.store.subs)}
         return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
                 "fingerprint": self.fingerprint, "address": self.address, **self.tls_statistics()}
 
@@ -208,6 +212,7 @@ class LeadDaemon(Daemon):
         from lead.events import install_events
         from lead.pairing import Door, install_pairing
         from lead.push import install_push
+        from lead.routes.turns import register as install_turns
         from lead.trust import install_trust
         from lead.web import install_web
 
@@ -217,8 +222,9 @@ class LeadDaemon(Daemon):
         door.trust_page = self.tls_files is not None
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
-                                                redact_on=self.redact_on),
+                                                redact_on=self.redact_on, stops=self.turns),
                                      install_push(a, self.pusher),
+                                     install_turns(a, self.turns),
                                      install_inbox_routes(a, self.hub, self.inbox),
                                      install_pairing(a, door, self.devices),
                                      install_events(a, self.feed,
@@ -235,6 +241,7 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.inbox.run)
             await nursery.start(self.feed.run)
             await nursery.start(self.pusher.run)
+            await nursery.start(self.turns.run)
 
             if self.tls_files is not None and (self.args.host or "") in ("0.0.0.0", "::", ""):
                 nursery.start_soon(self.follow_addresses, app)

@@ -45,6 +45,10 @@ export function render() {
   nodes.push(h("label", { class: "toggle", for: "only", "data-key": "only" }, toggle, S.onlyNeedsYou));
   if (app.push.offer) nodes.push(h("button", { id: "push", "data-key": "push", text: S.notifyOn,
     onclick: () => import("./push.js").then((m) => m.turnOnPush()).then(render) }));
+  const turns = app.push.turns;  // issue 37: this phone, every conversation
+  if (turns) nodes.push(h("label", { class: "toggle", for: "turns", "data-key": `turns:${turns.all}` },
+    h("input", { type: "checkbox", id: "turns", checked: turns.all,
+      onchange: (e) => import("./push.js").then((m) => m.setTurns({ all: e.target.checked })).then(render) }), S.notifyTurns));
   if (app.push.cannot) nodes.push(h("p", { class: "note", id: "push-cannot", "data-key": "push-cannot" }, app.push.cannot.text,
     app.push.cannot.link ? [" ", h("a", { href: app.push.cannot.link, text: S.pushTrustLink })] : null));
   if (app.push.note) nodes.push(h("p", { class: "note", role: "status", text: app.push.note }));
