@@ -102,7 +102,7 @@ class LeadDaemon(Daemon):
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
             names = names_for(host, getattr(args, "name", None) or [], self.addresses)
             self.tls_files = files = ensure_certificate(paths.state_dir, names, log)
-            if files.made:
+            if files.made and not files.said:  # a move to the authority is its one line
                 log.info("[bridge] issued the served TLS certificate for %s from the lead's own certificate "
                          "authority (SHA-256 %s): %s", ", ".join(names), files.fingerprint, files.cert)
             self.certfile, self.keyfile = str(files.cert), str(files.key)

@@ -53,6 +53,7 @@ class TlsFiles:
     ca: Path
     fingerprint: str  # the authority's SHA-256, `AB:CD:…`
     made: bool  # the served certificate was issued at this start
+    said: bool = False  # a new authority was made and said so in the log (the one line of a move)
 
 
 def fingerprint_der(der: bytes) -> str:
@@ -319,12 +320,14 @@ def ensure_certificate(state_dir: Path, names: list[str], log=None) -> TlsFiles:
     ca_pem, ca_key = _read(ca_path), _read(ca_key_path)
     old_cert = _read(cert_path)
     outside = [n for n in names if ca_pem is not None and not permits(ca_pem, n)]
+    said = False
     if ca_pem is None or ca_key is None or outside:
         own = [n for n in names if not (_is_ip(n) and is_local_address(n)) and not _dns_local(n)]
         ca_pem, ca_key = make_authority(own)
         atomic_write(ca_key_path, ca_key, mode=0o600)
         atomic_write(ca_path, ca_pem, mode=0o644)
         fp = fingerprint_pem(ca_pem)
+        said = log is not None and (bool(outside) or old_cert is not None)
         if log is not None and outside:
             log.info("[bridge] the lead's certificate authority cannot vouch for %s: made a new one (SHA-256 %s); "
                      "phones must trust it again at /trust", ", ".join(outside), fp)
@@ -340,7 +343,7 @@ def ensure_certificate(state_dir: Path, names: list[str], log=None) -> TlsFiles:
     chain, key = issue(ca_pem, ca_key, names)
     atomic_write(key_path, key, mode=0o600)
     atomic_write(cert_path, chain, mode=0o644)
-    return TlsFiles(cert_path, key_path, ca_path, fp, made=True)
+    return TlsFiles(cert_path, key_path, ca_path, fp, made=True, said=said)
 
 
 def describe_served(path: str | Path) -> dict | None:

@@ -230,3 +230,23 @@ async def test_a_new_address_is_served_with_a_certificate_issued_anew_without_a_
     assert fingerprint_pem(first.ca.read_bytes()) == first.fingerprint  # the same authority: trusted once
     assert door.host_ok("10.211.9.2:8470") and not door.host_ok("10.211.9.1:8470")
     assert door.base_urls() == ["https://10.211.9.2:8470"]
+
+
+async def test_with_the_users_own_certificate_there_is_no_trust_page(tmp_path):
+    """--tls-cert turns the authority off: /trust and /trust/ca.crt answer 404 saying why; with the authority they
+    are public (no credential) and the certificate is DER, application/x-x509-ca-cert."""
+    from lead.http import create_app
+    from lead.trust import install_trust
+
+    own = create_app(lambda a: install_trust(a, None)).test_client()
+    for path in ("/trust", "/trust/ca.crt"):
+        got = await own.get(path)
+        assert got.status_code == 404 and "--tls-cert" in (await got.get_data(as_text=True))
+    files = ensure_certificate(tmp_path, ["localhost"])
+    lead = create_app(lambda a: install_trust(a, files)).test_client()
+    page = await lead.get("/trust")
+    assert page.status_code == 200 and files.fingerprint in (await page.get_data(as_text=True))
+    assert "script-src" not in page.headers["Content-Security-Policy"]  # nothing runs on it
+    der = await lead.get("/trust/ca.crt")
+    assert der.headers["Content-Type"] == "application/x-x509-ca-cert"
+    assert ssl.DER_cert_to_PEM_cert(await der.get_data()).strip() == files.ca.read_text().strip()
