@@ -66,18 +66,32 @@ def pair_link(machine: Machine) -> tuple[str, str]:
     return re.search(r"(https://\S+/pair#\S+)", out.stdout).group(1), out.stdout
 
 
+class Lab:
+    """Playwright, a private folder, and what a test started, ended in reverse order whatever happens."""
+
+    def __init__(self, playwright, base) -> None:
+        self.p, self.base, self.ends = playwright, base, []
+
+    def keep(self, thing, end=None):
+        self.ends.append(end or (thing.stop if hasattr(thing, "stop") else thing.delete))
+        return thing
+
+    def end(self) -> None:
+        for end in reversed(self.ends):
+            end()
+
+
 @pytest.fixture
 def lab():
     from playwright.sync_api import sync_playwright
 
     base = short_dir("tr")
-    made: list = []
     with sync_playwright() as p:
+        lab = Lab(p, base)
         try:
-            yield p, base, made
+            yield lab
         finally:
-            for thing in reversed(made):
-                (thing.stop if hasattr(thing, "stop") else thing.delete)()
+            lab.end()
     cleanup(base)
 
 
@@ -104,15 +118,12 @@ def test_a_phone_that_trusts_the_leads_authority_gets_its_service_worker_push_an
     """Chromium at a non-loopback address, trusting the lead's own authority (NSS), pairs over --host: no
     certificate warning, its service worker registers, its push subscription reaches the lead, and Allow from the
     notification of a real ask reaches the agent once. `collie pair` printed the trust link and fingerprint."""
-    p, base, made = lab
-    ns = Netns("10.211.41.0")
-    made.append(ns)
-    lead = Machine(base, "lead")
-    made.append(lead)
-    agent = Agent(lead)
-    made.append(agent)
+    p, base = lab.p, lab.base
+    ns = lab.keep(Netns("10.211.41.0"))
+    lead = lab.keep(Machine(base, "lead"))
+    agent = lab.keep(Agent(lead))
     service = FakePushService()
-    made.append(type("S", (), {"stop": service.close})())
+    lab.keep(service, service.close)
     pong = lead.serve("--host", ns.here, "--port", "0")
     address = pong["address"]
     assert address.startswith(f"https://{ns.here}:")
@@ -121,7 +132,7 @@ def test_a_phone_that_trusts_the_leads_authority_gets_its_service_worker_push_an
     assert f"{address}/trust" in printed and authority in printed
     home = trusting_home(base / "home", lead.paths.state_dir / "tls" / "ca.pem")
     browser = launch_in(p, ns, home, base)
-    made.append(type("B", (), {"stop": browser.close})())
+    lab.keep(browser, browser.close)
     ctx = browser.new_context(viewport={"width": 360, "height": 780})  # no ignore_https_errors: trust is real
     ctx.grant_permissions(["notifications"], origin=address)
     sub = Subscriber(service.url("/ok/phone"))
@@ -154,17 +165,15 @@ def test_the_same_browser_without_trust_is_told_why_and_where_to_trust(lab):
     """Past the certificate warning, without trusting the authority: the page works but has no service worker,
     and where the notification switch would be it says so, with a link to /trust — whose fingerprint is the
     one `collie pair` printed, and whose certificate is the authority's (DER, application/x-x509-ca-cert)."""
-    p, base, made = lab
-    ns = Netns("10.211.42.0")
-    made.append(ns)
-    lead = Machine(base, "lead")
-    made.append(lead)
+    p, base = lab.p, lab.base
+    ns = lab.keep(Netns("10.211.42.0"))
+    lead = lab.keep(Machine(base, "lead"))
     address = lead.serve("--host", ns.here, "--port", "0")["address"]
     link, _ = pair_link(lead)
     authority = fingerprint_file(lead.paths.state_dir / "tls" / "ca.pem")
     (base / "home").mkdir()
     browser = launch_in(p, ns, base / "home", base)
-    made.append(type("B", (), {"stop": browser.close})())
+    lab.keep(browser, browser.close)
     ctx = browser.new_context(viewport={"width": 360, "height": 780})
     page = ctx.new_page()
     with pytest.raises(Exception, match="ERR_CERT_AUTHORITY_INVALID"):
@@ -220,31 +229,27 @@ def test_behind_caddy_with_a_public_url_the_phone_pairs_asks_sends_and_a_flood_c
     service worker all work through the proxy, while a slow-connection flood through the same proxy from another
     address is held; a foreign Origin through the proxy is refused; the lead's log names the phone's own address,
     not the proxy's."""
-    p, base, made = lab
-    phone_ns = Netns("10.211.43.0")
-    made.append(phone_ns)
-    flood_ns = Netns("10.212.43.0")
-    made.append(flood_ns)
-    lead = Machine(base, "lead")
-    made.append(lead)
-    agent = Agent(lead)
-    made.append(agent)
+    p, base = lab.p, lab.base
+    phone_ns = lab.keep(Netns("10.211.43.0"))
+    flood_ns = lab.keep(Netns("10.212.43.0"))
+    lead = lab.keep(Machine(base, "lead"))
+    agent = lab.keep(Agent(lead))
     port = 8443
     public = f"https://{NAME}:{port}"
     pong = lead.serve("--host", "127.0.0.1", "--port", "0", "--public-url", public)
     assert pong["public_url"] == public
     caddy = Caddy(base / "caddy", NAME, port, [phone_ns.here, flood_ns.here], pong["address"].split("//")[1])
-    made.append(caddy)
+    lab.keep(caddy)
     wait_for(caddy.ready, timeout=30, what="caddy up")
     flood = subprocess.Popen(flood_ns.run(sys.executable, "-c", FLOOD, flood_ns.here, str(port), NAME, "40"),
                              stdout=subprocess.PIPE, text=True)
-    made.append(type("F", (), {"stop": lambda self=None: (flood.kill(), flood.wait(), flood.stdout.close())})())
+    lab.keep(flood, lambda: (flood.kill(), flood.wait(), flood.stdout.close()))
     assert flood.stdout.readline().startswith("flooding 40")
     link, printed = pair_link(lead)
     assert link.startswith(f"{public}/pair#") and "0.0.0.0" not in printed
     home = trusting_home(base / "home", caddy.root)
     browser = launch_in(p, phone_ns, home, base, f"--host-resolver-rules=MAP {NAME} {phone_ns.here}")
-    made.append(type("B", (), {"stop": browser.close})())
+    lab.keep(browser, browser.close)
     ctx = browser.new_context(viewport={"width": 360, "height": 780})
     page = ctx.new_page()
     errors: list = []
@@ -285,13 +290,12 @@ def test_a_member_joins_a_lead_on_all_addresses_by_the_printed_command_and_refus
     """A member in its own namespace joins a lead on --host 0.0.0.0 with exactly the join command `collie crew
     invite` printed (no SSL_CERT_FILE: the command carries the authority's SHA-256); nothing printed names
     0.0.0.0. When the lead's authority is made anew, the member refuses it, naming both fingerprints."""
-    p, base, made = lab
-    member_ns = Netns("10.211.44.0")
-    made.append(member_ns)
-    lead_ns = Netns("10.211.45.0", peer=member_ns)
-    made.append(lead_ns)
+    p, base = lab.p, lab.base
+    member_ns = lab.keep(Netns("10.211.44.0"))
+    lead_ns = lab.keep(Netns("10.211.45.0", peer=member_ns))
     lead, member = Machine(base, "lead"), Machine(base, "member")
-    made += [lead, member]
+    lab.keep(lead)
+    lab.keep(member)
     lead.paths.state_dir.mkdir(parents=True, mode=0o700)
 
     def serve_lead(port: str) -> dict:
