@@ -98,6 +98,9 @@ async def read_authority(url: str, pin: str) -> bytes:
     got = fingerprint_der(body) if status[1:2] == [b"200"] and 0 < len(body) <= AUTHORITY_MAX else None
     if got == pin:
         return body
+    if status[1:2] == [b"421"]:
+        raise LeadRefused(f"the lead at {url} does not answer to that name (wrong_host): dial it by an address "
+                          "`collie doctor` on the lead lists, or add the name there with `collie serve --name`")
     served = got or (fingerprint_der(chain) + " (its certificate; it serves no authority of its own)" if chain else "none")
     raise LeadRefused(f"the lead at {url} presents a certificate authority with SHA-256 {served}, but its invite "
                       f"named {pin}: this is not the lead you were invited to, or its authority was made anew "

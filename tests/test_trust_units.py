@@ -250,3 +250,41 @@ async def test_with_the_users_own_certificate_there_is_no_trust_page(tmp_path):
     der = await lead.get("/trust/ca.crt")
     assert der.headers["Content-Type"] == "application/x-x509-ca-cert"
     assert ssl.DER_cert_to_PEM_cert(await der.get_data()).strip() == files.ca.read_text().strip()
+
+
+def test_service_install_keeps_the_public_url_and_its_trusted_proxies(cli, paths, tmp_path, monkeypatch):
+    """The unit serves with --public-url and its --trusted-proxy (loopback by default); a bad one is one line."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    unit_file = tmp_path / "xdg" / "systemd" / "user" / "collie.service"
+    status, _, err = cli("service", "install", "--public-url", "https://collie.example.net")
+    assert status == 0, err
+    assert ("serve --host 127.0.0.1 --port 8470 --public-url https://collie.example.net --trusted-proxy 127.0.0.0/8 "
+            "--trusted-proxy ::1") in unit_file.read_text()
+    status, _, err = cli("service", "install", "--public-url", "https://x.example", "--trusted-proxy", "10.0.0.9")
+    assert status == 0 and "--public-url https://x.example --trusted-proxy 10.0.0.9\n" in unit_file.read_text()
+    status, _, err = cli("service", "install", "--public-url", "http://x.example")
+    assert status == 2 and "must start with https://" in err
+    status, _, err = cli("service", "install", "--public-url", "https://x.example", "--trusted-proxy", "nope")
+    assert status == 2 and "--trusted-proxy nope is not an address or network" in err
+
+
+def test_every_tls_failure_of_the_link_is_said_in_plain_words():
+    """crew.md §2: not trusted, wrong name, wrong address, expired — each in words a person can act on, found
+    however deep trio and trio-websocket wrap the error."""
+    from member.link import tls_failure
+
+    def verify_error(code: int) -> ssl.SSLCertVerificationError:
+        err = ssl.SSLCertVerificationError(1, "certificate verify failed")
+        err.verify_code = code
+        return err
+
+    def wrapped(err: BaseException) -> BaseException:
+        outer = OSError("connect failed")
+        outer.__cause__ = err
+        return ExceptionGroup("nursery", [outer])
+    assert "not trusted by this machine" in tls_failure(wrapped(verify_error(20)))
+    assert "for another name" in tls_failure(wrapped(verify_error(62)))
+    assert "for another address" in tls_failure(wrapped(verify_error(64)))
+    assert "has expired" in tls_failure(wrapped(verify_error(10)))
+    assert tls_failure(ConnectionRefusedError()) is None
