@@ -227,6 +227,10 @@ def test_pairing_lines_say_what_to_do_and_escape_what_the_lead_sent():
     loop = pairing_lines({"link": "http://127.0.0.1:4/pair#abc\x1b[2J", "fingerprint": None, "loopback": True}, "m")
     assert "\x1b" not in "".join(loop) and any("`collie demo --lan`" in line for line in loop)
     assert not any("SHA-256" in line for line in loop)
+    own = pairing_lines({"link": "https://10.0.0.2:4/pair#abc", "fingerprint": "AB:CD", "loopback": False,
+                         "trust": "https://10.0.0.2:4/trust"}, "more")  # the lead's own authority (issue 35)
+    assert any("Trust the lead once" in line and "https://10.0.0.2:4/trust" in line for line in own)
+    assert any("certificate authority (SHA-256): AB:CD" in line for line in own)
 
 
 def test_running_demos_are_this_users_private_live_ones_newest_first(tmp_path):
