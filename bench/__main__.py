@@ -266,8 +266,23 @@ def one(name: str, quick: bool, out: Path) -> None:
     out.write_text(json.dumps(result, default=str))
 
 
+def end_group(child: subprocess.Popen) -> None:
+    """End a benchmark's child and everything it started (its own session and process group)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def stopped(signum, _frame) -> None:
+    """SIGTERM or SIGHUP ends the runner as Ctrl-C does: the running benchmark's processes go with it."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_one(name: str, quick: bool, timeout: float) -> dict:
-    """Run one benchmark in a child process (its own session: a timeout ends it and all it started)."""
+    """Run one benchmark in a child process (its own session: a timeout ends it and all it started, and
+    so does the runner's own end — Ctrl-C, SIGTERM, SIGHUP — so nothing of a stopped run keeps running)."""
     with tempfile.TemporaryDirectory(prefix="bench-") as d:
         out = Path(d) / "out.json"
         err = Path(d) / "stderr"
@@ -279,9 +294,11 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
             try:
                 code = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+                end_group(child)
                 code = f"timeout after {timeout:g} s"
+            except BaseException:  # the runner was stopped
+                end_group(child)
+                raise
         took = time.monotonic() - t0
         info = {"seconds": round(took, 1), "load_before": load0, "load_after": os.getloadavg()}
         if code == 0 and out.exists():
@@ -371,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict = {"quick": args.quick, "only": names if args.only is not None else None, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}
     t0 = time.monotonic()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stopped)
     doc["skipped"] = [n for n in names if not present(n)]
     for name in names:
         if name in doc["skipped"]:
@@ -404,4 +423,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # stopped: the running benchmark was ended with all it started
+        print(f"\nstopped ({exc or 'SIGINT'}): no figures written", file=sys.stderr)
+        sys.exit(130)

@@ -16,6 +16,7 @@ import httpx
 from crew import control
 from crew.errors import NotRunningError
 from crew.paths import Paths
+from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,7 +79,7 @@ class Machine:
         if self.bridge and self.bridge.poll() is None:
             self.bridge.send_signal(sig)
             if sig in (signal.SIGKILL, signal.SIGTERM):
-                self.bridge.wait(timeout=20)
+                self.bridge.wait(timeout=LIMIT)
 
     def stop(self) -> None:
         if self.bridge and self.bridge.poll() is None:

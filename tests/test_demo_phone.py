@@ -24,6 +24,7 @@ from crew import control
 from crew.paths import Paths
 from tests.crewlab import REPO, wait_for
 from tests.demolab import DemoRun, alive, home_env, listening
+from tests.procs import LIMIT
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 390, "height": 844}
@@ -158,14 +159,12 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
         assert all(len(s) >= 32 for s in secrets)
         started_pids = demo.pids()
         assert len(started_pids) >= 8  # 5 agents, 3 bridges
-        t0 = time.monotonic()
-        demo.interrupt()
-        demo.proc.wait(timeout=10)
-        wait_for(lambda: not any(alive(p) for p in started_pids), timeout=max(0.1, 5.0 - (time.monotonic() - t0)),
-                 what="every process the demo started ended")
+        demo.interrupt()  # how soon every process ended is bench/demo_stop.py's figure, not a deadline here
+        demo.proc.wait(timeout=LIMIT)
+        wait_for(lambda: not any(alive(p) for p in started_pids), timeout=LIMIT, what="every process the demo started ended")
         assert demo.proc.returncode == 0
         # (on the terminal's own screen again: the live view's last row, on the alternate one, is not before it)
-        demo.expect(r"\[demo\] stopped \d+ processes and removed ", timeout=5)
+        demo.expect(r"\[demo\] stopped \d+ processes and removed ", timeout=LIMIT)
         assert not lead.state_dir.exists()
         text = demo.text
         assert all(s not in text for s in secrets)
@@ -342,8 +341,8 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         assert seen["paired"] == origin + "/" and browser_code not in seen["while_pairing"]
         started = demo.pids()
         demo.interrupt()
-        demo.proc.wait(timeout=10)
-        wait_for(lambda: not any(alive(p) for p in started), timeout=5, what="every process the demo started ended")
+        demo.proc.wait(timeout=LIMIT)
+        wait_for(lambda: not any(alive(p) for p in started), timeout=LIMIT, what="every process the demo started ended")
         assert demo.proc.returncode == 0
     finally:
         demo.close()
@@ -440,7 +439,7 @@ def test_demo_in_an_80x24_terminal_keeps_the_pairing_link_in_sight():
                 outside += after
         assert b"Machines" in inside and b"Machines" not in outside and b"Last receipts" not in outside
         demo.interrupt()
-        demo.proc.wait(timeout=10)
+        demo.proc.wait(timeout=LIMIT)
         assert demo.proc.returncode == 0
     finally:
         demo.close()
