@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import os
 import signal
@@ -252,11 +253,11 @@ def present(name: str) -> bool:
     return (HERE / f"{BENCHES[name]}.py").exists()
 
 
-def one(name: str, quick: bool, out: Path) -> None:
-    """In the child: run one benchmark and write its dict."""
+def one(module_name: str, quick: bool, out: Path) -> None:
+    """In the child: run one benchmark (the module named in BENCHES) and write its dict."""
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(REPO))
-    module = __import__(BENCHES[name])
+    module = importlib.import_module(module_name)
     with open(os.devnull, "w") as quiet:  # the table is the output; a benchmark's own prints go nowhere
         sys.stdout = quiet
         try:
@@ -288,7 +289,7 @@ def run_one(name: str, quick: bool, timeout: float) -> dict:
         err = Path(d) / "stderr"
         load0, t0 = os.getloadavg(), time.monotonic()
         with open(err, "w") as e:
-            child = subprocess.Popen([sys.executable, "-m", "bench", "--one", name, "--out", str(out)]
+            child = subprocess.Popen([sys.executable, "-m", "bench", "--one", BENCHES[name], "--out", str(out)]
                                      + (["--quick"] if quick else []), cwd=REPO, stdout=subprocess.DEVNULL, stderr=e,
                                      start_new_session=True)
             try:
@@ -422,9 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if doc["errors"] else 0
 
 
-if __name__ == "__main__":
+def entry(argv: list[str] | None = None) -> int:
+    """`main`, with a stop (Ctrl-C, SIGTERM, SIGHUP) said in one line and exit status 130."""
     try:
-        sys.exit(main())
+        return main(argv)
     except KeyboardInterrupt as exc:  # stopped: the running benchmark was ended with all it started
         print(f"\nstopped ({exc or 'SIGINT'}): no figures written", file=sys.stderr)
-        sys.exit(130)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(entry())
