@@ -21,6 +21,7 @@ import pytest
 from tests.browser import launch
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
+from tests.procs import LIMIT
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 360, "height": 780}
@@ -568,10 +569,7 @@ def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
     page.route(items_url, lambda route: held.append(route))
     page.goto(f"{page.base}/#/c/local/forms/choice")
     page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
-    for _ in range(200):  # route handlers run while Playwright waits, not during a plain sleep
-        if held:
-            break
-        page.wait_for_timeout(50)
+    pump_until(page, lambda: held, timeout=LIMIT, what="the chat's first read held on its way")
     held[0].fulfill(status=200, content_type="application/json",
                     body=json_dumps({"items": [{"seq": 1, "kind": "user", "text": "an older read"}]}))
     page.wait_for_selector("main:not([aria-busy])")
