@@ -21,7 +21,8 @@ from tests.procs import LIMIT
 REPO = Path(__file__).resolve().parent.parent
 
 
-def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
+def wait_for(fn, timeout: float = LIMIT, what: str = "condition"):
+    """`fn()` once it is true, asked every 50 ms; only a condition never met reaches the generous `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fn()
@@ -100,6 +101,13 @@ class Crew:
         self.lead = Machine(base, "lead")
         self.members: dict[str, Machine] = {}
         self.address = ""
+
+    def __enter__(self) -> "Crew":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """However the block ends (a fixture's setup failing included), every process of the crew ends."""
+        self.stop()
 
     def start_lead(self, *args: str) -> None:
         pong = self.lead.serve("--port", "0", *args)

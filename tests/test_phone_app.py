@@ -63,20 +63,19 @@ AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("st
 
 @pytest.fixture(scope="module")
 def crew():
-    c = Crew(short_dir("cp"))
-    for name, kind, *extra in AGENTS:
-        c.lead.agent(name, kind, *extra)
-    # an entry whose agent is not running: Unreachable, with the reason (D1)
-    assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
-    c.start_lead()
-    m = c.add_member("workshop")
-    m.agent("lab", "deployer")
-    m.serve()
-    wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
-    ready(c, "workshop", 1)
-    yield c
-    c.stop()
+    with Crew(short_dir("cp")) as c:  # stopped even when this setup fails
+        for name, kind, *extra in AGENTS:
+            c.lead.agent(name, kind, *extra)
+        # an entry whose agent is not running: Unreachable, with the reason (D1)
+        assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
+        c.start_lead()
+        m = c.add_member("workshop")
+        m.agent("lab", "deployer")
+        m.serve()
+        wait_for(lambda: c.online("workshop"), what="member online")
+        ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
+        ready(c, "workshop", 1)
+        yield c
 
 
 @pytest.fixture(scope="module")
