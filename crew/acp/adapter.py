@@ -75,10 +75,6 @@ STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may 
 HELD_SESSIONS, HELD_UPDATES, HELD_FOR = 4, 8, 10.0  # updates for a session id not yet recorded (see _on_update)
 
 
-def _dump(model: pydantic.BaseModel) -> dict:
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class Backoff:
     """How long to wait before restarting an agent that exited: 1 s, then doubling to 30 s; back to
     1 s when the run that just ended lasted a minute or more (plain: times are passed in)."""
