@@ -83,7 +83,7 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
     reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
     reader.start()
 
-    def expect(pattern: str, timeout: float = 60.0) -> re.Match:
+    def expect(pattern: str, timeout: float = LIMIT) -> re.Match:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -123,7 +123,7 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
                 got = c.get("/api/agents/laptop/scribe/conversations/chat/items")
                 return got.status_code == 200 and rid in [i.get("request_id") for i in got.json()["items"]
                                                           if i["kind"] == "user"]
-            wait_for(ran, timeout=30, what="the queued item ran after the laptop woke")
+            wait_for(ran, timeout=LIMIT, what="the queued item ran after the laptop woke")
             expect(rf"^\[demo\] ran {rid} laptop/scribe: done")
         started = descendants(proc.pid)
         assert len([p for p in started if alive(p)]) >= 8  # 5 agents, 3 bridges
