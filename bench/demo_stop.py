@@ -33,7 +33,8 @@ READY = "[demo] ready: "
 def floor() -> float:
     """Seconds from SIGINT to the exit of an idle Python that has started (it printed its line)."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"],
-                            stdout=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         readline(proc, "the idle Python")
         t0 = time.monotonic()
