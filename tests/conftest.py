@@ -14,6 +14,7 @@ import pytest
 from crew import control
 from crew.errors import NotRunningError
 from crew.paths import Paths
+from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -128,7 +129,7 @@ class BridgeProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0", *args],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    def wait_ready(self, timeout: float = 20) -> dict:
+    def wait_ready(self, timeout: float = LIMIT) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
