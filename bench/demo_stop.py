@@ -12,7 +12,6 @@ tests/test_demo_phone.py; on a loaded machine a slow exit failed them (issue 41)
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import signal
@@ -25,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.measure import runs_from  # noqa: E402
 from tests.procs import LIMIT, alive, descendants, readline, stop  # noqa: E402
 
 READY = "[demo] ready: "
@@ -73,12 +73,7 @@ def demo_stop() -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="demo runs (default 3)")
-    args = p.parse_args(argv)
-    if args.runs < 1:
-        p.error(f"--runs {args.runs} is not at least 1")
-    for run in range(1, args.runs + 1):
+    for run in range(1, runs_from(__doc__, argv, "demo runs") + 1):
         load = " ".join(f"{x:.2f}" for x in os.getloadavg())
         base = floor()
         took, count = demo_stop()

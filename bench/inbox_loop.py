@@ -15,7 +15,6 @@ a loaded machine (issue 41).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.measure import runs_from  # noqa: E402
 from tests import test_inbox_live as scenarios  # noqa: E402
 from tests.live import cleanup  # noqa: E402
 from tests.loopwatch import LIMIT, LoopWatch  # noqa: E402
@@ -69,12 +69,7 @@ def line(name: str, watch: LoopWatch) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="times to run each scenario (default 3)")
-    args = p.parse_args(argv)
-    if args.runs < 1:
-        p.error(f"--runs {args.runs} is not at least 1")
-    for run in range(1, args.runs + 1):
+    for run in range(1, runs_from(__doc__, argv, "times to run each scenario") + 1):
         print(f"run {run}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cores)")
         print("  " + line("floor (2,000 tasks that only checkpoint)", trio.run(floor)))
         for name, fn in SCENARIOS.items():
