@@ -66,7 +66,7 @@ export const S = {
     "unauthorized": "it refused Collie's token",
     "socket-not-private": "its socket is open to other users, so Collie will not use it",
     "config": "its entry in Collie's settings is incomplete",
-  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
+  })[reason] || "Collie cannot reach it right now"}. Sends wait in its inbox until it is back; an answer cannot reach it until then; collie doctor on its machine says more.`,
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
   showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
