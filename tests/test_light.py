@@ -60,23 +60,25 @@ def crew():
     c = Crew(short_dir("cl"))
     agent = LongAgent(c.lead.run / "long.sock")
     threading.Thread(target=agent.run, daemon=True).start()
-    assert agent.up.wait(60)
-    assert c.lead.collie("durable", "attach", "long", "--socket", str(agent.sock)).returncode == 0
-    c.lead.agent("desk", "deployer")
-    c.start_lead()
-    m = c.add_member("workshop")
-    m.agent("lab", "deployer")
-    m.serve()
-    wait_for(lambda: c.online("workshop"), what="member online")
-    with c.client() as h:
-        wait_for(lambda: sum(a["status"] == "ready" for s in h.get("/api/dashboard").json()["sections"]
-                             for a in s["agents"]) == 3, timeout=60, what="agents ready")
-        wait_for(lambda: h.get(f"{TALK}/items?newest=1").json()["items"][-1]["text"] == f"message {LONG - 1}",
-                 timeout=60, what="the long conversation read")
-    c.agent = agent
-    yield c
-    agent.stop.set()
-    c.stop()
+    try:
+        assert agent.up.wait(60)
+        assert c.lead.collie("durable", "attach", "long", "--socket", str(agent.sock)).returncode == 0
+        c.lead.agent("desk", "deployer")
+        c.start_lead()
+        m = c.add_member("workshop")
+        m.agent("lab", "deployer")
+        m.serve()
+        wait_for(lambda: c.online("workshop"), what="member online")
+        with c.client() as h:
+            wait_for(lambda: sum(a["status"] == "ready" for s in h.get("/api/dashboard").json()["sections"]
+                                 for a in s["agents"]) == 3, timeout=60, what="agents ready")
+            wait_for(lambda: h.get(f"{TALK}/items?newest=1").json()["items"][-1]["text"] == f"message {LONG - 1}",
+                     timeout=60, what="the long conversation read")
+        c.agent = agent
+        yield c
+    finally:
+        agent.stop.set()
+        c.stop()
 
 
 def raw_get(c: httpx.Client, path: str, **headers) -> tuple[httpx.Response, bytes]:

@@ -93,10 +93,6 @@ UPDATE_TYPES: dict[str, type] = {
     if isinstance(m, type) and "session_update" in m.model_fields}
 
 
-def _dump(model: pydantic.BaseModel) -> dict:
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
 class Backoff:
     """How long to wait before restarting an agent that exited: 1 s, then doubling to 30 s; back to
     1 s when the run that just ended lasted a minute or more (plain: times are passed in)."""
