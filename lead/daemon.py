@@ -91,6 +91,10 @@ class LeadDaemon(Daemon):
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
                              redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
+        from lead.turn_push import TurnPusher
+
+        self.turns = TurnPusher(self.pusher, self.feed)  # issue 37: a push when a turn ends
+        self.devices.on_revoke.append(self.turns.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         host = args.host or "127.0.0.1"
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
@@ -120,7 +124,7 @@ class LeadDaemon(Daemon):
         """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
-        push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
+        push = {**self.pusher.stats, **self.turns.stats, "subscriptions": len(self.pusher.store.subs)}
         return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
                 "fingerprint": self.fingerprint, "address": self.address}
 
@@ -158,14 +162,16 @@ class LeadDaemon(Daemon):
         from lead.events import install_events
         from lead.pairing import Door, install_pairing
         from lead.push import install_push
+        from lead.routes.turns import register as install_turns
         from lead.web import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
                                       names=self.args.name or [])
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
-                                                redact_on=self.redact_on),
+                                                redact_on=self.redact_on, stops=self.turns),
                                      install_push(a, self.pusher),
+                                     install_turns(a, self.turns),
                                      install_inbox_routes(a, self.hub, self.inbox),
                                      install_pairing(a, door, self.devices),
                                      install_events(a, self.feed,
@@ -181,6 +187,7 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.inbox.run)
             await nursery.start(self.feed.run)
             await nursery.start(self.pusher.run)
+            await nursery.start(self.turns.run)
 
             async def end_channels():
                 await self.shutdown.wait()

@@ -69,6 +69,7 @@ class Channel:
     send: trio.MemorySendChannel
     receive: trio.MemoryReceiveChannel
     view: tuple | None = None  # (machine, agent, conversation or None)
+    visible: bool = True  # the page is on screen (it says so on visibilitychange; issue 37: no turn-end push then)
     overflowed: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
     close_reason: str | None = None

@@ -21,6 +21,7 @@ export const S = {
   send: "Send",                                                   // Q4, C3
   required: "Required",                                           // Q4
   textShortened: "Text shortened",                                // Q4, Q6
+  toolStatus: (st) => ({ running: "running", completed: "done", failed: "failed", denied: "denied" }[st] || ""),  // S table: a tool call
   alwaysAllow: "Always allow",                                    // Q5
   tapAgain: "Tap again to always allow",                          // Q5
   cannotAnswer: "This ask cannot be answered from the phone.",   // Q7
@@ -85,6 +86,8 @@ export const S = {
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
   notifyOn: "Notify me when an agent asks",
+  notifyTurns: "Notify me when a turn ends",                     // issue 37: this phone, every conversation
+  notifyTurnsHere: "Notify me when a turn ends here",            // issue 37: this conversation (the chat's menu)
   notifyDone: "Notifications are on for this phone.",
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",
