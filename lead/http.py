@@ -260,6 +260,10 @@ async def serve_http(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.backlog = BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_SECONDS
+    # hypercorn's 1,000 requests a connection ends an HTTP/2 connection by a GOAWAY naming the request in
+    # progress, which then goes unanswered (ERR_HTTP2_PROTOCOL_ERROR in Chromium, issue 42.10): no count
+    # limit — a connection is bounded by the budget, its idle time and its streams (lead.connections)
+    config.keep_alive_max_requests = 2**62
     config.ssl_handshake_timeout = ARRIVAL_SECONDS  # hypercorn's 60 s; the budget's sweep bounds it too
     # a head holds a browser's whole cookie jar for the host; lead.jar bounds the rest of it to HEAD_MAX
     config.h11_max_incomplete_size = HEAD_MAX + COOKIE_MAX

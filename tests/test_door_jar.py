@@ -188,3 +188,14 @@ async def test_a_body_that_arrives_after_an_early_answer_over_http2_ends_nothing
     await stream.aclose()
     async with client(lead, "h2") as http:  # and so does the server
         assert (await http.get("/api/whoami")).status_code == 200
+
+
+async def test_one_http2_connection_serves_past_a_thousand_requests(lead):
+    """Found by the neighbour test below (20 loads of the page, its renewals, one HTTP/2 connection): after
+    1,000 requests on one connection hypercorn sent GOAWAY naming the request in progress and never answered
+    it, and Chromium's next requests there failed (ERR_HTTP2_PROTOCOL_ERROR) — a phone's long session would
+    meet it too. Every request on one HTTP/2 connection is answered, however many."""
+    async with client(lead, "h2") as http:
+        for i in range(1100):
+            resp = await (http.post("/api/early", content=b"{}") if i % 2 else http.get("/api/whoami"))
+            assert resp.status_code == (401 if i % 2 else 200), i

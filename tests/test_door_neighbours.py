@@ -11,13 +11,9 @@ phone", threat-model.md). Over loopback HTTP and over TLS (HTTP/2).
 
 from __future__ import annotations
 
-import itertools
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pytest
 
-from tests.test_door_origin import Neighbour, browser, lead, paired_phone, pump_until  # noqa: F401 (fixtures)
+from tests.test_door_origin import REPLACE, Neighbour, browser, lead, paired_phone, pump_until  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 BOMB = [f"bomb{i:02d}={'x' * 4080}; Path=/" for i in range(45)]
@@ -54,7 +50,7 @@ def test_a_neighbours_cookie_bomb_locks_no_one_out_and_is_cleared(lead, browser)
 
 
 # A neighbour's page that has its server replace the phone's cookie (both names, Path=/; Set-Cookie, as script
-# cannot touch an HttpOnly cookie) every 5-20 ms for as long as it is open.
+# cannot touch an HttpOnly cookie: the Neighbour sets REPLACE on every answer) every 5-20 ms while it is open.
 REPLACER = b"""<!doctype html><title>replacer</title><p>replacing</p><script>
 function again() {
   fetch("/replace", {cache: "no-store"}).catch(() => {});
@@ -68,50 +64,19 @@ WATCH = """new MutationObserver(() => {
 }).observe(document, {childList: true, subtree: true, characterData: true});"""
 
 
-class Replacer:
-    """A page on another port of the host that replaces the phone's cookie in a loop (script, not Set-Cookie)."""
-
-    def __init__(self) -> None:
-        count = itertools.count()
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                body = b"" if self.path == "/replace" else REPLACER
-                self.send_response(200)
-                if self.path == "/replace":
-                    n = next(count)
-                    self.send_header("Set-Cookie", f"collie_device=replaced-{n}; Path=/; HttpOnly")
-                    self.send_header("Set-Cookie", f"__Host-collie_device=replaced-{n}; Path=/; Secure; HttpOnly")
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 LOADS = 20
 
 
 def test_a_neighbour_replacing_the_cookie_in_a_loop_never_unpairs_the_page(lead, browser):  # noqa: F811
-    replacer = Replacer()
+    replacer = Neighbour(REPLACE, page=REPLACER)
     ctx, page, channel, base = paired_phone(lead, browser)
     own = "__Host-collie_device" if lead["tls"] else "collie_device"
     try:
         tab = ctx.new_page()
         tab.goto(replacer.url)
         tab.wait_for_selector("p")
-        page.wait_for_timeout(100)
-        assert any(c["name"] == own and c["value"].startswith("replaced-") for c in ctx.cookies())  # the attack runs
+        pump_until(page, lambda: any(c["name"] == own and c["value"] == "replaced" for c in ctx.cookies()),
+                   what="the neighbour replacing the phone's cookie")  # the attack runs
         page.add_init_script(WATCH)
         renewals: list[int] = []
         tickets: list[int] = []
@@ -123,7 +88,7 @@ def test_a_neighbour_replacing_the_cookie_in_a_loop_never_unpairs_the_page(lead,
             page.wait_for_selector("main section")
             # the dashboard read, then the live channel's ticket (a write): each renewed as often as it takes
             pump_until(page, lambda: 200 in tickets or page.evaluate("!!window.__unpaired"),
-                       what=f"load {load}: the live channel's ticket")
+                       what=f"load {load}: the live channel's ticket", timeout_ms=60000)
             assert not page.evaluate("!!window.__unpaired"), f"load {load} said the phone is not paired"
         assert renewals, "the neighbour never made the page renew"  # the race was run, not dodged
     finally:
