@@ -85,7 +85,8 @@ export async function api(path, { method = "GET", body } = {}, again = RENEWALS)
     throw new Unreachable(String(e));
   }
   if (r.status === 401) {
-    if (again > 0 && await renew()) return api(path, { method, body }, again - 1);  // the same request again
+    // renew() is true, false (pair again) or null (it did not reach the lead: try again, within the bound)
+    if (again > 0 && await renew() !== false) return api(path, { method, body }, again - 1);  // the same request again
     deviceKey = null; throw new Unpaired();
   }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
