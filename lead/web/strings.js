@@ -66,7 +66,7 @@ export const S = {
     "unauthorized": "it refused Collie's token",
     "socket-not-private": "its socket is open to other users, so Collie will not use it",
     "config": "its entry in Collie's settings is incomplete",
-  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
+  })[reason] || "Collie cannot reach it right now"}. Sends wait in its inbox until it is back; an answer cannot reach it until then; collie doctor on its machine says more.`,
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
   showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
@@ -91,4 +91,9 @@ export const S = {
   notifyDone: "Notifications are on for this phone.",
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",
+  // where the notification switch would be, when this page cannot have one (phone-api.md "A real phone")
+  pushNoTrust: "No notifications or answers from the lock screen here: this browser does not trust the lead's certificate yet.",
+  pushTrustLink: "Trust it once",
+  pushHomeScreen: "On iPhone and iPad, notifications need Collie on the home screen: tap Share, then Add to Home Screen, and open Collie from there.",
+  pushNone: "This browser gives web pages no notifications: open Collie in Chrome, Firefox, Edge or Safari to get them.",
 };
