@@ -22,7 +22,9 @@ const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || "
 
 // A neighbour on another port of the host can replace the cookie (same name and Path): the page then
 // renews it with the signing key the pairing page made, which script can use here but never read out
-// (docs/threat-model.md). One renewal at a time; false when this phone must pair again.
+// (docs/threat-model.md). One renewal at a time; false when this phone must pair again. A neighbour that
+// replaces it again and again (a tab doing so every few ms) is met by renewing again: RENEWALS times a request.
+const RENEWALS = 8;
 let renewing = null;
 function renew() {
   return renewing || (renewing = readKey().then((key) => globalThis.collieDevice.renew(key))
@@ -66,12 +68,12 @@ function recall(path) {
   catch (_) { return null; }
 }
 
-export async function api(path, { method = "GET", body } = {}, again = true) {
+export async function api(path, { method = "GET", body } = {}, again = RENEWALS) {
   let r, text;
   if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
   try {
     const key = await readKey();
-    const first = method === "GET" && again ? earlyReads[path] : null;
+    const first = method === "GET" && again === RENEWALS ? earlyReads[path] : null;
     delete earlyReads[path];  // boot.js's request answers the first read of its path only
     // a read is kept by the browser and asked again each time with its ETag: an unchanged one is a 304 (issue 39)
     r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: method === "GET" ? "no-cache" : "no-store",
@@ -86,7 +88,8 @@ export async function api(path, { method = "GET", body } = {}, again = true) {
     throw new Unreachable(String(e));
   }
   if (r.status === 401) {
-    if (again && await renew()) return api(path, { method, body }, false);  // the same request once more
+    // renew() is true, false (pair again) or null (it did not reach the lead: try again, within the bound)
+    if (again > 0 && await renew() !== false) return api(path, { method, body }, again - 1);  // the same request again
     deviceKey = null; throw new Unpaired();
   }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
