@@ -1,0 +1,139 @@
+"""A screen you can trust (issue 36): what the user types stays, a conversation's history is whole, a
+silent or dead lead is said where the user looks, and every time is the phone's. Chromium at 390×844
+and 360×780, the browser in Pacific/Kiritimati (UTC+14) while the lead runs in UTC.
+
+The module's lab: a lead with an agent that floods a conversation with 100 items a second while one ask
+of every kind is open in it (`flood`), a deployer (`desk`), and a member `workshop` with a
+deployer (`lab`) that the tests put to sleep (SIGSTOP) and wake. The last test stops the lead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.crewlab import Crew, wait_for
+from tests.live import short_dir
+from tests.test_phone_app import browser  # noqa: F401 (the module's browser fixture)
+from tests.test_phone_app import open_ask, paired_page, pane_of, pump_until, ready
+
+pytestmark = pytest.mark.slow
+
+ZONE = "Pacific/Kiritimati"  # UTC+14: a time in the lead's zone (UTC) reads ten hours off
+PHONES = {"390x844": (390, 844, "light"), "360x780": (360, 780, "dark")}
+
+
+@pytest.fixture(scope="module")
+def crew():
+    c = Crew(short_dir("ct"))
+    c.lead.env["TZ"] = "UTC"
+    c.lead.agent("flood", "endless", "--rate", "100", "--size", "20", "--asks")
+    c.lead.agent("desk", "deployer")
+    c.start_lead()
+    m = c.add_member("workshop")
+    m.env["TZ"] = "UTC"
+    m.agent("lab", "deployer")
+    m.serve()
+    wait_for(lambda: c.online("workshop"), what="member online")
+    ready(c, "local", 2)
+    ready(c, "workshop", 1)
+    yield c
+    c.stop()
+
+
+def phone(crew: Crew, browser, size: str):
+    width, height, scheme = PHONES[size]
+    page = paired_page(crew, browser, viewport={"width": width, "height": height}, has_touch=True,
+                       color_scheme=scheme, timezone_id=ZONE)
+    page.size = size
+    return page
+
+
+@pytest.fixture(params=sorted(PHONES))
+def page(request, crew, browser):
+    p = phone(crew, browser, request.param)
+    yield p
+    assert p.errors == [], p.errors
+    p.context.close()
+
+
+def look(page, name: str) -> None:
+    """COLLIE_LOOK=<folder>: save this screen, per phone size, to look at."""
+    folder = os.environ.get("COLLIE_LOOK")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}-{page.size}.png"))
+
+
+def goto(page, route: str) -> None:
+    page.goto(f"{page.base}/{route}")
+    page.wait_for_selector(f"main[data-route='{route}']:not([aria-busy])")
+
+
+def newest_seq(page) -> int:
+    return page.evaluate("() => Math.max(0, ...[...document.querySelectorAll('.items .item')]"
+                         ".map((e) => parseInt(e.textContent, 10)).filter((n) => !isNaN(n)))")
+
+
+def card(page, title: str):
+    return page.locator(".card[data-ask]", has=page.locator(".title", has_text=re.compile(f"^{re.escape(title)}$")))
+
+
+def active(page) -> str:
+    """What has the keyboard: the focused element's tag and its label or id."""
+    return page.evaluate("() => { const a = document.activeElement; return a ? `${a.tagName}:${a.id || "
+                         "a.getAttribute('aria-label') || a.name || ''}` : ''; }")
+
+
+def bottom(page) -> None:
+    page.evaluate("scrollTo(0, document.documentElement.scrollHeight)")
+
+
+def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
+    """Issue 36 major 1 (Q4, C3): while the conversation gets a flood of new items (100 a second, drawn as
+    they come: the user is at the newest), what the user types into a text ask, a form's text and list, a multi-choice and the
+    message editor stays as typed, the field keeps the keyboard and the caret where it was, and the
+    counter counts what is in the field."""
+    goto(page, "#/c/local/flood/f00000")
+    text, form, multi = card(page, "Name the branch"), card(page, "Release"), card(page, "Which colours?")
+    for c in (text, form, multi):
+        c.wait_for(timeout=15000)
+    drawn = newest_seq(page)
+
+    box = text.locator("input[type=text]")
+    box.click()
+    bottom(page)  # the field keeps the keyboard while the chat follows its newest items
+    page.keyboard.type("feature/kiri", delay=120)
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.type("X", delay=120)
+    pump_until(page, lambda: newest_seq(page) > drawn + 3, timeout=10, what=f"items arriving while typing ({box.input_value()!r}, {active(page)})")
+    assert box.input_value() == "feature/kiXri", box.input_value()
+    assert active(page) == "INPUT:Name the branch"
+    assert box.evaluate("(e) => [e.selectionStart, e.selectionEnd]") == [11, 11]
+    assert "13 of 40" in text.inner_text()
+
+    note = form.locator("input[type=text]")
+    note.click()
+    page.keyboard.type("ship on friday", delay=80)
+    form.locator("select").select_option("production")
+    multi.locator("input[type=checkbox]").nth(1).check()
+    editor = page.locator("#editor")
+    editor.click()
+    page.keyboard.type("and please be brief", delay=80)
+    bottom(page)
+    mark = newest_seq(page)
+    pump_until(page, lambda: newest_seq(page) > mark + 3, timeout=10, what="items arriving after the choices")
+    assert note.input_value() == "ship on friday"
+    assert form.locator("select").input_value() == "production"
+    assert [b.is_checked() for b in multi.locator("input[type=checkbox]").all()] == [False, True, False]
+    assert editor.input_value() == "and please be brief"
+    assert active(page) == "TEXTAREA:editor"
+    assert box.input_value() == "feature/kiXri"
+    look(page, "typed")
