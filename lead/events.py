@@ -22,7 +22,8 @@ restarted or the log no longer reaches back that far — a fresh `snapshot`. Not
 Viewing: a channel says what it views (`?machine=&agent=&conversation=` or `POST
 /api/events/<channel>/view`). While at least one channel views an agent, its owner polls it every 2 s
 (W5); the count drops when the channel closes, so an abandoned phone never keeps an agent on fast
-polling. A comment line every 15 s keeps proxies and phone radios from cutting an idle channel.
+polling. A `beat` event every 2 s without other events keeps proxies and phone radios from cutting an idle
+channel and lets the phone tell a silent lead (hung, asleep) within seconds.
 
 Bounds: a channel holds at most `QUEUE` events; a phone too slow to take them gets a fresh snapshot
 instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once. A write the phone

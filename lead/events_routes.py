@@ -1,7 +1,7 @@
 """The live channel's routes: `GET /api/events` (the stream) and `POST /api/events/<channel>/view`.
 
 The stream only moves bytes: hello, the snapshot or the missed events, then what the feed queued for the
-channel (at most `BATCH` events a write) and a comment line when nothing came for `HEARTBEAT` seconds.
+channel (at most `BATCH` events a write) and a `beat` event when nothing came for `HEARTBEAT` seconds.
 """
 
 from __future__ import annotations

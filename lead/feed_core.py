@@ -22,7 +22,7 @@ QUEUE = 512  # events waiting for one slow phone before it gets a snapshot inste
 MAX_CHANNELS = 200
 PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
 BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
-HEARTBEAT = 15.0
+HEARTBEAT = 2.0  # a `beat` after this long without an event: the phone says the lead is silent after 4 s of none
 SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
@@ -215,7 +215,7 @@ def snapshot_bytes(last_id: str, data: dict) -> bytes:
     return f"id: {last_id}\nevent: snapshot\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-PING = b": ping\n\n"
+PING = b"event: beat\ndata: {}\n\n"  # no id: a resume is not moved by it
 UNAUTHORIZED = b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
 
 

@@ -137,3 +137,88 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     assert active(page) == "TEXTAREA:editor"
     assert box.input_value() == "feature/kiXri"
     look(page, "typed")
+
+
+BANNER_SEEN = """() => { window.bannerSeen = []; const b = document.getElementById('banner');
+    new MutationObserver(() => { if (!b.hidden) window.bannerSeen.push(b.textContent); })
+      .observe(b, {attributes: true, childList: true, characterData: true, subtree: true}); }"""
+
+
+def banner_on_screen(page) -> bool:
+    """The banner is shown and wholly inside the viewport, wherever the page is scrolled."""
+    return page.evaluate("""() => { const b = document.getElementById('banner'); if (b.hidden) return false;
+        const r = b.getBoundingClientRect(); return r.height > 0 && r.top >= 0 && r.bottom <= innerHeight; }""")
+
+
+def send_while_out(page, text: str, why: str) -> None:
+    """A send tapped while the lead is out says it did not go: `Not sent`, the text back in the editor."""
+    page.locator("#editor").fill(text)
+    page.locator(".bar").get_by_role("button", name="Send", exact=True).click()
+    line = page.locator(".item.mine", has_text=text)
+    pump_until(page, lambda: line.count() and line.locator(".state").inner_text() == "Not sent", timeout=5,
+               what="the line marked Not sent")
+    assert page.locator("#editor-note").inner_text() == f"Not sent: {why}"
+    assert page.locator("#editor").input_value() == text
+
+
+def test_a_hung_lead_is_said_on_screen_within_five_seconds_and_taps_say_they_did_not_go(page, crew):
+    """Issue 36 major 3: the lead stops answering (SIGSTOP: a sleeping laptop, a black-holed network)
+    under a chat scrolled to its newest of thousands of items. Within 5 s of its last word the strip
+    fixed under the header — on screen, not 9,000 px above — says `The lead is not answering (N s)` and
+    counts; a send and an ask's answer tapped meanwhile say they did not go; the strip goes once the lead
+    answers again."""
+    goto(page, "#/c/local/flood/f00000")
+    card(page, "Deploy to staging?").wait_for(timeout=15000)
+    bottom(page)
+    assert page.evaluate("document.documentElement.scrollHeight") > 3 * page.viewport_size["height"]
+    page.evaluate(BANNER_SEEN)
+    crew.lead.kill(signal.SIGSTOP)
+    try:
+        pump_until(page, lambda: banner_on_screen(page), timeout=10, what="the strip on screen")
+        first = page.evaluate("window.bannerSeen[0]")
+        n = int(re.search(r"\((\d+) s\)", first).group(1))
+        assert first.startswith("The lead is not answering (") and n <= 5, first
+        pump_until(page, lambda: f"({n + 1} s)" in page.locator("#banner").inner_text() or
+                   f"({n + 2} s)" in page.locator("#banner").inner_text(), timeout=5, what="the strip counts")
+        bottom(page)
+        assert banner_on_screen(page)
+        look(page, "lead-hung")
+        send_while_out(page, f"while hung {uuid.uuid4().hex[:6]}", "the lead is out of reach.")
+        ask = card(page, "Deploy to staging?")
+        ask.get_by_role("button", name=re.compile("^Allow")).click()
+        pump_until(page, lambda: "Nothing was done: the lead is out of reach." in ask.inner_text(), timeout=5,
+                   what="the card says nothing was done")
+    finally:
+        crew.lead.kill(signal.SIGCONT)
+    pump_until(page, lambda: page.locator("#banner").is_hidden(), timeout=10, what="the strip gone")
+
+
+@pytest.mark.parametrize("size", sorted(PHONES))
+def test_a_killed_lead_is_said_on_screen_and_taps_say_they_did_not_go(browser, size):
+    """Issue 36 major 3: the lead killed under a chat scrolled to its newest item: the strip fixed under
+    the header says `Can't reach the lead` on screen within 5 s, a send and an answer tapped meanwhile
+    say they did not go, and the strip goes when a restarted lead answers."""
+    c = Crew(short_dir("ck"))
+    c.lead.env["TZ"] = "UTC"
+    c.lead.agent("show", "showcase")
+    c.lead.agent("desk", "deployer")
+    c.start_lead()
+    try:
+        ready(c, "local", 2)
+        open_ask(c, "local", "desk", "deploy")
+        page = phone(c, browser, size)
+        goto(page, "#/c/local/show/long")
+        page.locator(".item", has_text=re.compile(r"^message 39$")).wait_for()
+        bottom(page)
+        page.evaluate(BANNER_SEEN)
+        c.lead.kill(signal.SIGKILL)
+        pump_until(page, lambda: banner_on_screen(page), timeout=10, what="the strip on screen")
+        assert page.evaluate("window.bannerSeen[0]").startswith("Can't reach the lead"), page.evaluate("window.bannerSeen")
+        look(page, "lead-killed")
+        send_while_out(page, f"while dead {uuid.uuid4().hex[:6]}", "the lead is out of reach.")
+        c.start_lead("--port", c.address.rsplit(":", 1)[1])  # the same address: the page comes back to it
+        pump_until(page, lambda: page.locator("#banner").is_hidden(), timeout=15, what="the strip gone")
+        assert page.errors == [], page.errors
+        page.context.close()
+    finally:
+        c.stop()

@@ -88,7 +88,7 @@ async function renderClosed(r) {
   const reopen = caps.includes("reopen") && caps.includes("history") ? h("button", { onclick: async () => {
     let rec;
     try { rec = await write(`${base}/conversations/${enc(r.conversation)}/reopen`, { request_id: rid() }); }
-    catch (e) { note.textContent = e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead; return; }
+    catch (e) { note.textContent = e instanceof Offline ? e.nothing : S.uncertainNoLead; return; }
     if (rec.outcome === "done") location.hash = `#/c/${enc(r.machine)}/${enc(r.agent)}/${enc(r.conversation)}`;
     else note.textContent = rec.text || rec.outcome;
   }, text: S.reopen }) : null;

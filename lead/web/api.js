@@ -8,7 +8,15 @@ import "./device.js";  // globalThis.collieDevice: the keys in IndexedDB, and th
 
 export class Unpaired extends Error {}
 export class Unreachable extends Error {}  // no answer came: the request may or may not have arrived
-export class Offline extends Unreachable {}  // the phone is offline: the request was never sent
+// The request was never sent: the phone is offline, or the lead is known out of reach or silent (then no
+// write is tried: it would hang, or land later unseen). `nothing` and `notSent` say so in the user's words.
+export class Offline extends Unreachable {
+  constructor(phone) {
+    super(phone ? "the phone is offline" : "the lead is not answering");
+    this.nothing = phone ? S.nothingDoneOffline : S.nothingDoneNoLead;
+    this.notSent = phone ? S.notSentOffline : S.notSentNoLead;
+  }
+}
 
 // The device key (issue 25.1): the pairing page keeps it in this origin's IndexedDB ("collie", store
 // "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key. Browsers send
@@ -37,21 +45,45 @@ function headers(method, json, key) {
   return out;
 }
 
-// ---- reachability: the phone offline, the lead out of reach, or fine ----------------------------------
-export const net = { leadDown: false, staleAt: null, listeners: [] };
+// ---- reachability: the phone offline, the lead out of reach or silent, or fine -------------------------
+// The lead's live channel carries a `beat` every 2 s (docs/phone-api.md): no byte on it for SILENT ms means
+// the lead is not answering — hung, its machine asleep, the network black-holed — though its connection
+// stands. Within 5 s the banner (fixed under the header on every screen) says so and counts the seconds;
+// what waits for an answer meanwhile is given up (a write then says it may not have arrived), and every
+// write tapped while the lead is silent or out of reach is not sent at all, and says so.
+const SILENT = 4000;
+export const net = { leadDown: false, staleAt: null, listeners: [], heardAt: null, silentSince: null };
 export function connectivity() {
   if (navigator.onLine === false) return S.offline;
   if (net.leadDown) return S.leadDown;
-  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  if (net.silentSince) return S.leadSilent(Math.floor((Date.now() - net.silentSince) / 1000));
+  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }));
   return "";
 }
+const tell = () => { for (const fn of net.listeners) fn(); };
 function setLead(down) {
   const was = connectivity();
   net.leadDown = down;
   if (!down) net.staleAt = null;
-  if (connectivity() !== was) for (const fn of net.listeners) fn();
+  if (connectivity() !== was) tell();
 }
-export function phoneChanged() { for (const fn of net.listeners) fn(); if (navigator.onLine) probe(); }
+export function phoneChanged() { tell(); if (navigator.onLine) probe(); }
+export const leadOut = () => net.leadDown || net.silentSince !== null;
+function heard() {
+  net.heardAt = Date.now();
+  if (net.silentSince !== null) { net.silentSince = null; tell(); }
+}
+const waiting = new Set();  // AbortControllers of the requests on their way
+setInterval(() => {
+  if (!es || net.heardAt === null || document.hidden) return;
+  const quiet = Date.now() - net.heardAt;
+  if (quiet < SILENT) return;
+  if (net.silentSince === null) {
+    net.silentSince = net.heardAt;
+    for (const c of waiting) c.abort();  // no answer will come while it is silent
+  }
+  tell();  // the banner counts the seconds
+}, 500);
 
 // ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
 const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items)?)?|inbox|starters))(\?closed=1)?$/;
@@ -65,25 +97,29 @@ function recall(path) {
   catch (_) { return null; }
 }
 
-export async function api(path, { method = "GET", body } = {}, again = true) {
+export async function api(path, { method = "GET", body, anyway = false } = {}, again = true) {
   let r, text;
-  if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
+  if (method !== "GET" && navigator.onLine === false) throw new Offline(true);
+  if (method !== "GET" && leadOut() && !anyway) throw new Offline(false);
+  const stop = new AbortController();
+  waiting.add(stop);
   try {
     const key = await readKey();
     const first = early.path === path && method === "GET" && again ? early.response : null;
     early.path = null;  // boot.js's request answers the first read of its path only
     r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: "no-store",
-      headers: headers(method, body !== undefined, key),
+      headers: headers(method, body !== undefined, key), signal: stop.signal,
       body: body !== undefined ? JSON.stringify(body) : undefined });
     text = await r.text();
   } catch (e) {
-    setLead(navigator.onLine !== false);
+    if (!stop.signal.aborted) setLead(navigator.onLine !== false);
+    if (method !== "GET" && net.leadDown) setTimeout(probe, 0);  // is it back? (writes wait until it is)
     const last = method === "GET" ? recall(path) : null;
-    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; for (const fn of net.listeners) fn(); return last.data; }
+    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; tell(); return last.data; }
     throw new Unreachable(String(e));
-  }
+  } finally { waiting.delete(stop); }
   if (r.status === 401) {
-    if (again && await renew()) return api(path, { method, body }, false);  // the same request once more
+    if (again && await renew()) return api(path, { method, body, anyway }, false);  // the same request once more
     deviceKey = null; throw new Unpaired();
   }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
@@ -115,7 +151,8 @@ let es = null;
 export function connect(view, on) {
   if (es) return;
   const pending = es = { close() { this.closed = true; }, pending: true };
-  write("/api/events/ticket", {}).then((t) => {
+  // the ticket is asked for even while the lead is silent or out of reach: the channel is how the page hears it is back
+  api("/api/events/ticket", { method: "POST", body: {}, anyway: true }).then((t) => {
     if (es === pending && !pending.closed) open(view, on, t && t.ticket);
   }, (e) => {
     if (es !== pending) return;
@@ -125,11 +162,13 @@ export function connect(view, on) {
 }
 function open(view, on, ticket) {
   const src = es = new EventSource(channelUrl(view(), ticket));
+  net.heardAt = Date.now();
   for (const [name, fn] of Object.entries(on)) {
     if (name === "unauthorized") continue;
-    src.addEventListener(name, (e) => fn(JSON.parse(e.data)));
+    src.addEventListener(name, (e) => { heard(); fn(JSON.parse(e.data)); });
   }
-  src.addEventListener("open", () => setLead(false));
+  src.addEventListener("beat", heard);
+  src.addEventListener("open", () => { heard(); setLead(false); });
   src.addEventListener("unauthorized", () => { src.close(); es = null; on.unauthorized(); });
   src.onerror = () => {
     probe();

@@ -20,7 +20,7 @@ export async function answer(ask, payload, { confirmed = false, retry = false } 
   rerender();
   let rec;
   try { rec = await write(`/api/ask/${enc(ask.id)}`, body); }
-  catch (e) { rec = e instanceof Offline ? { outcome: "offline", text: S.nothingDoneOffline } : { outcome: "unknown", text: S.notCertain }; }
+  catch (e) { rec = e instanceof Offline ? { outcome: "offline", text: e.nothing } : { outcome: "unknown", text: S.notCertain }; }
   const next = { ...app.cards.get(ask.id), pending: false, outcome: rec.outcome, text: rec.text,
     retry: rec.outcome === "unknown", armed: false };
   if (rec.outcome === "changed" && rec.current_ask && app.pane) {

@@ -75,7 +75,7 @@ async function sendText(kind) {
   try {
     rec = kind === "send" ? await write("/api/send", base)
       : await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/steer`, base);
-  } catch (e) { rec = { outcome: e instanceof Offline ? "offline" : "unknown", lead: e instanceof Unreachable }; }
+  } catch (e) { rec = { outcome: e instanceof Offline ? "offline" : "unknown", lead: e instanceof Unreachable, notSent: e.notSent }; }
   const m = app.mine.get(requestId);
   const editor = () => document.getElementById("editor");
   if (rec.outcome === "refused" || rec.outcome === "offline") {
@@ -83,7 +83,7 @@ async function sendText(kind) {
     if (editor()) editor().value = text;             // …and the text goes back into the editor
     if (rec.reason === "turn_moved") app.movedOn = true;
     if (rec.reason === "ask_open" && app.pane && app.pane.ask) blockedBy = app.pane.ask.id;
-    setEditorNote(rec.outcome === "offline" ? S.notSentOffline : `${S.notSent}: ${rec.text || rec.message || rec.reason}`);
+    setEditorNote(rec.outcome === "offline" ? rec.notSent : `${S.notSent}: ${rec.text || rec.message || rec.reason}`);
   } else if (rec.outcome === "unknown") {
     if (m) m.state = "not_confirmed";
     unconfirmed = { kind, text, requestId, conv: r.conversation };
@@ -107,7 +107,7 @@ async function sessionWrite(op, extra = {}) {
   const path = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/${op}`;
   let rec;
   try { rec = await write(path, { request_id: rid(), turn: p.turn, ...extra }); }
-  catch (e) { setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); render(); return null; }
+  catch (e) { setEditorNote(e instanceof Offline ? e.nothing : S.uncertainNoLead); render(); return null; }
   if (rec.outcome === "refused" && rec.reason === "turn_moved") { app.movedOn = true; setEditorNote(S.movedOn); }
   else setEditorNote(rec.message || rec.text || rec.outcome);
   render();
@@ -176,7 +176,7 @@ function menu(r, p) {
       confirmClose = false;
       let rec;
       try { rec = await write(`${base}/close`, { request_id: rid() }); }
-      catch (e) { return setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); }
+      catch (e) { return setEditorNote(e instanceof Offline ? e.nothing : S.uncertainNoLead); }
       if (rec.outcome === "done") location.hash = `#/a/${enc(r.machine)}/${enc(r.agent)}`; else setEditorNote(rec.text || rec.outcome);
     } }));
   return h("div", { class: "menu" }, kids);

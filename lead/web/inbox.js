@@ -18,7 +18,7 @@ export async function render(r = app.route) {
   if (app.route !== r && (app.route.name !== "inbox" || `${app.route.machine}/${app.route.agent}` !== key)) return;
   const act = async (id, op, body = {}) => {
     try { await write(`/api/inbox/${enc(id)}/${op}`, body); note = ""; }
-    catch (e) { note = e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead; }
+    catch (e) { note = e instanceof Offline ? e.nothing : S.uncertainNoLead; }
     return render(r);
   };
   const items = got.items || [];
@@ -63,7 +63,7 @@ export async function render(r = app.route) {
       }
       confirmClear = false;
       try { await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/inbox/clear`, {}); note = ""; }
-      catch (e) { note = e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead; }
+      catch (e) { note = e instanceof Offline ? e.nothing : S.uncertainNoLead; }
       render(r);
     } }) : null;
   show(h("h1", { text: S.inbox }), items.length ? null : h("p", { class: "muted", text: S.inboxEmpty }),

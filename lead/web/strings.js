@@ -48,6 +48,9 @@ export const S = {
   offline: "This phone is offline: showing what was last loaded.",
   leadDown: "Can't reach the lead: showing what was last loaded.",
   lastLoaded: (t) => `Showing what was last loaded at ${t}.`,
+  leadSilent: (n) => `The lead is not answering (${n} s): showing what was last loaded.`,  // issue 36: hung or asleep
+  notSentNoLead: "Not sent: the lead is out of reach.",
+  nothingDoneNoLead: "Nothing was done: the lead is out of reach.",
   notSentOffline: "Not sent: this phone is offline.",
   notConfirmedNoLead: "Sending, not confirmed: the lead could not be reached. Send again to retry it once.",
   nothingDoneOffline: "Nothing was done: this phone is offline.",
