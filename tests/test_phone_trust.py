@@ -4,7 +4,7 @@ and 360×780, the browser in Pacific/Kiritimati (UTC+14) while the lead runs in 
 
 The module's lab: a lead with an agent that floods a conversation with 100 items a second while one ask
 of every kind is open in it (`flood`), a deployer (`desk`), and a member `workshop` with a
-deployer (`lab`) that the tests put to sleep (SIGSTOP) and wake. The last test stops the lead.
+deployer (`lab`) and a showcase (`show`: a 40-message conversation) that the tests put to sleep and wake. The last test stops the lead.
 """
 
 from __future__ import annotations
@@ -39,10 +39,11 @@ def crew():
     m = c.add_member("workshop")
     m.env["TZ"] = "UTC"
     m.agent("lab", "deployer")
+    m.agent("show", "showcase")
     m.serve()
     wait_for(lambda: c.online("workshop"), what="member online")
     ready(c, "local", 2)
-    ready(c, "workshop", 1)
+    ready(c, "workshop", 2)
     yield c
     c.stop()
 
@@ -137,6 +138,42 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     assert active(page) == "TEXTAREA:editor"
     assert box.input_value() == "feature/kiXri"
     look(page, "typed")
+
+
+
+def sleep_member(crew: Crew, label: str = "workshop") -> None:
+    """The member's machine goes to sleep: its link drops and the lead says it is offline."""
+    crew.members[label].kill(signal.SIGKILL)
+    wait_for(lambda: not crew.online(label), timeout=30, what=f"{label} offline")
+
+
+def wake_member(crew: Crew, label: str = "workshop") -> None:
+    crew.members[label].serve()
+    wait_for(lambda: crew.online(label), timeout=30, what=f"{label} back")
+
+
+def test_a_conversation_opened_while_its_member_sleeps_shows_its_whole_history_after_the_wake(page, crew):
+    """Issue 36 major 2 (C1): a member's conversation opened while the member's machine sleeps says the
+    machine is offline and draws what the lead could read; once the machine is back, the chat reads
+    what it could not and shows the whole history — every item the API has — not only the newest turn."""
+    with crew.client() as c:
+        whole = c.get("/api/agents/workshop/show/conversations/long/items").json()["items"]
+    assert len(whole) >= 40
+    sleep_member(crew)
+    try:
+        goto(page, "#/c/workshop/show/long")
+        pump_until(page, lambda: "workshop is offline" in page.locator("main").inner_text(), timeout=15,
+                   what="the chat says the machine is offline")
+        look(page, "history-asleep")
+    finally:
+        wake_member(crew)
+    items = page.locator(".items .item")
+    pump_until(page, lambda: page.locator(".item", has_text=re.compile(r"^message 0$")).count() == 1, timeout=20,
+               what="the first message drawn after the wake")
+    pump_until(page, lambda: items.count() >= len(whole), timeout=10, what="every item drawn")
+    assert page.locator(".item", has_text=re.compile(r"^message 39$")).count() == 1
+    assert "workshop is offline" not in page.locator("main").inner_text()
+    look(page, "history-woken")
 
 
 BANNER_SEEN = """() => { window.bannerSeen = []; const b = document.getElementById('banner');

@@ -86,7 +86,9 @@ setInterval(() => {
 }, 500);
 
 // ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
-const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items)?)?|inbox|starters))(\?closed=1)?$/;
+const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items(\?limit=\d+)?)?)?|inbox|starters))(\?closed=1)?$/;
+// What a read answered from the kept copy is marked so: the chat reads it again once the lead answers.
+export const STALE = Symbol("stale");
 const KEEP_MAX = 256 * 1024;
 function remember(path, text) {
   if (!KEEP.test(path) || text.length > KEEP_MAX) return;
@@ -115,7 +117,11 @@ export async function api(path, { method = "GET", body, anyway = false } = {}, a
     if (!stop.signal.aborted) setLead(navigator.onLine !== false);
     if (method !== "GET" && net.leadDown) setTimeout(probe, 0);  // is it back? (writes wait until it is)
     const last = method === "GET" ? recall(path) : null;
-    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; tell(); return last.data; }
+    if (last) {
+      net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; tell();
+      if (last.data && typeof last.data === "object") last.data[STALE] = last.at;
+      return last.data;
+    }
     throw new Unreachable(String(e));
   } finally { waiting.delete(stop); }
   if (r.status === 401) {

@@ -3,7 +3,7 @@
 // and a Needs you tap (#/c/…/<ask id>) lands on that ask's card.
 import { S } from "./strings.js";
 import { h, show, redraw, $view, where, enc, rid } from "./dom.js";
-import { api, write, Unreachable, Offline } from "./api.js";
+import { api, write, Unreachable, Offline, STALE } from "./api.js";
 import { app, setItems, agentNotice } from "./state.js";
 import { itemNode } from "./items.js";
 import { askCard } from "./askcard.js";
@@ -14,7 +14,8 @@ import { icon } from "./icons.js";
 // read does not slide away under new items, which wait behind `New items`). `Show earlier messages` widens
 // it by a page above, keeping what is on screen in place.
 const WINDOW = 200;
-const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null, above: null });
+const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null, above: null,
+  whole: false, reading: false, triedAt: 0 });
 const scroll = { conv: null, ...fresh() };
 export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
@@ -27,23 +28,44 @@ export async function load(r) {
   try { await read(r); } finally { app.loading = false; }
 }
 const PAGES = 20;  // pages of items read at most when a chat opens (the lead keeps 2,000 per conversation)
+// A conversation's history is whole once one read of it went through: a read the lead could not make (its
+// machine asleep: `reason`) leaves it to be read again once the machine is back (issue 36: after a wake the
+// chat showed only the newest turn, which the live channel sent).
+const readable = (page) => page && !page.error && !page.reason && !page[STALE];
+function addMissing(items) {  // what the channel already sent is as new as what a read finds, or newer
+  setItems((items || []).filter((it) => !app.items.has(`${it.kind === "gap" ? "g" : ""}${it.seq}`)), false);
+}
 async function read(r) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const [pane, items] = await Promise.all([api(base), api(`${base}/items?limit=500`)]);
   // The live channel sends this view's pane and items too, then every change after them. Once it has,
   // what these requests read may be older than what it sent: keep the channel's (else a change that came
-  // between would be lost until the next one).
+  // between would be lost until the next one), adding only what it did not send.
   if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
-  if (!app.fromChannel.items) setItems((items && items.items) || [], true);
+  if (!app.fromChannel.items) setItems((items && items.items) || [], true); else addMissing(items && items.items);
+  let whole = readable(items);
   // The items come oldest first, a page at a time (so does the channel's first set): read on to the
   // newest, which is where a chat opens (#29).
   let page = items, n = 1;
   while (page && page.more && n < PAGES && app.route === r) {
     page = await api(`${base}/items?limit=500&since=${enc(page.next_since)}`);
     n += 1;
-    if (page && !page.reset) setItems(page.items || [], false);
+    whole = whole && readable(page);
+    if (page && !page.reset) addMissing(page.items);
     if (app.route === r) render();
   }
+  if (app.route === r) scroll.whole = whole;
+}
+// Read the history again when it was not whole and the conversation's machine answers (at most every 2 s).
+function readAgain(r, p) {
+  if (scroll.whole || scroll.reading || p.online === false || Date.now() - scroll.triedAt < 2000) return;
+  const conv = scroll.conv;
+  scroll.reading = true; scroll.triedAt = Date.now();
+  read(r).catch(() => {}).finally(() => {
+    if (scroll.conv !== conv) return;
+    scroll.reading = false;
+    if (app.route === r) { render(); if (!scroll.whole) setTimeout(() => { if (app.route === r && app.pane) readAgain(r, app.pane); }, 2000); }
+  });
 }
 function mineNode(m) {
   // C3: the clock while sending and once sent (the editor says `Sent`), until the agent's copy takes its place
@@ -186,6 +208,7 @@ export function render() {
   if (!r || r.name !== "chat") return;
   if (!p && app.loading) return;  // the pane of this view is on its way
   const notice = agentNotice(r.machine, r.agent);
+  if (p && !app.loading) readAgain(r, p);
   if (!p) {
     where(r.agent);
     return show(notice ? h("p", { class: "warning", role: "status", text: notice }) : null,

@@ -67,7 +67,12 @@ export async function navigate() {
     }
     if (screen.drawsItself) return;
     rerender();
-  } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
+  } catch (e) {
+    if (e instanceof Unpaired) showUnpaired();
+    // never `Loading…` for ever: what can be drawn is, else the screen says it could not be read
+    else if (gen === app.navigations) { try { rerender(); } catch (_) { /* drawn below */ }
+      if (main.dataset.route !== (location.hash || "#/")) show(h("p", { class: "warning", role: "status", text: S.notLoaded })); }
+  } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
 }
 // Redraw the current screen from the state (screens that read on every draw are left alone).
 export function rerender() {

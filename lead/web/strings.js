@@ -49,6 +49,7 @@ export const S = {
   leadDown: "Can't reach the lead: showing what was last loaded.",
   lastLoaded: (t) => `Showing what was last loaded at ${t}.`,
   leadSilent: (n) => `The lead is not answering (${n} s): showing what was last loaded.`,  // issue 36: hung or asleep
+  notLoaded: "This screen could not be read: the lead can't be reached, and this phone kept no copy of it.",
   notSentNoLead: "Not sent: the lead is out of reach.",
   nothingDoneNoLead: "Nothing was done: the lead is out of reach.",
   notSentOffline: "Not sent: this phone is offline.",
