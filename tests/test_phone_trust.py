@@ -176,6 +176,98 @@ def test_a_conversation_opened_while_its_member_sleeps_shows_its_whole_history_a
     look(page, "history-woken")
 
 
+
+def phone_clock(epoch: float) -> str:
+    """HH:MM of an instant in the phone's zone (the lead's, UTC, is ten hours and more away)."""
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+    return datetime.fromtimestamp(epoch, ZoneInfo(ZONE)).strftime("%H:%M")
+
+
+def hhmm(text: str) -> str:
+    found = re.findall(r"\b(\d\d:\d\d)\b", text)
+    assert found, text
+    return found[-1]
+
+
+def offline_clock(crew: Crew) -> str:
+    """The sleeping member's `offline_since` as the phone must show it, checked to differ from the lead's."""
+    with crew.client() as c:
+        section = next(s for s in c.get("/api/dashboard").json()["sections"] if s["machine"] == "workshop")
+    want = phone_clock(section["offline_since"])
+    assert want != datetime_utc(section["offline_since"])
+    return want
+
+
+def test_every_time_is_the_phones_and_the_queued_line_goes_once_the_message_can_run(page, crew):
+    """Issue 36 major 5 (C9, I7): while `workshop` sleeps, every `since HH:MM` the phone shows — the
+    dashboard's section, the chat's notice, a send's `queued, machine offline since …`, the inbox line —
+    is the instant the lead sent, in the phone's zone (read back from the DOM, the lead in UTC); once
+    the machine is back the queued line goes (the message runs)."""
+    sleep_member(crew)
+    try:
+        want = offline_clock(crew)
+        goto(page, "#/")
+        head = page.locator("section[data-machine='workshop'] h2")
+        pump_until(page, lambda: "offline since" in head.inner_text(), timeout=10, what="the section offline")
+        assert hhmm(head.inner_text()) == want, (head.inner_text(), want)
+
+        goto(page, "#/inbox/workshop/show")
+        text = f"while asleep {uuid.uuid4().hex[:6]}"
+        goto(page, "#/c/workshop/show/long")
+        pump_until(page, lambda: "workshop is offline since" in page.locator("main").inner_text(), timeout=10,
+                   what="the chat's notice")
+        assert hhmm(page.locator("main p.warning").inner_text()) == want
+        page.locator("#editor").fill(text)
+        page.locator(".bar").get_by_role("button", name="Send", exact=True).click()
+        note = page.locator("#editor-note")
+        pump_until(page, lambda: "queued" in note.inner_text(), timeout=10, what="the send queued")
+        assert note.inner_text() == f"queued, machine offline since {want}"
+        look(page, "queued-offline")
+        page.go_back()
+        line = page.locator(".inbox-item", has_text=text).locator(".l2")
+        pump_until(page, lambda: line.count() and "machine offline since" in line.inner_text(), timeout=10,
+                   what="the inbox line")
+        assert hhmm(line.inner_text()) == want
+        page.go_forward()
+        pump_until(page, lambda: "queued, machine offline since" in note.inner_text(), timeout=10, what="the chat again")
+    finally:
+        wake_member(crew)
+    pump_until(page, lambda: "offline" not in page.locator("main").inner_text(), timeout=15,
+               what="no offline sentence left in the chat")
+
+
+def test_an_answer_refused_while_the_machine_sleeps_says_since_when_and_goes_when_it_is_back(page, crew):
+    """Issue 36 major 5 and minor (O): an answer tapped while `workshop` sleeps says `The machine is offline:
+    workshop since HH:MM` in the phone's zone; once the machine is back the sentence goes and the ask has
+    one card, its buttons live — no stale duplicate with a live Send."""
+    ask = open_ask(crew, "workshop", "lab", "deploy")
+    sleep_member(crew)
+    try:
+        want = offline_clock(crew)
+        goto(page, "#/c/workshop/lab/deploy")
+        the_card = card(page, ask["title"])
+        the_card.wait_for()
+        the_card.get_by_role("button", name=re.compile("^Allow")).click()
+        outcome = the_card.locator(".outcome")
+        pump_until(page, lambda: outcome.count() and "The machine is offline" in outcome.inner_text(), timeout=10,
+                   what="the answer refused")
+        assert outcome.inner_text() == f"The machine is offline: workshop since {want}"
+        look(page, "answer-offline")
+    finally:
+        wake_member(crew)
+    pump_until(page, lambda: "offline" not in page.locator("main").inner_text(), timeout=15,
+               what="no offline sentence left in the chat")
+    pump_until(page, lambda: card(page, ask["title"]).count() == 1, timeout=10, what="one card for the ask")
+    assert card(page, ask["title"]).locator(".outcome").count() == 0
+    assert card(page, ask["title"]).get_by_role("button", name=re.compile("^Allow")).is_enabled()
+
+
+def datetime_utc(epoch: float) -> str:
+    from datetime import UTC, datetime
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M")
+
+
 BANNER_SEEN = """() => { window.bannerSeen = []; const b = document.getElementById('banner');
     new MutationObserver(() => { if (!b.hidden) window.bannerSeen.push(b.textContent); })
       .observe(b, {attributes: true, childList: true, characterData: true, subtree: true}); }"""

@@ -2,11 +2,11 @@
 // It opens at the newest item, follows new ones while the user is at the bottom (else offers `New items`),
 // and a Needs you tap (#/c/…/<ask id>) lands on that ask's card.
 import { S } from "./strings.js";
-import { h, show, redraw, $view, where, enc, rid } from "./dom.js";
+import { h, show, redraw, $view, where, enc, rid, clock } from "./dom.js";
 import { api, write, Unreachable, Offline, STALE } from "./api.js";
-import { app, setItems, agentNotice } from "./state.js";
+import { app, setItems, agentNotice, offlineSection } from "./state.js";
 import { itemNode } from "./items.js";
-import { askCard } from "./askcard.js";
+import { askCard, keptCard } from "./askcard.js";
 import { icon } from "./icons.js";
 
 // #29: the chat draws at most WINDOW items (a long conversation would otherwise keep thousands of nodes):
@@ -111,13 +111,20 @@ async function sendText(kind) {
     unconfirmed = { kind, text, requestId, conv: r.conversation };
     if (editor() && !editor().value) editor().value = text;
     setEditorNote(rec.lead ? S.notConfirmedNoLead : S.notConfirmed);
-  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent)); }
+  } else {
+    if (m) m.state = rec.outcome === "queued" ? "queued" : "sent";
+    // issue 36: `queued, machine offline since 08:28` in the phone's zone, and gone once the machine is back
+    const away = rec.outcome === "queued" ? offlineSection(r.machine) : null;
+    if (away) setEditorNote(S.queuedOffline(clock(away.offline_since)), r.machine);
+    else setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent));
+  }
   render();
 }
-let editorNote = "", noteTimer = null;
-// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale
-function setEditorNote(t) {
-  editorNote = t || "";
+let editorNote = "", noteTimer = null, noteOffline = null;
+// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale,
+// and one that says the machine is offline goes when it is back (`offline`: that machine)
+function setEditorNote(t, offline = null) {
+  editorNote = t || ""; noteOffline = offline;
   const n = document.getElementById("editor-note");
   if (n) n.textContent = editorNote;
   clearTimeout(noteTimer);
@@ -208,6 +215,7 @@ export function render() {
   if (!r || r.name !== "chat") return;
   if (!p && app.loading) return;  // the pane of this view is on its way
   const notice = agentNotice(r.machine, r.agent);
+  if (noteOffline && !offlineSection(noteOffline)) setEditorNote("");
   if (p && !app.loading) readAgain(r, p);
   if (!p) {
     where(r.agent);
@@ -222,8 +230,15 @@ export function render() {
   where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
   if (r.ask && scroll.landed !== r.ask && (p.asks_more || []).some((a) => a.id === r.ask)) app.allAsks = true;
   const asks = (p.asks || []).concat(app.allAsks ? p.asks_more || [] : []);  // Q8: first 5, the rest on a tap
+  // A card stays while it has something to say (on its way, Retry, the agent's word, what the user chose:
+  // askcard.keptCard) and, Q3, after its ask expired: the buttons stay, and a late tap is answered
+  // `Timed out before an answer.` Each is drawn where its ask was, under its tool call.
+  const open = new Set(asks.concat(p.asks_more || []).map((a) => a.id));
+  const gone = [];
+  for (const [id, st] of app.cards) if (!open.has(id) && keptCard(st)) gone.push(st.ask);
+  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) gone.push(a);
   const byItem = new Map();
-  for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
+  for (const a of asks.concat(gone)) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
   const placed = new Set();
   const all = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
   let start = follow || scroll.first === null ? -1 : all.findIndex((i) => i.seq >= scroll.first);
@@ -242,14 +257,7 @@ export function render() {
     const here = (byItem.get(it.id) || []).concat(it.kind === "tool" ? byItem.get(`tool:${it.tool_call_id}`) || [] : []);
     for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
   }
-  for (const a of asks) if (!placed.has(a.id)) list.push(cardFor(a));
-  // A card stays while it has something to say (an uncertain answer with Retry, an outcome) and, Q3,
-  // after its ask expired: the buttons stay, and a late tap is answered `Timed out before an answer.`
-  const open = new Set(asks.map((a) => a.id));
-  for (const [id, st] of app.cards) {
-    if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
-  }
-  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
+  for (const a of asks.concat(gone)) if (!placed.has(a.id)) list.push(cardFor(a));
   if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", "data-key": "more-asks", onclick: () => { app.allAsks = true; render(); },
     text: S.showMore(p.more_asks) }));
   if (blockedBy && !open.has(blockedBy)) blockedBy = null;

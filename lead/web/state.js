@@ -187,6 +187,11 @@ function refreshList(row) {
   listTimer = setTimeout(() => { if (isRoute("agent") && screens.agent && screens.agent.refresh) screens.agent.refresh(app.route, row); }, 100);
 }
 
+// The section of `machine` while it is offline (its label, offline_since), else null.
+export function offlineSection(machine) {
+  const s = app.dash && app.dash.sections.find((x) => x.machine === machine);
+  return s && s.online === false ? s : null;
+}
 // What stands between the user and this agent, in the user's words: its machine offline, or the agent
 // not answering (D1, C7). Null when nothing does.
 export function agentNotice(machine, agent) {

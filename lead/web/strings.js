@@ -49,6 +49,12 @@ export const S = {
   leadDown: "Can't reach the lead: showing what was last loaded.",
   lastLoaded: (t) => `Showing what was last loaded at ${t}.`,
   leadSilent: (n) => `The lead is not answering (${n} s): showing what was last loaded.`,  // issue 36: hung or asleep
+  // issue 36: an answered card collapses to what the user chose (not a receipt line, R4)
+  youDid: (verb, what) => what ? `${verb} · ${what}` : verb,
+  didRole: { allow: "You allowed", always_allow: "You always allowed", deny: "You denied", cancel: "You cancelled",
+    other: "You answered", chose: "You chose", answered: "You answered", sent: "You sent" },
+  nothingPicked: "none",
+  machineIsOffline: (m, t) => t ? `The machine is offline: ${m} since ${t}` : `The machine is offline: ${m}`,  // crew/receipts.py's words
   notLoaded: "This screen could not be read: the lead can't be reached, and this phone kept no copy of it.",
   notSentNoLead: "Not sent: the lead is out of reach.",
   nothingDoneNoLead: "Nothing was done: the lead is out of reach.",
