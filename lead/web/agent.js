@@ -95,5 +95,5 @@ async function renderClosed(r) {
   show(h("h1", {}, (row && row.title) || S.untitled, h("span", { class: "badge", text: S.experimental })),
     row && row.subtitle ? h("p", { class: "header2", text: row.subtitle }) : null, reopen, note,
     got.footer ? h("p", { class: "footer", text: got.footer }) : null,
-    h("div", { class: "items" }, (got.items || []).map(itemNode)));
+    h("div", { class: "items" }, (got.items || []).map((it) => itemNode(it, true))));
 }

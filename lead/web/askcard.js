@@ -4,6 +4,7 @@ import { h, enc, rid, clock } from "./dom.js";
 import { write, Offline } from "./api.js";
 import { app, rerender, offlineSection } from "./state.js";
 
+const ARMED_MS = 5000;  // Q5: `Tap again to always allow` turns back after this long without the second tap
 export function countdown(ask) {
   if (!ask.expires_at) return null;
   const left = Math.round((new Date(ask.expires_at).getTime() - Date.now()) / 1000);
@@ -82,7 +83,10 @@ export function askCard(ask) {
       if (o.role === "always_allow") {
         const armed = st.armed;
         return h("button", { disabled: dis, class: `opt${armed ? " primary" : ""}`, onclick: () => {
-          if (!armed) { app.cards.set(ask.id, { ...st, ask, armed: true }); rerender(); }
+          if (!armed) {  // Q5: armed for 5 s, in the same place (the options are a grid: nothing moves)
+            app.cards.set(ask.id, { ...st, ask, armed: true }); rerender();
+            setTimeout(() => { const now = app.cards.get(ask.id); if (now && now.armed) { app.cards.set(ask.id, { ...now, armed: false }); rerender(); } }, ARMED_MS);
+          }
           else answer(ask, { option_ids: [o.id] }, { confirmed: true });
         } }, words(o, armed ? `${S.tapAgain} ${ask.tool || ""}`.trim() : null));
       }
@@ -101,9 +105,11 @@ export function askCard(ask) {
   } else if (ask.kind === "text") {
     const max = ask.max_length || 500;
     const counter = h("div", { class: "note", "data-live": "", text: S.counter(0, max) });
+    const send = h("button", { class: "primary", disabled: dis, onclick: () => answer(ask, { text: input.value }), text: S.send });
     const input = h("input", { type: "text", maxlength: max, placeholder: ask.placeholder || "", disabled: dis,
-      "aria-label": ask.title, oninput: (e) => { counter.textContent = S.counter(e.target.value.length, max); } });
-    kids.push(input, counter, h("button", { class: "primary", disabled: dis, onclick: () => answer(ask, { text: input.value }), text: S.send }));
+      "aria-label": ask.title, enterkeyhint: "send", oninput: (e) => { counter.textContent = S.counter(e.target.value.length, max); },
+      onkeydown: (e) => { if (e.key === "Enter" && !e.isComposing) { e.preventDefault(); send.click(); } } });
+    kids.push(input, counter, send);
   } else if (ask.kind === "form") {
     const inputs = [];
     for (const f of ask.fields || []) {

@@ -184,12 +184,25 @@ function actionBar(r, p) {
     h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
 }
+// The first item wholly or partly below the header: the one the user is reading.
+function readingNode() {
+  const top = document.querySelector("header.top").getBoundingClientRect().bottom;
+  for (const el of document.querySelectorAll(".items > *")) if (el.getBoundingClientRect().bottom > top) return el;
+  return null;
+}
 function keyed(node, key) { node.dataset.key = key; return node; }
 function grow(box) { box.style.height = "auto"; box.style.height = `${Math.min(box.scrollHeight + 2, 160)}px`; }
+const menus = new Map();  // conversation -> {rename, close}: the header's buttons it had, kept while its machine is offline
 function menu(r, p) {
   const c = p.controls || {};
+  // like the action bar (C7), a button that cannot act now (its machine asleep) is dimmed in place: the
+  // row does not come and go, so the chat does not jump when a machine sleeps or wakes (issue 36)
+  const had = menus.get(scroll.conv) || {};
+  if (c.rename || c.close) menus.set(scroll.conv, { rename: !!c.rename || had.rename, close: !!c.close || had.close });
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const kids = [];
+  if (!c.rename && had.rename) kids.push(h("button", { class: "dim", disabled: true, text: S.rename }));
+  if (!c.close && had.close) kids.push(h("button", { class: "dim", disabled: true, text: S.closeConversation }));
   if (c.rename && !renaming) kids.push(h("button", { onclick: () => { renaming = true; render(); }, text: S.rename }));
   if (c.rename && renaming) {
     const box = h("input", { type: "text", "aria-label": S.renameTo, maxlength: 200, value: p.title || "" });
@@ -251,8 +264,10 @@ export function render() {
   const list = [];
   if (earlier > 0) list.push(h("button", { class: "row earlier", "data-key": "earlier", onclick: showEarlier, text: S.showEarlier(Math.min(earlier, WINDOW)) }));
   const cardFor = (a) => { placed.add(a.id); return keyed(askCard(a), `a:${a.id}`); };
+  // C2: a reply still growing has a cursor; one whose turn ended since (`stopped`) has none
+  const lastEnd = all.reduce((m, it) => (it.kind === "turn_end" ? Math.max(m, it.seq) : m), -1);
   for (const it of items) {
-    const node = itemNode(it);
+    const node = itemNode(it, it.seq < lastEnd);
     if (node) list.push(keyed(node, `i:${it.id}`));
     const here = (byItem.get(it.id) || []).concat(it.kind === "tool" ? byItem.get(`tool:${it.tool_call_id}`) || [] : []);
     for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
@@ -291,6 +306,9 @@ export function render() {
   // This chat already on screen is drawn over in place: what draws the same stays the same node (dom.js keep)
   const screen = `chat:${scroll.conv}`, view = $view();
   const oldEditor = view.dataset.screen === screen && document.getElementById("editor");
+  // what the user reads stays where it is when something comes or goes above it (a notice, the menu row)
+  const anchor = !follow && keepFromBottom === null && view.dataset.screen === screen ? readingNode() : null;
+  const anchorTop = anchor && anchor.getBoundingClientRect().top;
   if (oldEditor) editor.style.height = oldEditor.style.height;  // grow() sets it once drawn
   const drawn = redraw(screen, [keyed(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })), "title"),
     p.line2 ? h("p", { class: "header2", "data-key": "line2", text: p.line2 }) : null,
@@ -302,6 +320,10 @@ export function render() {
   grow(ed);
   document.documentElement.style.setProperty("--bar", `${view.querySelector(":scope > .bar").offsetHeight}px`);
   if (focused && document.activeElement !== ed) ed.focus({ preventScroll: true });
+  if (anchor && anchor.isConnected) {
+    const moved = anchor.getBoundingClientRect().top - anchorTop;
+    if (Math.abs(moved) >= 1) window.scrollBy(0, moved);
+  }
   if (keepFromBottom !== null) {  // the earlier page went in above: what was on screen stays where it was
     window.scrollTo(0, document.documentElement.scrollHeight - keepFromBottom);
     keepFromBottom = null;

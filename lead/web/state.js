@@ -38,6 +38,7 @@ export function parseRoute() {
   return { name: "dash" };
 }
 export const isRoute = (n) => app.route && app.route.name === n;
+let depth = 0, routed = false;  // this page's place in the tab's history (history.state.depth)
 export async function navigate() {
   const r = app.route = parseRoute();
   const view = r.name === "chat" ? { machine: r.machine, agent: r.agent, conversation: r.conversation }
@@ -49,11 +50,18 @@ export async function navigate() {
     app.fromChannel = { pane: false, items: false }; app.allAsks = false;
     pushView();
   }
-  // an installed web app has no browser back button: the header's Back goes up one screen
+  // an installed web app has no browser back button: the header's Back does what the phone's Back does
+  // (history.back: no entry is added, so the phone's Back never goes forward into the screen just left);
+  // on the first screen of the visit it goes up one screen in place of this one
+  const st = history.state;
+  if (st && Number.isInteger(st.depth)) depth = st.depth;
+  else { depth = routed ? depth + 1 : 0; history.replaceState({ depth }, ""); }
+  routed = true;
   const back = document.getElementById("back");
   back.hidden = r.name === "dash";
   back.textContent = S.back;
   back.href = r.name === "agent" || !r.agent ? "#/" : `#/a/${encodeURIComponent(r.machine)}/${encodeURIComponent(r.agent)}`;
+  back.onclick = (e) => { e.preventDefault(); if (depth > 0) history.back(); else location.replace(back.href); };
   const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
   main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
   try {

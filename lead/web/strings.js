@@ -40,7 +40,7 @@ export const S = {
   newConversation: "New conversation",                            // N1
   noStarters: "This machine's durable agent offers no starters yet.",  // N3
   inbox: "Inbox",
-  approve: "Approve", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
+  approve: "Approve", approved: "Approved", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
   addMessage: "Add a message", messageToAdd: "Message to add", add: "Add",           // I7
   clearInbox: "Clear the inbox", inboxEmpty: "Nothing waits here.", inboxDone: "Running and finished",  // I9
   noAgents: "No durable agents are attached yet: see `collie durable attach`.",
