@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.crewlab import Crew, wait_for
@@ -266,6 +267,158 @@ def test_an_answer_refused_while_the_machine_sleeps_says_since_when_and_goes_whe
 def datetime_utc(epoch: float) -> str:
     from datetime import UTC, datetime
     return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M")
+
+
+
+# ---- the minors -----------------------------------------------------------------------------------------
+def test_always_allow_takes_its_second_tap_on_the_same_spot_and_disarms(page, crew):
+    """Issue 36 minor, Q5: the first tap on `Always allow` turns it into `Tap again to always allow deploy`
+    in the same place (at 390 and 360 px the second tap, at the same point, lands on it); unanswered, it
+    turns back after 5 s; the answered card collapses to one line with the choice."""
+    open_ask(crew, "local", "desk", "deploy")
+    goto(page, "#/c/local/desk/deploy")
+    the_card = card(page, "Deploy to staging?")
+    always = the_card.locator(".opts button").nth(1)
+    always.wait_for()
+    box = always.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.click(x, y)
+    armed = the_card.locator(".opts button").nth(1)
+    pump_until(page, lambda: armed.locator(".role").inner_text() == "Tap again to always allow deploy", timeout=5,
+               what="armed")
+    look(page, "always-armed")
+    under = page.evaluate("([x, y]) => document.elementFromPoint(x, y).closest('button').innerText", [x, y])
+    assert under.startswith("Tap again to always allow deploy"), under
+    pump_until(page, lambda: armed.locator(".role").inner_text() == "Always allow", timeout=10, what="disarmed")
+    page.mouse.click(x, y)
+    pump_until(page, lambda: "Tap again" in armed.inner_text(), timeout=5, what="armed again")
+    page.mouse.click(x, y)
+    line = page.locator(".card.answered", has_text="You always allowed · deploy")
+    line.wait_for(timeout=10000)
+    assert line.bounding_box()["height"] < 60
+    look(page, "answered")
+
+
+def test_a_text_ask_is_sent_with_enter_and_collapses_to_the_answer(page, crew):
+    """Issue 36 minor, Q4: Enter in a text ask's field sends it; the agent takes it and the card collapses to
+    `You answered · <text>`."""
+    goto(page, "#/c/local/flood/f00000")
+    text = card(page, "Name the branch")
+    text.wait_for(timeout=15000)
+    name = f"enter/{uuid.uuid4().hex[:4]}"
+    text.locator("input[type=text]").fill(name)
+    text.locator("input[type=text]").press("Enter")
+    page.locator(".card.answered", has_text=f"You answered · {name}").wait_for(timeout=10000)
+
+
+def test_the_in_app_back_goes_back_without_adding_a_history_entry(page):
+    """Issue 36 minor: the header's `Back` is the phone's Back — the page before, no new history entry — so
+    the phone's own Back afterwards never goes forward into the screen just left."""
+    goto(page, "#/")
+    page.locator("section[data-machine='local'] a.row", has_text="desk").click()
+    page.wait_for_selector("main[data-route='#/a/local/desk']:not([aria-busy])")
+    page.locator("ul.rows a.row").first.click()
+    page.wait_for_selector("main[data-route^='#/c/local/desk/']:not([aria-busy])")
+    length = page.evaluate("history.length")
+    page.locator("#back").click()
+    page.wait_for_selector("main[data-route='#/a/local/desk']:not([aria-busy])")
+    assert page.evaluate("history.length") == length
+    page.locator("#back").click()
+    page.wait_for_selector("main[data-route='#/']:not([aria-busy])")
+    assert page.locator("#back").is_hidden()
+
+
+def test_the_inbox_rows_match_an_added_message_is_its_own_paragraph_and_typing_survives_changes(page, crew):
+    """Issue 36 minors and major 1 (I7, I9): every waiting row has its buttons in the same places; a message
+    added is shown as its own paragraph under the text; what the owner types into `Message to add` stays,
+    with the keyboard, while the inbox changes under it; once nothing waits the inbox says so."""
+    tag = uuid.uuid4().hex[:6]
+    out = crew.lead.collie("tokens", "create", f"relay{tag}", "--approval", "required")
+    assert out.returncode == 0, out.stderr
+    token = Path(re.search(r"(/\S+)", out.stdout).group(1).rstrip(":,.")).read_text().strip()
+
+    def queue(text: str) -> None:  # a sender whose requests wait for the owner's approval (I3)
+        with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}, timeout=20) as relay:
+            got = relay.post("/api/agents/local/desk/inbox",
+                             json={"request_id": str(uuid.uuid4()), "conversation": "deploy", "text": text})
+            assert got.status_code == 200, got.text
+
+    for i in range(3):
+        queue(f"number {i} {tag}")
+    goto(page, "#/inbox/local/desk")
+    rows = page.locator(".inbox-item", has_text=tag)
+    pump_until(page, lambda: rows.count() == 3, timeout=10, what="three waiting")
+    lefts = [[round(b.bounding_box()["x"]) for b in r.locator("button").all()] for r in rows.all()]
+    assert len(set(map(tuple, lefts))) == 1, lefts
+    tops = [[round(b.bounding_box()["y"] - r.bounding_box()["y"]) for b in r.locator("button").all()] for r in rows.all()]
+    assert len(set(map(tuple, tops))) == 1, tops
+    look(page, "inbox-rows")
+    rows.nth(2).get_by_role("button", name="Add a message").click()
+    field = page.get_by_label("Message to add")
+    pump_until(page, lambda: active(page) == "INPUT:Message to add", timeout=5, what="the field has the keyboard")
+    page.keyboard.type("and please", delay=50)
+    queue(f"number 3 {tag}")  # the inbox changes while the owner types
+    pump_until(page, lambda: rows.count() == 4, timeout=10, what="the fourth drawn")
+    page.keyboard.type(" be brief", delay=50)
+    assert field.input_value() == "and please be brief"
+    assert active(page) == "INPUT:Message to add"
+    page.keyboard.press("Enter")
+    added = rows.filter(has_text="and please be brief").locator(".l1")
+    pump_until(page, lambda: added.count() == 1, timeout=10, what="the message added")
+    assert added.inner_text() == f"number 2 {tag}\n\nand please be brief"
+    look(page, "inbox-added")
+    for n in range(4, 0, -1):
+        pump_until(page, lambda: rows.get_by_role("button", name="Cancel", exact=True).count() == n, timeout=10,
+                   what=f"{n} waiting")
+        rows.get_by_role("button", name="Cancel", exact=True).first.click()
+    page.get_by_text("Nothing waits here.", exact=True).wait_for(timeout=10000)
+
+
+def test_a_chat_reloaded_while_the_phone_is_offline_shows_what_was_last_loaded(crew, browser):
+    """Issue 36 minor (phone-app.md): the page installed (its service worker), a chat read once, then the
+    phone offline and the chat reloaded: it shows the conversation as last loaded, marked so — never
+    `Loading…` for ever."""
+    page = paired_page(crew, browser, "allow", viewport={"width": 390, "height": 844}, timezone_id=ZONE)
+    page.size = "390x844"
+    goto(page, "#/c/local/desk/deploy")
+    page.locator(".card[data-ask], .item").first.wait_for(timeout=10000)
+    pump_until(page, lambda: page.evaluate("!!navigator.serviceWorker.controller") or (page.reload() and False),
+               timeout=20, what="the service worker in control")
+    page.wait_for_selector("main[data-route='#/c/local/desk/deploy']:not([aria-busy])")
+    page.context.set_offline(True)
+    page.reload()
+    page.wait_for_selector("main[data-route='#/c/local/desk/deploy']:not([aria-busy])", timeout=15000)
+    pump_until(page, lambda: "This phone is offline" in page.locator("#banner").inner_text(), timeout=10,
+               what="the banner")
+    assert "Loading…" not in page.locator("main").inner_text()
+    assert page.locator("main h1").inner_text().startswith("Deploy")
+    look(page, "offline-reload")
+    page.context.set_offline(False)
+    assert page.errors == [], page.errors
+    page.context.close()
+
+
+def test_a_member_sleeping_and_waking_moves_nothing_the_user_reads(page, crew):
+    """Issue 36 minor (C7): the chat's notice and its Rename/Close row come and go when `workshop` sleeps and
+    wakes; the item the user reads stays where it is on screen, and the row's buttons dim in place."""
+    goto(page, "#/c/workshop/show/long")
+    page.locator(".item", has_text=re.compile(r"^message 20$")).wait_for(timeout=10000)
+    target = page.locator(".item", has_text=re.compile(r"^message 25$"))
+    target.scroll_into_view_if_needed()
+    page.evaluate("scrollBy(0, -200)")
+    page.wait_for_timeout(200)
+    before = target.bounding_box()["y"]
+    sleep_member(crew)
+    try:
+        pump_until(page, lambda: "workshop is offline" in page.locator("main").inner_text(), timeout=10, what="asleep")
+        page.wait_for_timeout(200)
+        assert abs(target.bounding_box()["y"] - before) <= 1
+        assert page.get_by_role("button", name="Rename").is_disabled()
+    finally:
+        wake_member(crew)
+    pump_until(page, lambda: "workshop is offline" not in page.locator("main").inner_text(), timeout=15, what="awake")
+    page.wait_for_timeout(200)
+    assert abs(target.bounding_box()["y"] - before) <= 1
 
 
 BANNER_SEEN = """() => { window.bannerSeen = []; const b = document.getElementById('banner');

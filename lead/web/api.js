@@ -102,7 +102,11 @@ function recall(path) {
 export async function api(path, { method = "GET", body, anyway = false } = {}, again = true) {
   let r, text;
   if (method !== "GET" && navigator.onLine === false) throw new Offline(true);
-  if (method !== "GET" && leadOut() && !anyway) throw new Offline(false);
+  if (method !== "GET" && !anyway && net.silentSince !== null) throw new Offline(false);
+  if (method !== "GET" && !anyway && net.leadDown) {  // is it back? else nothing is sent
+    await probe();
+    if (leadOut()) throw new Offline(false);
+  }
   const stop = new AbortController();
   waiting.add(stop);
   try {
