@@ -64,7 +64,7 @@ export const S = {
   uncertainNoLead: "Not certain it was done: the lead could not be reached.",
   memberOffline: (m, t) => t ? `${m} is offline since ${t}: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`
     : `${m} is offline: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`,
-  machineOffline: (t) => t ? `offline since ${t}` : "offline",
+  machineOffline: (t) => t ? `offline since ${t}` : "offline", machineOnline: "online",
   queuedOffline: (t) => `queued, machine offline since ${t}`,    // I7 (crew.md: the sender's words)
   // D1: an agent that does not answer, in the user's words (by the bridge's reason code)
   unreachableWhy: (agent, reason) => `${agent} is not answering: ${({
