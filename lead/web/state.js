@@ -38,7 +38,7 @@ export function parseRoute() {
   return { name: "dash" };
 }
 export const isRoute = (n) => app.route && app.route.name === n;
-let depth = 0, routed = false;  // this page's place in the tab's history (history.state.depth)
+let lastHash = null;  // the screen shown before this one (kept in history.state.prev of each entry)
 export async function navigate() {
   const r = app.route = parseRoute();
   const view = r.name === "chat" ? { machine: r.machine, agent: r.agent, conversation: r.conversation }
@@ -50,18 +50,22 @@ export async function navigate() {
     app.fromChannel = { pane: false, items: false }; app.allAsks = false;
     pushView();
   }
-  // an installed web app has no browser back button: the header's Back does what the phone's Back does
-  // (history.back: no entry is added, so the phone's Back never goes forward into the screen just left);
-  // on the first screen of the visit it goes up one screen in place of this one
+  // an installed web app has no browser back button: the header's Back goes up one screen, and adds no
+  // history entry — when the screen before is that one it is history.back(), else this entry is replaced —
+  // so the phone's own Back afterwards never goes forward into the screen just left (issue 36)
+  const here = location.hash || "#/";
   const st = history.state;
-  if (st && Number.isInteger(st.depth)) depth = st.depth;
-  else { depth = routed ? depth + 1 : 0; history.replaceState({ depth }, ""); }
-  routed = true;
+  if (!st || typeof st.prev !== "string") history.replaceState({ prev: lastHash }, "");
+  lastHash = here;
   const back = document.getElementById("back");
   back.hidden = r.name === "dash";
   back.textContent = S.back;
   back.href = r.name === "agent" || !r.agent ? "#/" : `#/a/${encodeURIComponent(r.machine)}/${encodeURIComponent(r.agent)}`;
-  back.onclick = (e) => { e.preventDefault(); if (depth > 0) history.back(); else location.replace(back.href); };
+  back.onclick = (e) => {
+    e.preventDefault();
+    const up = back.getAttribute("href"), prev = history.state && history.state.prev;
+    if (prev === up || (up === "#/" && ["", "#", "#/"].includes(prev))) history.back(); else location.replace(up);
+  };
   const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
   main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
   try {
