@@ -33,7 +33,7 @@ from crew import __version__, control, logs
 from crew.cli.serve import daemon_command
 from crew.config import BridgeConfig, load_bridge_config, secrets_of
 from crew.crewconfig import read_crew
-from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, CollieError, ConfigError, NotRunningError
+from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_RUNNING, CollieError, ConfigError, NotRunningError
 from crew.paths import Paths
 from crew.sources import tighten_mode
 
@@ -103,7 +103,15 @@ class Daemon:
     async def op_agents(self, _req: dict) -> dict:
         from cattrs import unstructure
 
-        return {"programs_off": self.config.programs_off, "agents": [unstructure(s) for s in self.bridge.snapshot()]}
+        now = trio.current_time()
+        agents = []
+        for status in self.bridge.snapshot():
+            row = unstructure(status)
+            reader = self.bridge.readers.get(status.name)
+            last = getattr(reader, "last_ok", None)
+            row["polled_ago"] = round(now - last, 1) if last is not None else None  # I11: when it was last read
+            agents.append(row)
+        return {"programs_off": self.config.programs_off, "agents": agents}
 
     async def op_program(self, _req: dict) -> dict:
         """B9: reads of the agents, and each write outcome, for the doctor's `program` line."""
@@ -187,7 +195,7 @@ def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], che
         pass
     else:
         log.error("[bridge] FATAL: a bridge is already running (pid %s); use `collie restart`", pong.get("pid"))
-        return EXIT_FAILURE
+        return EXIT_RUNNING
     migrate_legacy_logs(paths)
     try:
         config = load_bridge_config(paths)

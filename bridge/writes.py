@@ -227,7 +227,7 @@ def check_answer(ask: AskView, req: WriteRequest) -> tuple[str, str | None] | No
         return "read_only", None
     if ask.kind in ("permission", "choice"):
         ids = req.option_ids or []
-        if not ids:
+        if not ids and not (ask.kind == "choice" and ask.multiple):  # `Pick any number` includes none (Q4)
             return "invalid", "pick an option"
         offered = {o.id: o for o in ask.options}
         for oid in ids:

@@ -132,6 +132,7 @@ def sanitize_ask(raw: dict, *, remote: bool = False) -> AskView | None:
     elif kind == "text":
         asked = raw.get("max_length")
         max_length = min(asked, TEXT_CAP) if type(asked) is int and asked > 0 else TEXT_DEFAULT
+        cut.any |= type(asked) is int and asked > TEXT_CAP  # a longer answer than asked for is cut: say so (Q4)
     elif kind == "form":
         for f in cut.many(raw.get("fields"), LIMITS["form"]):
             if not isinstance(f, dict) or not isinstance(f.get("id"), str) or f.get("type") not in ("text", "select", "toggle"):
@@ -141,6 +142,7 @@ def sanitize_ask(raw: dict, *, remote: bool = False) -> AskView | None:
                             cut.text(o if isinstance(o, str) else o.get("label") or o.get("id"), LABEL_MAX))
                      for o in cut.many(f.get("options"), LIMITS["choice"]) if isinstance(o, (str, dict))]
             flen = f.get("max_length")
+            cut.any |= f["type"] == "text" and type(flen) is int and flen > TEXT_CAP
             fields.append(Field(id=f["id"], label=cut.text(f.get("label") or f["id"], LABEL_MAX), type=f["type"],
                                 required=f.get("required") is True,
                                 max_length=(min(flen, TEXT_CAP) if type(flen) is int and flen > 0 else TEXT_DEFAULT)

@@ -12,6 +12,9 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_CONFIG = 78  # sysexits EX_CONFIG: the bridge refused to start on a bad config
+EXIT_RUNNING = 75  # sysexits EX_TEMPFAIL: another bridge already runs on this state folder
+# The exits a restart cannot fix: the service unit does not restart on them (RestartPreventExitStatus).
+NO_RESTART = (EXIT_USAGE, EXIT_RUNNING, EXIT_CONFIG)
 
 
 class CollieError(Exception):

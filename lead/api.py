@@ -46,11 +46,11 @@ def load_or_create_credential(paths: Paths) -> tuple[str, bool]:
 
 
 def create_api(app: Quart, bridge: Bridge, writer: Writer, credential: str, hub=None, *, door=None,
-               devices=None, feed=None, redact_on: bool = True) -> None:
+               devices=None, feed=None, redact_on: bool = True, stops=None) -> None:
     """Add the /api routes to `app`. `hub` (lead.hub.Hub) routes members' machines; `door`
     (lead.pairing.Door) guards Host and Origin; `devices` (lead.devices.Devices) knows paired phones."""
     auth.register(app, credential, hub, door=door, devices=devices)
     if feed is not None:
         feed.redact_on = redact_on  # X1: the live channel's panes are masked like this API's
     reads.register(app, bridge, writer, hub, feed=feed, redact_on=redact_on)
-    writes.register(app, bridge, writer, hub)
+    writes.register(app, bridge, writer, hub, stops=stops)

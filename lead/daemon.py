@@ -75,8 +75,7 @@ class LeadDaemon(Daemon):
             ttl = float(env.get("COLLIE_INBOX_TTL") or TTL_DEFAULT)
         except ValueError:
             ttl = TTL_DEFAULT
-        self.inbox = Inbox(paths.state_dir / "inbox.sqlite", self.hub, self.writer,
-                           owner=env.get("COLLIE_OWNER") or "the owner", ttl=ttl)
+        self.inbox = Inbox(paths.state_dir / "inbox.sqlite", self.hub, self.writer, owner=owner_name(env), ttl=ttl)
         from crew.redact import enabled as redaction_enabled
         from lead.devices import Devices
         from lead.events import Feed
@@ -84,13 +83,20 @@ class LeadDaemon(Daemon):
         from lead.tls import ensure_certificate, fingerprint_file, names_for
 
         self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
-        self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing)
+        from lead.needs_file import NAME as SEEN_FILE
+
+        self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing,
+                         seen_path=paths.state_dir / SEEN_FILE)
         self.feed.follow_inbox(self.inbox)
         self.devices.on_revoke.append(self.feed.revoke_device)
         self.redact_on = redaction_enabled({**env, **os.environ})
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
                              redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
+        from lead.turn_push import TurnPusher
+
+        self.turns = TurnPusher(self.pusher, self.feed)  # issue 37: a push when a turn ends
+        self.devices.on_revoke.append(self.turns.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
         host = args.host or "127.0.0.1"
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
@@ -120,7 +126,7 @@ class LeadDaemon(Daemon):
         """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
         viewers = {f"local/{name}": st["viewers"] for name, st in self.bridge.statistics().items() if st["viewers"]}
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
-        push = {**self.pusher.stats, "subscriptions": len(self.pusher.store.subs)}
+        push = {**self.pusher.stats, **self.turns.stats, "subscriptions": len(self.pusher.store.subs)}
         return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
                 "fingerprint": self.fingerprint, "address": self.address}
 
@@ -158,19 +164,21 @@ class LeadDaemon(Daemon):
         from lead.events import install_events
         from lead.pairing import Door, install_pairing
         from lead.push import install_push
+        from lead.routes.turns import register as install_turns
         from lead.web import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
                                       names=self.args.name or [])
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
-                                                redact_on=self.redact_on),
+                                                redact_on=self.redact_on, stops=self.turns),
                                      install_push(a, self.pusher),
+                                     install_turns(a, self.turns),
                                      install_inbox_routes(a, self.hub, self.inbox),
                                      install_pairing(a, door, self.devices),
                                      install_events(a, self.feed,
                                                     owner_check=lambda: getattr(g, "sender", None) == OWNER),
-                                     install_web(a, self.bridge, self.hub),
+                                     install_web(a, self.bridge, self.hub, needs=self.feed.needs),
                                      self.hub.install(a, self.shutdown)))
 
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -181,6 +189,7 @@ class LeadDaemon(Daemon):
             nursery.start_soon(self.inbox.run)
             await nursery.start(self.feed.run)
             await nursery.start(self.pusher.run)
+            await nursery.start(self.turns.run)
 
             async def end_channels():
                 await self.shutdown.wait()
@@ -205,6 +214,33 @@ class LeadDaemon(Daemon):
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
+
+
+OWNER_MAX = 60  # characters of the owner's display name
+
+
+def owner_name(env: dict, account=None) -> str:
+    """Who approves requests, as `waiting for approval from <owner>` names them (crew.md §4, I7): COLLIE_OWNER
+    from the lead's `.env` or environment; else the full name of the account the lead runs as (its passwd
+    entry), else its login name — never a bare "the owner", which reads oddly to the owner himself
+    (issue 36). `account`: (full name, login) for tests."""
+    given = (env.get("COLLIE_OWNER") or "").strip()
+    if given and len(given) <= OWNER_MAX and given.isprintable():
+        return given
+    if account is None:
+        try:
+            import pwd
+
+            entry = pwd.getpwuid(os.getuid())
+            account = (entry.pw_gecos, entry.pw_name)
+        except (ImportError, KeyError):
+            account = ("", os.environ.get("USER") or os.environ.get("LOGNAME") or "")
+    full, login = account
+    full = (full or "").split(",")[0].strip()
+    for name in (full, (login or "").strip()):
+        if name and len(name) <= OWNER_MAX and name.isprintable():
+            return name
+    return f"the owner of {socket.gethostname()}"
 
 
 def pair_command(env: dict) -> str:

@@ -218,23 +218,27 @@ class Devices:
             if max(exp, used or 0) + 86400 < now:
                 self._drop_code(h)
 
+    def new_link(self) -> str:
+        """Where a new link comes from, told neutrally: the phone's user may never have run the command (issue 36)."""
+        return f"A new link comes from `{self.again}` on the lead: ask whoever runs it."
+
     def redeem(self, code: object, name: object, now: float, sign_key: str | None = None) -> tuple[Device, str, str]:
         """Trade a code for a new device credential: (device, cookie, key). Raises `PairingRefused`.
         `sign_key` (checked by `parse_sign_key`) lets the device renew a replaced cookie."""
         if not isinstance(code, str) or not 1 <= len(code) <= 200:
-            raise PairingRefused("unknown", f"This pairing link is not valid. Run `{self.again}` again.")
+            raise PairingRefused("unknown", f"This pairing link is not valid. {self.new_link()}")
         h = digest(code)
         found = None
         for known in self.codes:  # constant-time comparison of the hashes, whatever is stored
             if hmac.compare_digest(known, h):
                 found = known
         if found is None:
-            raise PairingRefused("unknown", f"This pairing link is not valid. Run `{self.again}` again.")
+            raise PairingRefused("unknown", f"This pairing link is not valid. {self.new_link()}")
         expires, used = self.codes[found]
         if used is not None:
-            raise PairingRefused("used", f"This pairing link was already used. Run `{self.again}` again.")
+            raise PairingRefused("used", f"This pairing link was already used: a link pairs one phone. {self.new_link()}")
         if now >= expires:
-            raise PairingRefused("expired", f"This pairing link expired (links last 10 minutes). Run `{self.again}` again.")
+            raise PairingRefused("expired", f"This pairing link expired (links last 10 minutes). {self.new_link()}")
         if len(self.by_hash) >= MAX_DEVICES:
             raise PairingRefused("too_many", f"{MAX_DEVICES} phones are paired already. Revoke one with `collie devices revoke`.")
         credential, key = secrets.token_urlsafe(CREDENTIAL_BYTES), secrets.token_urlsafe(CREDENTIAL_BYTES)
@@ -243,7 +247,7 @@ class Devices:
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             if self.db.execute("UPDATE codes SET used_at=? WHERE hash=? AND used_at IS NULL", (now, found)).rowcount != 1:
-                raise PairingRefused("used", f"This pairing link was already used. Run `{self.again}` again.")
+                raise PairingRefused("used", f"This pairing link was already used: a link pairs one phone. {self.new_link()}")
             self.db.execute("INSERT INTO devices (id, name, hash, paired_at, last_seen, key_hash, sign_key) "
                             "VALUES (?, ?, ?, ?, ?, ?, ?)",
                             (dev.id, dev.name, dev.hash, dev.paired_at, dev.last_seen, dev.key_hash, dev.sign_key))

@@ -6,8 +6,8 @@ conversation it views), then carries changes as they happen:
     row        one agent's dashboard row changed (counts, status, line 2)
     sections   the list of sections changed (a machine joined, went offline or came back, an ask
                moved one above the others)
-    needs      the Needs you list changed (`{"asks": […]}`, as `GET /api/needs`): an ask opened or
-               closed anywhere, also one closed and another raised in its place (no count moves)
+    needs      the Needs you list changed (`{"asks": […], "unreachable": […]}`, as `GET /api/needs`): an ask
+               opened or closed anywhere, also one closed and another raised in its place (no count moves)
     pane       the viewed conversation's pane state changed (asks appear and close, turn, progress,
                actions, recent sends and their receipts)
     items      new or changed chat items of the viewed conversation
@@ -41,9 +41,11 @@ routes and the stream are in `lead.events_routes`.
 
 from __future__ import annotations
 
+import math
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import attrs
 import trio
@@ -59,8 +61,12 @@ from lead.feed_core import (  # noqa: F401  (re-exported)
     view_change)
 from lead.feed_reads import ConversationReads
 from lead.needs import NeedsList
+from lead.needs_file import read_seen, write_seen
 
 log = logs.get("events")
+
+SEEN_SAVE_GAP = 1.0  # the asks' first-seen times are written at most this often
+RECALL_FOR = 600.0  # a first-seen time kept from before a restart waits this long for its ask to be seen
 
 
 @attrs.define(eq=False)
@@ -70,6 +76,7 @@ class Channel:
     send: trio.MemorySendChannel
     receive: trio.MemoryReceiveChannel
     view: tuple | None = None  # (machine, agent, conversation or None)
+    visible: bool = True  # the page is on screen (it says so on visibilitychange; issue 37: no turn-end push then)
     overflowed: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
     close_reason: str | None = None
@@ -103,10 +110,15 @@ class Feed(ConversationReads):
     redact_on = True  # X1: the pane it sends has secrets masked (install_api sets it from COLLIE_REDACT)
 
     def __init__(self, bridge, hub=None, writer=None, *, log_: EventLog | None = None,
-                 set_viewing: Callable | None = None, wall: Callable[[], float] = time.time) -> None:
+                 set_viewing: Callable | None = None, wall: Callable[[], float] = time.time,
+                 seen_path: Path | None = None) -> None:
         self.bridge = bridge
         self.wall = wall  # the wall clock a Needs you entry's `since` is shown in
-        self.needs = NeedsList()
+        # when each open ask was first seen, kept in `seen_path` across restarts (lead.needs_file)
+        self.seen_path = seen_path
+        self.needs = NeedsList(recall=read_seen(seen_path) if seen_path is not None else None)
+        self._seen_saved: dict | None = None
+        self._seen_wake = trio.Event()
         self.hub = hub
         self.writer = writer
         self.log = log_ or EventLog()
@@ -199,6 +211,30 @@ class Feed(ConversationReads):
     def shutdown(self) -> None:
         for ch in list(self.channels.values()):
             self._end(ch, "shutdown")
+        self._save_seen(self.needs.kept())
+
+    def _save_seen(self, kept: dict) -> None:
+        """Write when each open ask was first seen, if that changed since the last write."""
+        if self.seen_path is None or kept == self._seen_saved:
+            return
+        try:
+            write_seen(self.seen_path, kept)
+            self._seen_saved = kept
+        except OSError as exc:  # a full disk costs the asks' ages after a restart, never the live channel
+            log.warning("[bridge] could not keep the asks' first-seen times: %s", exc)
+
+    async def _keep_seen(self) -> None:
+        """Save the first-seen times at most every SEEN_SAVE_GAP while they change; the times recalled from
+        the last run and not seen again within RECALL_FOR are forgotten (those asks closed meanwhile)."""
+        forget_at = trio.current_time() + RECALL_FOR
+        while True:
+            with trio.move_on_at(forget_at if self.needs.recall else math.inf):
+                await self._seen_wake.wait()
+            self._seen_wake = trio.Event()
+            if trio.current_time() >= forget_at:
+                self.needs.recall.clear()
+            await trio.to_thread.run_sync(self._save_seen, self.needs.kept())
+            await trio.sleep(SEEN_SAVE_GAP)
 
     @staticmethod
     def _end(ch: Channel, reason: str) -> None:
@@ -225,7 +261,7 @@ class Feed(ConversationReads):
         if view and view[2]:
             pane = await self.pane_of(*view)
             items = await self.items_of(*view)
-        return snapshot_data(sections, asks, view, pane, items)
+        return snapshot_data(sections, asks, view, pane, items, unreachable=self.needs.unreachable())
 
     async def view_events(self, ch: Channel) -> list[Event]:
         """A fresh pane and all items of what `ch` views, as events of the shared numbering."""
@@ -257,6 +293,8 @@ class Feed(ConversationReads):
         bridge_changed = getattr(self.bridge, "wait_changed", None)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._expire_leases)
+            if self.seen_path is not None:
+                nursery.start_soon(self._keep_seen)
             nursery.start_soon(self._read_members)
             if bridge_changed is not None and getattr(self.bridge, "on_agent_change", None) is None:
                 nursery.start_soon(self._follow, bridge_changed)
@@ -295,7 +333,8 @@ class Feed(ConversationReads):
         for ev in rows + st.heads_changed(self._heads() if (rows or dirty or everything) else st.heads):
             self._publish(*ev)
         if self._update_needs(dirty, everything):
-            self._publish(*needs_event(self.needs.asks()))
+            self._publish(*needs_event(self.needs.asks(), self.needs.unreachable()))
+            self._seen_wake.set()
         # panes and items: only what some channel views, and only on the agents that changed
         viewed = self._viewed()
         for key in st.to_read(viewed, dirty, everything):

@@ -56,6 +56,10 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
             view = _view_from(data)
         except ValueError as exc:
             return error(400, "bad_request", str(exc))
+        visible = data.get("visible", True)
+        if type(visible) is not bool:
+            return error(400, "bad_request", "visible must be true or false (is the page on screen?)")
+        ch.visible = visible
         await feed.set_view(ch, view)
         for ev in await feed.view_events(ch):
             ch.offer(ev)

@@ -174,9 +174,10 @@ def sections_event(heads: list[dict]) -> tuple:
     return "sections", {"sections": heads}, None
 
 
-def needs_event(asks: list[dict]) -> tuple:
-    """The whole Needs you list, as `GET /api/needs` has it."""
-    return "needs", {"asks": asks}, None
+def needs_event(asks: list[dict], unreachable: list[dict] | None = None) -> tuple:
+    """The whole Needs you list, as `GET /api/needs` has it: the asks waiting for you, and apart the open
+    asks of agents that cannot be answered through now (lead.needs)."""
+    return "needs", {"asks": asks} | ({"unreachable": unreachable} if unreachable is not None else {}), None
 
 
 def inbox_event(view: dict) -> tuple:
@@ -195,10 +196,12 @@ def items_event(key: tuple, items: list[dict], full: bool) -> tuple:
 
 
 def snapshot_data(sections: list[dict], asks: list[dict], view: tuple | None, pane: dict | None = None,
-                  items: list[dict] | None = None) -> dict:
-    """What a fresh channel's `snapshot` carries: the dashboard, the Needs you list and what it views;
-    for a conversation, its pane and all its items."""
+                  items: list[dict] | None = None, *, unreachable: list[dict] | None = None) -> dict:
+    """What a fresh channel's `snapshot` carries: the dashboard, the Needs you list (and apart the asks
+    that cannot be answered now) and what it views; for a conversation, its pane and all its items."""
     data: dict = {"dashboard": {"sections": sections}, "view": None, "needs": asks}
+    if unreachable is not None:
+        data["needs_unreachable"] = unreachable
     if view:
         machine, agent, conv = view
         data["view"] = {"machine": machine, "agent": agent, "conversation": conv}

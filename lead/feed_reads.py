@@ -39,7 +39,9 @@ class ConversationReads:
                 got = await self.hub.read(machine, agent, "recent_sends", {"conversation": conv})
                 recent = (got or {}).get("lines", [])
             self.core.recent[("conv", machine, agent, conv)] = recent
-        return self._pane(reader, machine, conv, recent)
+        from lead.inbox import with_waiting
+
+        return self._pane(reader, machine, conv, with_waiting(recent, self.inbox, machine, agent, conv))
 
     async def items_of(self, machine: str, agent: str, conv: str) -> list[dict] | None:
         reader = self.reader_of(machine, agent)

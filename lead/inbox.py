@@ -138,6 +138,14 @@ class Inbox:
             ahead.update(texts.ahead_counts(self.active.get(key, {}).values()))
         return [self.view(i, ahead.get(i.id)) for i in items]
 
+    def waiting_lines(self, machine: str, agent: str, conversation: str) -> list[dict]:
+        """The phone's own sends to `conversation` still waiting in this inbox, as the pane's recent-sends
+        lines (`queued`, B10, C9): the page keeps showing them after a reload until the agent has them."""
+        return [{"request_id": i.request_id or i.id, "text": i.text or "", "state": "queued"}
+                for i in self.core.listing(self.items(machine, agent))
+                if i.kind == "send" and i.sender is None and i.conversation == conversation
+                and i.state in ("pending", "approved")]
+
     def listing(self, machine: str, agent: str, sender: str | None = None, *, owner: bool = True) -> list[Item]:
         items = self.core.listing(self.items(machine, agent))
         return items if owner else [i for i in items if i.sender == sender]
@@ -319,3 +327,10 @@ class Inbox:
                 "inflight": len(self.inflight), "commits_pending": self.store.behind,
                 "held": len(self.pace.held), "paused": len(self.pace.paused)}
 
+
+def with_waiting(recent: list, inbox, machine: str, agent: str, conv: str) -> list:
+    """The owner's recent sends, then those still waiting in the lead's inbox (`queued`, B10, C9)."""
+    if inbox is None or not isinstance(recent, list):
+        return recent
+    ids = {line.get("request_id") for line in recent if isinstance(line, dict)}
+    return recent + [line for line in inbox.waiting_lines(machine, agent, conv) if line["request_id"] not in ids]

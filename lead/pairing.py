@@ -181,7 +181,7 @@ async function signingKey() {
   const msg = document.getElementById("msg");
   const code = location.hash.slice(1);
   history.replaceState(null, "", location.pathname);
-  if (!code) { msg.textContent = "This pairing link has no code. Run collie pair again."; return; }
+  if (!code) { msg.textContent = "This pairing link has no code. A new link comes from collie pair on the lead: ask whoever runs it."; return; }
   try {
     const sign = await signingKey();
     const r = await fetch("/pair", {method: "POST", credentials: "same-origin",

@@ -5,7 +5,8 @@ elsewhere. Every page is served with a strict Content-Security-Policy (scripts a
 lead only, no inline script), `X-Content-Type-Options: nosniff`, and `X-Frame-Options: DENY`.
 
 `GET /api/needs` lists every open ask on every machine, oldest first (the order in which the lead
-first saw them), so the dashboard can show one Needs you list above the sections.
+first saw them), so the dashboard can show one Needs you list above the sections: those waiting for you
+(`asks`), and apart those whose agent cannot be answered through now (`unreachable`, lead.needs).
 """
 
 from __future__ import annotations
@@ -37,12 +38,19 @@ CSP = ("default-src 'self'; script-src 'self' {boot}; style-src 'self'; img-src 
        "manifest-src 'self'; worker-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
-def needs_list(bridge, hub, first_seen: dict, now: float, redact_on: bool = True) -> list[dict]:
+def needs_read(bridge, hub, first_seen: dict, now: float, redact_on: bool = True,
+               recall: dict | None = None) -> NeedsList:
     """Every open ask on every machine, oldest first; titles masked like the conversation list's (X1):
-    the live channel's rule (lead.needs), read whole, with the times `first_seen` kept from before."""
-    needs = NeedsList(first_seen)
+    the live channel's rule (lead.needs), read whole, with the times `first_seen` (and `recall`, from before
+    a restart) kept from before."""
+    needs = NeedsList(first_seen, recall)
     needs.read(machines_of(bridge, hub), now, redact_on=redact_on)
-    return needs.asks()
+    return needs
+
+
+def needs_list(bridge, hub, first_seen: dict, now: float, redact_on: bool = True) -> list[dict]:
+    """The asks waiting for you (needs_read)."""
+    return needs_read(bridge, hub, first_seen, now, redact_on).asks()
 
 
 def approvals_list(hub) -> list[dict]:
@@ -103,14 +111,16 @@ def serve_file(static: Static, name: str, ctype: str, *, immutable: bool) -> Res
     return resp
 
 
-def install_web(app, bridge, hub, redact_on: bool | None = None) -> None:
+def install_web(app, bridge, hub, redact_on: bool | None = None, needs: NeedsList | None = None) -> None:
+    """`needs`: the live channel's list, whose first-seen times (kept across restarts) GET /api/needs shares."""
     if redact_on is None:
         import os
 
         from crew.redact import enabled
         redact_on = enabled(dict(os.environ))
     static = Static()
-    first_seen: dict = {}
+    first_seen: dict = needs.first_seen if needs is not None else {}
+    recall: dict = needs.recall if needs is not None else {}
 
     def plain(path: str):
         name, ctype = FILES[path]
@@ -134,5 +144,6 @@ def install_web(app, bridge, hub, redact_on: bool | None = None) -> None:
 
     @app.get("/api/needs")
     async def needs():
-        return jsonify({"asks": needs_list(bridge, hub, first_seen, time.time(), redact_on),
+        got = needs_read(bridge, hub, first_seen, time.time(), redact_on, recall)
+        return jsonify({"asks": got.asks(), "unreachable": got.unreachable(),
                         "approvals": approvals_list(hub)})

@@ -59,4 +59,14 @@ def main(argv: list[str]) -> int:
     p = ServeParser(prog="collie serve", description="Run this member machine's bridge (the options are the lead's).")
     add_options(p)
     args, _ = p.parse_known_args(argv)
-    return run_daemon(MemberDaemon, args, argv)
+    return run_daemon(MemberDaemon, args, argv, check=_unused_options)
+
+
+def _unused_options(args, _paths) -> None:
+    """A member serves nothing: options that would shape a server are said to be unused, not dropped silently."""
+    unused = [f"--{o.replace('_', '-')}" for o in ("host", "port", "tls_cert", "tls_key", "name")
+              if getattr(args, o, None)]
+    if unused:
+        log.warning("[bridge] %s unused: this machine is a member of a crew (crew.json) and serves nothing",
+                    " ".join(unused))
+    return None

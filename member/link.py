@@ -17,7 +17,10 @@
 - `request` frames run through this bridge's own writer and journal: a request id the member has
   seen is never sent to the agent again, so a lead that resends after a dropped link gets the
   stored receipt. The lead holds the session lock, so the writer does not take it again.
-- Reconnect: exponential backoff 0.5 s → 30 s with jitter.
+- Reconnect (`Redial`): exponential backoff 0.5 s → 30 s with jitter, back to 0.5 s after a link that
+  lasted HEALTHY_AFTER. A lead that closes the link going away (code 1001: it is shutting down or
+  restarting, `collie restart`) is tried again at once and then every RESTART_RETRY (jittered) for
+  RESTART_WINDOW, so the member is back within a few seconds of the restarted lead answering (issue 36.4).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ log = logs.get("crew")
 MIN_GAP = crewwire.MIN_GAP
 FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
+HEALTHY_AFTER = 10.0  # a link up this long resets the backoff (a lead that closes every link at once does not)
+GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (lead.hub)
+RESTART_RETRY = 1.0  # after a lead went away, a try this often (jittered ×0.5–1.5) ...
+RESTART_WINDOW = 120.0  # ... for this long; then the backoff grows again
 CONNECT_TIMEOUT = 10.0
 FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
 
@@ -169,6 +176,48 @@ def fit_items(result: dict, frame_room: int = crewwire.MAX_FRAME - FRAME_ROOM) -
     return {**result, "items": [{"kind": "gap", "seq": kept[0].get("seq", 0) if kept else 0, "text": LEFT_OUT}] + kept}
 
 
+class Redial:
+    """How long the member waits before dialling the lead again (plain: times passed in, jitter from `rng`).
+
+    - `failed(now)`: a try that reached no lead. Within a restart window, RESTART_RETRY; else the
+      backoff, doubling from BACKOFF_MIN to BACKOFF_MAX.
+    - `lost(up_at, now, going_away)`: a link that had been welcomed at `up_at` ended. One that lasted
+      HEALTHY_AFTER resets the backoff. A lead going away (close code 1001) after such a link (or the first
+      time) opens a restart window and is tried again at once; after a short link it is one more failed
+      try, so a lead that welcomes and closes every link is not dialled in a tight loop."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.backoff = BACKOFF_MIN
+        self.window_start: float | None = None
+
+    def _jitter(self, base: float) -> float:
+        return base * self.rng.uniform(0.5, 1.5)
+
+    def failed(self, now: float) -> float:
+        if self.window_start is not None and now < self.window_start + RESTART_WINDOW:
+            return self._jitter(RESTART_RETRY)
+        delay = self._jitter(self.backoff)
+        self.backoff = min(self.backoff * 2, BACKOFF_MAX)
+        return delay
+
+    def lost(self, up_at: float, now: float, going_away: bool) -> float:
+        healthy = now - up_at >= HEALTHY_AFTER
+        if healthy:
+            self.backoff = BACKOFF_MIN
+        if going_away and (healthy or self.window_start is None):
+            self.window_start = now
+            return 0.0
+        return self.failed(now)
+
+
+def going_away(exc: BaseException) -> bool:
+    """Did the lead close the link going away (shutting down or restarting)? Exception groups are unwrapped."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return isinstance(exc, ConnectionClosed) and getattr(exc.reason, "code", None) == GOING_AWAY
+
+
 class Link:
     def __init__(self, cfg: CrewConfig, bridge: Bridge, writer: Writer) -> None:
         self.cfg = cfg
@@ -178,18 +227,24 @@ class Link:
         self.status = LinkStatus(lead=self.url)
         self.boot = secrets.token_hex(8)  # one per process: the lead knows a reconnect of this member by it
         self.rng = random.Random()
+        self.up_at: float | None = None  # trio time the current link was welcomed (None: not up)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        backoff = BACKOFF_MIN
+        redial = Redial(self.rng)
         while True:
+            self.up_at = None
             try:
                 await self._connect_once()
-                backoff = BACKOFF_MIN
-            except Exception as exc:  # whatever broke the link, it is reported and the link comes back
-                self._down(self.describe(exc))
-            delay = backoff * self.rng.uniform(0.5, 1.5)
-            backoff = min(backoff * 2, BACKOFF_MAX)
+                exc = None
+            except Exception as err:  # whatever broke the link, it is reported and the link comes back
+                exc = err
+                self._down(self.describe(err))
+            now = trio.current_time()
+            if self.up_at is None:
+                delay = redial.failed(now)
+            else:
+                delay = redial.lost(self.up_at, now, exc is not None and going_away(exc))
             await trio.sleep(delay)
 
     def describe(self, exc: BaseException) -> str:
@@ -254,6 +309,7 @@ class Link:
             self.status.connected, self.status.since = True, time.time()
             self.status.last_contact, self.status.last_error = time.time(), None
             self.status.connects += 1
+            self.up_at = trio.current_time()
             self.status.read_only = welcome.get("read_only") is True
             log.info("[crew] connected to the lead at %s as %s", self.url, self.cfg.label)
             await self._session(ws)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 def lab(paths, bridge):
     run = short_dir()
     agents = Agents()
-    for kind in ("deployer", "streamer", "starters", "progress", "nohistory"):
+    for kind in ("deployer", "streamer", "starters", "progress", "nohistory", "nightly"):
         agents.start(kind, "--socket", str(run / kind / "a.sock"))
         assert run_collie(paths, "durable", "attach", kind, "--socket", str(run / kind / "a.sock")).returncode == 0
     b = bridge(env=collie_env(paths))
@@ -147,6 +147,27 @@ def test_steer_and_stop(lab):
     again = c.post("/api/agents/local/streamer/conversations/chat/stop",
                    json={"request_id": rid(), "turn": sent["turn"]}).json()
     assert again["outcome"] == "refused" and again["reason"] == "not_running"
+
+
+def test_the_demos_nightly_job_shows_its_step_while_it_works(lab):
+    """C6, issue 36 (docs/demo.md): the demo's `nightly` shows `Step 2 of 3: Save a note` — its job runs (a
+    turn of its own), and progress shows only while a conversation works; `Next step` moves it on, and past
+    the last step the job replies and its header falls back to the workspace."""
+    from crew.cli.demo import WORKSHOP
+
+    assert ("nightly", "nightly") in WORKSHOP.agents
+    c, *_ = lab
+    pane = wait_for(lambda: (lambda p: p if p.get("line2") == "Step 2 of 3: Save a note" else None)(
+        c.get("/api/agents/local/nightly/conversations/job").json()), what="the nightly job's step")
+    assert pane["state"] == "working"
+    for expected in ("Step 3 of 3: Report", "Jobs"):
+        got = c.post("/api/agents/local/nightly/conversations/job/actions/next",
+                     json={"request_id": rid(), "turn": pane["turn"]}).json()
+        assert got["outcome"] == "done", got
+        pane = wait_for(lambda: (lambda p: p if p.get("line2") == expected else None)(
+            c.get("/api/agents/local/nightly/conversations/job").json()), what=expected)
+    wait_for(lambda: any(i.get("text") == "Nightly job done." for i in
+                         c.get("/api/agents/local/nightly/conversations/job/items").json()["items"]), what="the reply")
 
 
 def test_actions_and_moved_on(lab):

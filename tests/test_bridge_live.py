@@ -346,3 +346,45 @@ async def test_an_unchanged_idle_read_is_not_a_change(tmp, autojump_clock):
             pane.reply("a real change")  # is still announced at once
             await trio.sleep(0.01)
             assert len(changes) >= 1 and changes[0] - start == pytest.approx(300, abs=0.01)
+
+
+async def test_a_hand_written_entry_that_breaks_a_rule_shows_unreachable_with_the_reason(tmp, autojump_clock):
+    """A9 (T1, T4, T6): entries written into sources.json by hand, past `collie durable attach`'s checks —
+    plain HTTP off this machine, a relative socket path, a token too short — each show Unreachable with
+    the reason the attach would have given, are never contacted, and do not stop the bridge or the
+    agent beside them."""
+    import json
+
+    from crew.config import load_bridge_config
+    from crew.fsutil import ensure_private_dir
+    from crew.paths import Paths
+
+    paths = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state")
+    ensure_private_dir(paths.config_dir)
+    sock = tmp / "a.sock"
+    paths.sources.write_text(json.dumps([
+        {"name": "far", "kind": "durable", "url": "http://agent.example:9000/v1", "token": "t" * 43},
+        {"name": "rel", "kind": "durable", "socket": "run/app.sock"},
+        {"name": "weak", "kind": "durable", "url": "https://agent.example/v1", "token": "short"},
+        {"name": "desk", "kind": "durable", "socket": str(sock)}]))
+    paths.sources.chmod(0o600)
+    config = load_bridge_config(paths, environ={})
+    contacted: list[str] = []
+
+    def client(agent):
+        contacted.append(agent.name)
+        from bridge.client import AgentClient
+        return AgentClient(agent)
+
+    async with agent(sock, caps=ALL_CAPS) as collie:
+        collie.conversation("c", title="Chat")
+        collie.ready()
+        async with bridge_for(list(config.agents), tmp, client_factory=client) as b:
+            await trio.sleep(30)
+            status = {s.name: s for s in b.snapshot()}
+            assert status["desk"].status == "ready"
+            for name in ("far", "rel", "weak"):
+                assert status[name].status == "unreachable" and status[name].reason and status[name].detail, status[name]
+            assert "http" in status["far"].detail.lower() and "absolute" in status["rel"].detail.lower()
+            assert "token" in status["weak"].detail.lower()
+            assert contacted == ["desk"]

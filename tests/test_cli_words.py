@@ -136,7 +136,7 @@ def test_a_member_says_link_to_the_lead_not_phone_api(cli, paths, fake_bridge):
     _, status, _ = cli("status")
     _, doctor, _ = cli("doctor")
     assert "phone API" not in status and "phone API" not in doctor
-    assert "running (pid 4242), linked to the lead at ws://127.0.0.1:9/crew/v1" in doctor
+    assert "running (pid 4242), a member of the lead at ws://127.0.0.1:9/crew/v1 (the link: see crew below)" in doctor
     _, listing, _ = cli("crew", "list")
     assert "no members" not in listing and "invite" not in listing
     assert "members are listed on the lead" in listing
@@ -246,3 +246,15 @@ def test_output_piped_to_a_reader_that_left_is_no_traceback(paths, verb):
         os.close(write)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.returncode == 141
+
+
+def test_status_says_when_an_agent_was_last_polled(cli, paths, fake_bridge):
+    """I11: `collie status` says when the bridge last read one of its agents, or that none was reached yet."""
+    first = fake_bridge(ping=ping(), agents={"agents": [agent(polled_ago=3.4), agent(name="edge", polled_ago=75.0)]},
+                        crew={"members": []})
+    assert "durable agents: 2 (2 ready), last polled 3 s ago" in cli("status")[1]
+    first.close()
+    paths.control_socket.unlink()
+    fake_bridge(ping=ping(), agents={"agents": [agent(status="unreachable", reason="timeout", polled_ago=None)]},
+                crew={"members": []})
+    assert "durable agents: 1 (1 unreachable), none reached yet" in cli("status")[1]

@@ -121,3 +121,39 @@ def test_service_unit_serves_with_the_users_host_and_port(cli, paths, tmp_path, 
     assert status == 0 and "serve --host localhost --port 9200\n" in unit_file.read_text()
     status, _, err = cli("service", "install", "--port", "99999")
     assert status == 2 and "--port 99999 is not a port" in err
+
+
+def test_service_unit_never_restarts_over_an_exit_a_restart_cannot_fix(cli, paths, tmp_path, monkeypatch):
+    """I11: a broken config (78), a wrong command line (2) and a bridge already running (75) end the unit
+    instead of restarting it every 2 s forever; the install says how the service starts at boot (linger)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", "/nonexistent")  # neither systemctl nor loginctl: it says what to run
+    status, out, _ = cli("service", "install")
+    unit = (tmp_path / "xdg" / "systemd" / "user" / "collie.service").read_text()
+    assert status == 0 and "RestartPreventExitStatus=2 75 78\n" in unit
+    assert "to start it at boot without a login: loginctl enable-linger " in out
+
+
+def test_service_install_on_a_member_says_it_serves_nothing(cli, paths, tmp_path, monkeypatch):
+    """I11, crew.md §1: a member's unit carries no host or port, and the install says so instead of
+    `serves on 127.0.0.1:8470`; options that would shape a server are said to be unused."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    paths.config_dir.mkdir(parents=True, exist_ok=True)
+    write_crew(paths.crew, CrewConfig(1, "wss://lead.lan:8470/crew/v1", TOKEN, "laptop"))
+    status, out, _ = cli("service", "install", "--port", "9000")
+    unit = (tmp_path / "xdg" / "systemd" / "user" / "collie.service").read_text()
+    assert status == 0 and "serves on" not in out and "serves nothing" in out and "--port unused" in out
+    assert "--port" not in unit and unit.split("ExecStart=")[1].split("\n")[0].endswith(" serve")
+
+
+def test_a_member_says_serve_options_are_unused(caplog):
+    """A member serves nothing: `collie serve --port 9000` on it says the option is unused (never silently)."""
+    import argparse
+    import logging
+
+    from member.daemon import _unused_options
+
+    with caplog.at_level(logging.WARNING):
+        _unused_options(argparse.Namespace(host=None, port="9000", tls_cert=None, tls_key=None, name=[]), None)
+    assert "--port unused: this machine is a member of a crew (crew.json) and serves nothing" in caplog.text

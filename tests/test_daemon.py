@@ -88,7 +88,7 @@ def test_serve_list_doctor_restart_and_graceful_stop(paths, bridge, tmp_path):
 def test_a_second_bridge_is_refused(paths, bridge):
     bridge().wait_ready()
     second = run_collie(paths, "serve", "--port", "0")
-    assert second.returncode == 1 and "a bridge is already running" in second.stderr
+    assert second.returncode == 75 and "a bridge is already running" in second.stderr
 
 
 def test_a_certificate_without_its_key_is_a_usage_error(paths):

@@ -290,8 +290,9 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         assert got["pair_page"] == 200 and got["paired"] == 200 and got["cookie_secure"]
         assert got["dashboard"] == 200 and got["sections"] == ["laptop", "local", "workshop"] and got["agents"] == 5
         assert got["reused_code"] == 401  # the link works once, and a second try names the command that works here
-        assert got["reused_message"] == (f"This pairing link was already used. Run `{sys.executable} -m crew.cli.main "
-                                         "demo pair` again.")
+        assert got["reused_message"] == ("This pairing link was already used: a link pairs one phone. A new link comes "
+                                         f"from `{sys.executable} -m crew.cli.main demo pair` on the lead: ask whoever "
+                                         "runs it.")
 
         lead = Paths(config_dir=Path(), state_dir=Path(demo.expect(r"\$\(cat (\S+)/api-token\)").group(1)))
         cert = (lead.state_dir / "tls" / "cert.pem").read_bytes()

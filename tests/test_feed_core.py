@@ -174,8 +174,8 @@ def test_what_each_event_carries():
     assert snapshot_bytes("b-3", {"view": None}) == b'id: b-3\nevent: snapshot\ndata: {"view":null}\n\n'
 
 
-def _reader(*asks, conv="c1"):
-    return SimpleNamespace(conversations={conv: SimpleNamespace(id=conv, title="Deploy", asks=[
+def _reader(*asks, conv="c1", status="ready", reason=None):
+    return SimpleNamespace(status=status, reason=reason, conversations={conv: SimpleNamespace(id=conv, title="Deploy", asks=[
         SimpleNamespace(id=a, title=a, kind="permission", expires_at=None) for a in asks])})
 
 
@@ -208,6 +208,58 @@ def test_get_api_needs_keeps_when_it_first_saw_an_ask_and_forgets_closed_ones():
     assert first_seen == {("local", "desk", "a2"): 200.0}
     bridge.readers.clear()
     assert needs_list(bridge, None, first_seen, 400.0) == [] and first_seen == {}
+
+
+def test_an_ask_whose_agent_cannot_be_answered_is_listed_apart_and_not_counted():
+    """36.6, D1: an ask of an agent whose program exited is not waiting for you: it leaves `asks` (what
+    Needs you (N) counts) for `unreachable`, with the agent's status and reason, and keeps the time first
+    seen; back, it is counted again, as old. An agent on a machine that is offline (asleep, or not yet back
+    after a lead restart) is not known to be gone: its ask still waits for you."""
+    from lead.needs import NeedsList
+
+    needs = NeedsList()
+    machines = {"local": {"desk": _reader("a1")}, "m1": {"lab": _reader("b1")}}
+    assert needs.read(machines, 100.0)
+    assert [a["ask"] for a in needs.asks()] == ["a1", "b1"] and needs.unreachable() == []
+    machines["local"]["desk"] = _reader("a1", status="unreachable", reason="connection-refused")
+    machines["m1"]["lab"] = _reader("b1", status="unreachable", reason="machine-offline")
+    assert needs.read(machines, 200.0)
+    assert [a["ask"] for a in needs.asks()] == ["b1"]
+    assert [(a["ask"], a["status"], a["reason"], a["since"]) for a in needs.unreachable()] == [
+        ("a1", "unreachable", "connection-refused", "1970-01-01T00:01:40Z")]
+    machines["m1"]["lab"] = _reader("b1", status="version_mismatch", reason="version")
+    assert needs.read(machines, 210.0)
+    assert needs.asks() == [] and [a["ask"] for a in needs.unreachable()] == ["a1", "b1"]
+    assert needs_event(needs.asks(), needs.unreachable())[1]["unreachable"] == needs.unreachable()
+    machines["local"]["desk"] = _reader("a1")
+    assert needs.read(machines, 300.0)
+    assert [(a["ask"], a["since"]) for a in needs.asks()] == [("a1", "1970-01-01T00:01:40Z")]
+    assert "status" not in needs.asks()[0]
+
+
+def test_an_asks_first_seen_time_is_recalled_after_a_restart(tmp_path):
+    """36.6: the lead keeps when it first saw each open ask (lead.needs_file, 0600); a lead started anew
+    recalls it, so an ask 8 min old is still 8 min old (not `now`); a recalled time never lies in the
+    future, and a broken file costs only the ages."""
+    from lead.needs import NeedsList
+    from lead.needs_file import read_seen, write_seen
+
+    before = NeedsList()
+    before.read({"local": {"desk": _reader("a1", "a2")}}, 100.0)
+    path = tmp_path / "asks-seen.json"
+    write_seen(path, before.kept())
+    assert path.stat().st_mode & 0o777 == 0o600
+    after = NeedsList(recall=read_seen(path))
+    after.read({"local": {"desk": _reader("a1")}}, 580.0)
+    assert [(a["ask"], a["since"]) for a in after.asks()] == [("a1", "1970-01-01T00:01:40Z")]
+    assert after.kept() == {("local", "desk", "a1"): 100.0, ("local", "desk", "a2"): 100.0}
+    future = NeedsList(recall={("local", "desk", "a1"): 900.0})
+    future.read({"local": {"desk": _reader("a1")}}, 580.0)
+    assert future.asks()[0]["since"] == "1970-01-01T00:09:40Z"
+    path.write_text('{"version": 1, "asks": [["local", "desk", "a1", "x"], 3, ["local", "desk", "a2", 50]]}')
+    assert read_seen(path) == {("local", "desk", "a2"): 50.0}
+    path.write_text("{not json")
+    assert read_seen(path) == {}
 
 
 def _page(*revs, kind="text"):

@@ -84,6 +84,18 @@ def test_done_when_the_turn_it_started_ends(turn, state, done):
     assert core.done(running, turn, state) is done
 
 
+def test_the_owner_is_named_by_a_display_name_never_the_owner():
+    """I7, crew.md §4, issue 36: `waiting for approval from <owner>` names the owner from COLLIE_OWNER, else
+    the lead's account's full name (its passwd entry), else its login name — never `the owner`."""
+    from lead.daemon import owner_name
+
+    assert owner_name({"COLLIE_OWNER": "Ana"}, ("Bo Ek,,,", "bo")) == "Ana"
+    assert owner_name({}, ("Bo Ek,Room 1,,", "bo")) == "Bo Ek"
+    assert owner_name({"COLLIE_OWNER": "  "}, ("", "bo")) == "bo"
+    assert owner_name({"COLLIE_OWNER": "x" * 61}, ("Bo\x1b[2J", "bo")) == "bo"  # too long, not printable
+    assert "the owner" not in owner_name({})
+
+
 def test_state_texts():
     """I7: what the sender sees, word for word, including why an approved item waits."""
     core = InboxCore()

@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from fixtures.pytest_plugin import collie_lead  # noqa: F401 (fixture)
+from fixtures.pytest_plugin import collie_lead, collie_lead_pool  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
 
 
@@ -33,6 +33,28 @@ def interrupt(proc: subprocess.Popen) -> tuple[int, str, str]:
 
 def read_lines(proc: subprocess.Popen, n: int) -> list[str]:
     return [proc.stdout.readline().strip() for _ in range(n)]
+
+
+@pytest.mark.slow
+def test_a_lab_run_again_with_invite_reuses_its_labels_and_crew_remove_takes_many(collie_lead):
+    """Issue 40: a lab stopped and started again with the same `--invite` labels joins again (the labels
+    that joined before and are offline now are invited anew); `collie crew remove` takes many labels, or
+    every offline member, in one call, and an unknown label removes nothing."""
+    for run in (1, 2):
+        proc = start(collie_lead, "--invite", "--label", "lab", "--count", "2", "--agents", "1", "--conversations", "1")
+        try:
+            lines = read_lines(proc, 2)
+            assert sorted(line.split(":")[0] for line in lines) == ["joined lab-1", "joined lab-2"], (run, lines)
+        finally:
+            code, out, err = interrupt(proc)
+        assert code == 0 and err == "", (run, err)
+    collie_lead.wait_for(lambda: not any(m["online"] for m in collie_lead.members()))
+    assert collie_lead.invite("keep")  # invited, never joined: offline too
+    refused = collie_lead.collie("crew", "remove", "lab-1", "nobody")
+    assert refused.returncode == 1 and "no member named 'nobody': nothing removed" in refused.stderr
+    gone = collie_lead.collie("crew", "remove", "--offline")
+    assert gone.returncode == 0 and "removed 3 members (" in gone.stdout, gone.stdout + gone.stderr
+    assert collie_lead.members() == [] and "no members" in collie_lead.collie("crew", "list").stdout
 
 
 @pytest.mark.slow
@@ -163,7 +185,7 @@ def test_a_member_that_cannot_reach_the_lead_says_so_and_never_joined():
         code, out, err = interrupt(proc)
     where = f"cannot reach the lead at ws://127.0.0.1:{port}/crew/v1: connection refused"
     assert said == f"lab-1: {where}; retrying"
-    assert code == 0 and err.strip() == ""  # no second line for the same failure
+    assert code == 1 and err.strip() == ""  # never joined: exit 1; no second line for the same failure
     lines = out.splitlines()
     assert re.fullmatch(rf"lab-1: never joined \(\d+ tr(y|ies): {re.escape(where)}\)", lines[-2]), lines
     assert lines[-1] == "1 member, 0 requests in all; 1 never joined"
@@ -180,7 +202,7 @@ def test_a_member_the_lead_refuses_is_told_to_check_its_token(collie_lead):
         code, out, err = interrupt(proc)
     assert said == ("lab-1: the lead refused this member (unauthorized): check the token (a wrong or removed "
                     "member token; `collie crew invite --label lab-1` on the lead makes a new one); retrying")
-    assert code == 0 and err.strip() == "" and "w" * 43 not in out + said
+    assert code == 1 and err.strip() == "" and "w" * 43 not in out + said
     assert out.splitlines()[-2].startswith("lab-1: never joined (")
 
 
@@ -199,7 +221,7 @@ def test_https_at_a_plain_http_lead_says_the_scheme_may_be_wrong(collie_lead):
     assert said == (f"lab-1: cannot reach the lead at {plain.replace('https://', 'wss://')}/crew/v1: no TLS answer "
                     "(does the lead serve plain HTTP? then its address is http:// or ws://, on this machine only); "
                     "retrying")
-    assert code == 0
+    assert code == 1  # it never joined
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from crew.receipts import REASONS
-from fixtures.pytest_plugin import collie_lead, fake_agent, fake_member  # noqa: F401 (fixtures)
+from fixtures.pytest_plugin import collie_lead, collie_lead_pool, fake_agent, fake_member  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
 
 DOC = REPO / "docs" / "testing.md"
@@ -73,6 +73,46 @@ def test_without_collie_a_test_asking_for_the_fixtures_gets_a_hint(tmp_path):
         in got.stdout
     (tmp_path / "test_lab.py").write_text("def test_lab(tmp_path):\n    assert False\n")
     assert "hint:" not in inner_pytest(tmp_path).stdout  # only when they were asked for
+
+
+@pytest.mark.slow
+def test_a_failed_test_keeps_the_leads_folder_and_shows_its_log_and_teardown_is_quick(tmp_path):
+    """Issue 40: each test has a lead of its own (the next test sees no member of the last), started
+    while the test before ran; its folder is kept after a failure (also as tmp_path/lead); the failed
+    test's report shows the lead's log; `repr` names the URL; stopping a lead and two fake members
+    takes well under the 2 s the fake link's close used to wait (pytest's own --durations figure)."""
+    (tmp_path / "test_lab.py").write_text(
+        "def test_fails(collie_lead, fake_member):\n"
+        "    fake_member('laptop'); fake_member('studio')\n"
+        "    assert False, repr(collie_lead)\n\n"
+        "def test_next(collie_lead, fake_member):\n"
+        "    assert collie_lead.members() == []  # nothing of the test before\n"
+        "    fake_member('laptop')\n")
+    got = inner_pytest(tmp_path, "--collie", "--durations=0", "--durations-min=0", "--basetemp", str(tmp_path / "bt"))
+    assert "1 failed, 1 passed" in got.stdout, got.stdout
+    assert re.search(r"collie lead log \(.*/bt/lead0\)", got.stdout), got.stdout
+    assert "[bridge] Collie" in got.stdout and " ready (pid " in got.stdout  # the log's lines, in the report
+    assert re.search(r"AssertionError: <collie lead http://127\.0\.0\.1:\d+ running, home ", got.stdout)
+    assert (tmp_path / "bt" / "test_fails0" / "lead" / "state" / "bridge.log").exists()  # kept, by tmp_path too
+    teardown = float(re.search(r"^([\d.]+)s teardown\s+test_lab.py::test_fails$", got.stdout, re.M).group(1))
+    assert teardown < 1.0, got.stdout  # 2.0 s before: a bound an order of magnitude above today's 0.04 s
+
+
+@pytest.mark.slow
+def test_an_answer_is_recorded_with_its_conversation_and_the_option_chosen(collie_lead, fake_member):
+    """Issue 40: a test can check that Deny was sent: the member's record of an answer names the ask's
+    conversation, the ask and the chosen option (the default ask's options are `yes` allow, `no` deny)."""
+    m = fake_member("laptop")
+    m.raise_ask("agent-1", "c2", title="Deploy?")
+    pane = collie_lead.wait_for(lambda: (p := collie_lead.api.get(
+        "/api/agents/laptop/agent-1/conversations/c2").json())["asks"] and p["asks"][0])
+    assert [(o["id"], o["role"]) for o in pane["options"]] == [("yes", "allow"), ("no", "deny")]
+    got = collie_lead.api.post(f"/api/ask/{pane['id']}", json={
+        "request_id": str(uuid.uuid4()), "machine": "laptop", "agent": "agent-1", "digest": pane["digest"],
+        "answer": {"option_ids": ["no"]}}).json()
+    assert got["outcome"] == "accepted"
+    seen = m.wait_request(op="answer")
+    assert (seen.conversation, seen.ask_id, seen.options, seen.outcome) == ("c2", pane["id"], ("no",), "accepted")
 
 
 @pytest.mark.slow

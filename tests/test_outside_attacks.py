@@ -47,6 +47,8 @@ async def test_a_member_that_never_answers_a_read_does_not_hold_up_other_phones(
                                                                            "waiting": None})
 
     class Reader:
+        status, reason = "ready", None
+
         def __init__(self):
             self.rev = 0
             self.conversations = {"chat": types.SimpleNamespace(id="chat", title="chat", asks=[])}  # no open ask

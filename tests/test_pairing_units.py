@@ -239,6 +239,7 @@ async def test_a_members_ask_reaches_a_viewing_phone_without_waiting_for_a_read_
 
     class Reader:
         ask = None
+        status, reason = "ready", None
         conversations: dict = {}
 
     class Member:
@@ -365,16 +366,19 @@ def test_a_refused_link_names_the_command_the_lead_was_given(tmp_path):
     code, _ = d.new_code(T0)
     late, _ = d.new_code(T0)
     d.redeem(code, "phone", T0)
-    for c, at, words in ((code, T0 + 1, "This pairing link was already used."),
+    for c, at, words in ((code, T0 + 1, "This pairing link was already used: a link pairs one phone."),
                          (late, T0 + CODE_TTL, "This pairing link expired (links last 10 minutes)."),
                          ("nope", T0, "This pairing link is not valid.")):
         with pytest.raises(PairingRefused) as refused:
             d.redeem(c, "again", at)
-        assert str(refused.value) == f"{words} Run `/home/you/collie/.venv/bin/collie demo pair` again."
+        # issue 36: said to whoever holds the phone, who may never have run it: where a new link comes from
+        assert str(refused.value) == (f"{words} A new link comes from `/home/you/collie/.venv/bin/collie demo pair` "
+                                      "on the lead: ask whoever runs it.")
     d.close()
     plain = Devices(tmp_path / "plain.sqlite")
     code, _ = plain.new_code(T0)
     plain.redeem(code, "phone", T0)
-    with pytest.raises(PairingRefused, match=r"^This pairing link was already used\. Run `collie pair` again\.$"):
+    with pytest.raises(PairingRefused, match=r"^This pairing link was already used: a link pairs one phone\. A new link comes from `collie pair` "
+                       r"on the lead: ask whoever runs it\.$"):
         plain.redeem(code, "again", T0)
     plain.close()

@@ -91,7 +91,7 @@ def test_needs_you_masks_secrets_and_counts_waiting_approvals():
     ask = SimpleNamespace(id="a1", title="Push with ghp_0123456789abcdefghij0123456789abcdef?", kind="permission",
                           expires_at=None)
     conv = SimpleNamespace(id="c1", title="deploy token sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789", asks=[ask])
-    reader = SimpleNamespace(name="desk", conversations={"c1": conv})
+    reader = SimpleNamespace(name="desk", status="ready", conversations={"c1": conv})
     got = needs_list(SimpleNamespace(readers={"desk": reader}), None, {}, 1.0, redact_on=True)
     assert "ghp_0123456789abcdefghij" not in got[0]["title"] and "sk-ant-api03-abc" not in got[0]["conversation_title"]
     shown = needs_list(SimpleNamespace(readers={"desk": reader}), None, {}, 1.0, redact_on=False)

@@ -306,8 +306,34 @@ def test_unknown_kind_is_read_only():
 
 
 def test_text_ask_limits():
-    assert sanitize_ask({"id": "a", "kind": "text", "title": "T"}).max_length == 500
-    assert sanitize_ask({"id": "a", "kind": "text", "title": "T", "max_length": 9000}).max_length == 2000
+    """Q4: a text ask's answer is at most 2,000 characters; an agent that asked for more is cut to that and
+    the card says `Text shortened` (so it never offers Always allow); a form's text field the same."""
+    plain = sanitize_ask({"id": "a", "kind": "text", "title": "T"})
+    assert plain.max_length == 500 and not plain.shortened
+    assert not sanitize_ask({"id": "a", "kind": "text", "title": "T", "max_length": 2000}).shortened
+    long = sanitize_ask({"id": "a", "kind": "text", "title": "T", "max_length": 9000})
+    assert long.max_length == 2000 and long.shortened
+    form = sanitize_ask({"id": "a", "kind": "form", "title": "T",
+                         "fields": [{"id": "f", "type": "text", "label": "Note", "max_length": 2001}]})
+    assert form.fields[0].max_length == 2000 and form.shortened
+
+
+def test_asks_answered_on_the_card_are_modal_unreadable():
+    """Q9, B8: text asks, multi-choice asks, forms and a permission with Always allow are answered on the
+    card itself (more than one tap): pane state reports them `modal: unreadable`; a one-tap permission or
+    single choice does not."""
+    def modal(**ask):
+        return sanitize_ask({"id": "a", "title": "T", **ask}).modal
+
+    yes_no = [{"id": "y", "label": "Yes", "role": "allow"}, {"id": "n", "label": "No", "role": "deny"}]
+    assert modal(kind="text") == "unreadable"
+    assert modal(kind="form", fields=[{"id": "f", "type": "text", "label": "F"}]) == "unreadable"
+    assert modal(kind="choice", multiple=True, options=[{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]) \
+        == "unreadable"
+    assert modal(kind="permission", options=yes_no) != "unreadable"
+    always = [*yes_no, {"id": "ya", "label": "Always", "role": "always_allow"}]
+    assert modal(kind="permission", options=always, tool="deploy") == "unreadable"
+    assert modal(kind="choice", options=[{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]) != "unreadable"
 
 
 def test_actions_are_cut_to_four_and_sixteen_characters():

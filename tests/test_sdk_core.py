@@ -219,3 +219,16 @@ def test_starter_opens_a_conversation_and_starts_its_turn(core):
     out, effects = core.write("starter", "triage", {"request_id": "s"}, NOW, 0)
     assert out["outcome"] == "started" and out["turn"] == 1 and out["conversation"] in core.conversations
     assert effects[0].starter == "triage"
+
+
+def test_a_multiple_choice_may_be_answered_with_none_picked():
+    """Q4, issue 36: `Pick any number` includes zero: the agent takes an empty `option_ids` for a `choice`
+    with `multiple`, and still refuses it for a single choice or a permission."""
+    from crew.sdk.core import validate_answer
+
+    opts = [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}]
+    assert validate_answer({"kind": "choice", "multiple": True, "options": opts}, {"option_ids": []}) is None
+    assert validate_answer({"kind": "choice", "options": opts}, {"option_ids": []}) == "option_ids must name an option"
+    assert validate_answer({"kind": "permission", "options": opts}, {"option_ids": []}) == "option_ids must name an option"
+    assert validate_answer({"kind": "choice", "multiple": True, "options": opts}, {"option_ids": "red"}) == \
+        "option_ids must be a list of option ids"

@@ -80,7 +80,7 @@ class MachineSpec:
 
 
 LEAD = MachineSpec("local", "lead", (("desk", "deployer"), ("home", "starters")))
-WORKSHOP = MachineSpec("workshop", "workshop", (("forms", "asker"), ("nightly", "progress")))
+WORKSHOP = MachineSpec("workshop", "workshop", (("forms", "asker"), ("nightly", "nightly")))
 LAPTOP = MachineSpec("laptop", "laptop", (("scribe", "streamer"),))
 SLEEPER = LAPTOP
 SLEEPER_AGENT, SLEEPER_CONVERSATION = "scribe", "chat"

@@ -182,7 +182,7 @@ def run(_args, paths) -> int:
     try:
         pong = control.call(paths.control_socket, "ping")
         live = {a["name"]: a for a in control.call(paths.control_socket, "agents")["agents"]}
-        where = (f"linked to the lead at {pong.get('address') or '?'}" if pong.get("role") == "member"
+        where = (f"a member of the lead at {pong.get('address') or '?'} (the link: see crew below)" if pong.get("role") == "member"
                  else f"phone API on {pong.get('address') or '?'}")
         report.line("ok", "bridge", f"running (pid {pong['pid']}), {where}")
     except NotRunningError as exc:

@@ -86,7 +86,9 @@ def run(_args, paths) -> int:
         say("durable agents: off (COLLIE_PROGRAMS=off in .env)")
     counts = Counter(a["status"] for a in agents["agents"])
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "none attached"
-    say(f"durable agents: {len(agents['agents'])} ({summary})")
+    polled = [a["polled_ago"] for a in agents["agents"] if a.get("polled_ago") is not None]
+    last = f", last polled {_ago(min(polled))} ago" if polled else (", none reached yet" if agents["agents"] else "")
+    say(f"durable agents: {len(agents['agents'])} ({summary}){last}")
     if pong.get("role") == "member":
         link = control.call(paths.control_socket, "link")
         state = "connected" if link["connected"] else "not connected"

@@ -46,6 +46,9 @@ CALLER_CHECK_WARNING = ("warning: this platform cannot tell who connects to the 
                         "so any process of your user can answer its asks")
 READY_WAIT = 10.0
 CLOSE_GRACE = 2.0
+# An agent leaving `open_collie` right after a change (an ask answered: it prints and exits) waits at most this
+# long for the bridge that reads it to read that change, so no ghost ask stays behind (issue 36)
+SEEN_GRACE = 2.0
 
 
 def now_iso() -> str:
@@ -257,6 +260,7 @@ class Collie:
         self.inflight = Inflight()
         self._state_path: Path | None = None
         self._saved_rev = -1
+        self._served_rev: int | None = None  # the newest rev a reader of /v1/state was given (None: never read)
         self.requests_served = 0
         # set (a sentence) while the agent is up but cannot work: the poll of /v1/state is answered
         # 500 `internal` with it, so the bridge shows the agent Unreachable with this reason
@@ -442,6 +446,12 @@ class Collie:
                 "limits": {"text_max": self._core.text_max}}
         return Response(200, body)
 
+    async def _until_seen(self, limit: float) -> None:
+        """Going away: if a bridge reads this agent, give it up to `limit` seconds to read the last change."""
+        with trio.move_on_after(limit):
+            while self._served_rev is not None and self._served_rev < self._core.rev:
+                await trio.sleep(0.02)
+
     async def _read(self, req: Request, seg: tuple[str, ...]) -> Response:
         core = self._core
         if seg == ("state",):
@@ -457,7 +467,9 @@ class Collie:
                         while etag(self.instance, core.rev) == tag and not self.inflight.closing:
                             await self._change.wait()
                 if etag(self.instance, core.rev) == tag:
+                    self._served_rev = core.rev
                     return Response(304, None, (("etag", tag),))
+            self._served_rev = core.rev
             return Response(200, core.state_json(), (("etag", etag(self.instance, core.rev)),))
         if seg == ("conversations",):
             if req.query.get("state") != "closed":
@@ -649,6 +661,7 @@ async def open_collie(
                 yield collie
             finally:
                 with trio.CancelScope(shield=True):
+                    await collie._until_seen(SEEN_GRACE)
                     collie.inflight.closing = True
                     collie._changed()  # open long-polls answer now
                     await collie.inflight.drain(CLOSE_GRACE)  # answer what was accepted before going

@@ -508,8 +508,10 @@ def validate_answer(ask: dict, body: dict) -> str | None:
         return f"this agent cannot take answers to a {kind!r} ask here"
     if kind in ("permission", "choice"):
         ids = body.get("option_ids")
-        if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
-            return "option_ids must be a non-empty list of option ids"
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            return "option_ids must be a list of option ids"
+        if not ids and not (kind == "choice" and ask.get("multiple")):  # a multiple choice may pick none (Q4)
+            return "option_ids must name an option"
         offered = {o.get("id") for o in ask.get("options") or []}
         unknown = [i for i in ids if i not in offered]
         if unknown:

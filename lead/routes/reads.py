@@ -10,6 +10,7 @@ from bridge.client import AgentUnreachable
 from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
 from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX
 from crew.receipts import NO_STARTERS
+from lead.inbox import with_waiting
 from lead.routes.bodies import viewing_on
 from lead.routes.common import LOCAL, _id, _query_int, body, error, masked_rows, no_agent, reader_lookup
 
@@ -58,6 +59,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
             recent = writer.recent_sends(agent, conv)
         else:
             recent = ((await hub.read(machine, agent, "recent_sends", {"conversation": conv})) or {}).get("lines", [])
+        recent = with_waiting(recent, getattr(hub, "inbox", None), machine, agent, conv)
         member = hub.members.get(machine) if machine != LOCAL and hub is not None else None
         state = pane_state(reader, conv, recent_sends=recent, machine=machine, online=member is None or member.online)
         if state is None:

@@ -14,11 +14,15 @@ from lead.routes.bodies import answer_request, send_request, session_request, st
 from lead.routes.common import LOCAL, _id, body, no_agent, reader_lookup
 
 
-def register(app, bridge, writer, hub=None) -> None:
-    """Add the write routes to `app`."""
+def register(app, bridge, writer, hub=None, stops=None) -> None:
+    """Add the write routes to `app`. `stops` (lead.turn_push.TurnPusher) is told of every Stop, and of its
+    answer: the phone that stopped a turn is not told that it ended (issue 37)."""
     reader_of = reader_lookup(bridge, hub)
 
     async def run_write(req: WriteRequest, machine: str = LOCAL):
+        return jsonify(attrs.asdict(await receipt_of(req, machine)))
+
+    async def receipt_of(req: WriteRequest, machine: str = LOCAL):
         inbox = hub.inbox if hub is not None else None
         if inbox is not None and req.op in ("send", "starter"):
             rec = await inbox.submit(machine, req, sender=None)  # I1: every send and starter passes the inbox
@@ -26,7 +30,7 @@ def register(app, bridge, writer, hub=None) -> None:
             rec = await writer.write(req)
         else:
             rec = await hub.write(machine, req)
-        return jsonify(attrs.asdict(rec))
+        return rec
 
     @app.post("/api/send")
     async def send():
@@ -50,7 +54,15 @@ def register(app, bridge, writer, hub=None) -> None:
         if reader_of(machine, agent) is None:
             return no_agent(machine, agent)
         data = await body()
-        return await run_write(session_request(op, data, agent, conv, **extra), machine)
+        req = session_request(op, data, agent, conv, **extra)
+        if op != "abort" or stops is None:
+            return await run_write(req, machine)
+        from quart import g
+
+        stops.stopping(machine, agent, conv, req.turn, getattr(g, "device", None))
+        rec = await receipt_of(req, machine)
+        stops.stop_answered(machine, agent, conv, req.turn, rec.outcome)
+        return jsonify(attrs.asdict(rec))
 
     @app.post("/api/agents/<machine>/<agent>/conversations/<conv>/steer")
     async def steer(machine: str, agent: str, conv: str):

@@ -54,8 +54,10 @@ export function render(r) {
   const nodes = [h("h1", {}, r.agent, h("span", { class: "badge", text: S.experimental }))];
   if (notice) nodes.push(h("p", { class: "warning", role: "status", text: notice }));
   if (d.warning) nodes.push(h("div", { class: "warning", role: "alert", text: d.warning }));
+  // W4: a control only for what the agent declared: New conversation needs its `starters`
+  const starters = (d.caps || []).includes("starters");
   nodes.push(h("div", { class: "menu" },
-    h("a", { class: "btn", href: `#/new/${enc(r.machine)}/${enc(r.agent)}`, text: S.newConversation }),
+    starters ? h("a", { class: "btn", href: `#/new/${enc(r.machine)}/${enc(r.agent)}`, text: S.newConversation }) : null,
     h("a", { class: "btn", href: `#/inbox/${enc(r.machine)}/${enc(r.agent)}`, text: S.inbox })));
   nodes.push(h("ul", { class: "rows", "aria-label": S.openConversations }, (d.open || []).map((c) => convRow(r, c, false))));
   // the lead's view may leave some open conversations out: say how many (a field it may not send yet)

@@ -7,7 +7,7 @@
 //   strings.js   every string the page shows
 import { banner } from "./dom.js";
 import { net, connectivity, phoneChanged } from "./api.js";
-import { register, navigate, connect, isRoute, rerender, needsListeners } from "./state.js";
+import { register, navigate, connect, isRoute, rerender, needsListeners, pushView } from "./state.js";
 import * as dashboard from "./dashboard.js";
 
 register("dash", async () => dashboard);
@@ -27,6 +27,7 @@ setInterval(() => { // Q3: countdowns move without a redraw of the whole page
   });
 }, 1000);
 window.addEventListener("hashchange", navigate);
+document.addEventListener("visibilitychange", pushView);  // the lead hears whether the chat is on screen (issue 37)
 // The banner says which is out of reach: this phone's network, or the lead (api.js tells them apart)
 net.listeners.push(() => banner(connectivity()));
 window.addEventListener("offline", phoneChanged);

@@ -8,6 +8,7 @@ import { app, setItems, agentNotice, offlineSection } from "./state.js";
 import { itemNode } from "./items.js";
 import { askCard, keptCard } from "./askcard.js";
 import { icon } from "./icons.js";
+import { setTurns, turnsOn } from "./push.js";
 
 // #29: the chat draws at most WINDOW items (a long conversation would otherwise keep thousands of nodes):
 // its newest while the user follows them; once they scrolled up, the window stays where it is (what they
@@ -171,6 +172,7 @@ function actionBar(r, p) {
       "aria-label": a.label, title: a.label, onclick: () => sessionWrite(`actions/${enc(a.id)}`) }, icon(a.icon), h("span", { text: label }));
   });
   const steerable = (p.caps || []).includes("steer"), stoppable = (p.caps || []).includes("abort");
+  const sendable = (p.caps || []).includes("send");  // W4: no composer for an agent that did not declare `send`
   const editor = h("textarea", { id: "editor", rows: 1, "aria-label": S.message, placeholder: S.message,
     oninput: (e) => grow(e.target) });
   const jump = blockedBy ? h("button", { class: "jump", onclick: () => goTo(blockedBy), text: S.goToAsk }) : null;
@@ -181,7 +183,8 @@ function actionBar(r, p) {
       h("button", { class: `act${off(c.stop && running) ? " dim" : ""}`, disabled: off(c.stop && running), hidden: !stoppable && !c.stop,
         onclick: () => sessionWrite("stop") }, h("span", { text: S.stop })),
       actions),
-    h("div", { class: "editor" }, editor, h("button", { class: "primary", disabled: !c.send, onclick: () => sendText("send"), text: S.send })),
+    h("div", { class: "editor", hidden: !sendable && !steerable }, editor,
+      h("button", { class: "primary", disabled: !c.send, hidden: !sendable, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
 }
 // The first item wholly or partly below the header: the one the user is reading.
@@ -211,6 +214,14 @@ function menu(r, p) {
       renaming = false;
       await sessionWrite("rename", { title: box.value.trim() });
     } }), h("button", { text: S.cancelEdit, onclick: () => { renaming = false; render(); } }));
+  }
+  const turns = app.push.turns;  // issue 37: a turn-end push for this conversation, on or off
+  if (turns) {
+    const on = turnsOn(turns, r.machine, r.agent, r.conversation);
+    kids.push(h("label", { class: "toggle", for: "turns-here", "data-key": `turns:${on}` },
+      h("input", { type: "checkbox", id: "turns-here", checked: on,
+        onchange: (e) => setTurns({ machine: r.machine, agent: r.agent, conversation: r.conversation, on: e.target.checked })
+          .then(render) }), S.notifyTurnsHere));
   }
   if (c.close) kids.push(h("button", { class: confirmClose ? "danger" : "", text: confirmClose ? S.tapAgainClose : S.closeConversation,
     onclick: async () => {
@@ -287,15 +298,18 @@ export function render() {
     editorNote = S.sent;
   }
   const byText = all.filter((i) => i.kind === "user" && !i.request_id);
+  const lastAt = all.length ? new Date(all[all.length - 1].at).getTime() || 0 : 0;
+  let ownSent = false;  // C5: your line is the newest and the agent took it: working, even before it echoes it
   for (const [id, m] of recent) {
     if (echoed.has(id)) continue;
     const same = m.at ? byText.findIndex((i) => i.text === m.text && Math.abs(new Date(i.at).getTime() - m.at) <= 30000) : -1;
     if (same >= 0) { byText.splice(same, 1); continue; }  // C4: matched by identical text within 30 s
     if (m.at && Date.now() - m.at > 10 * 60 * 1000) continue;      // C4: never echoed, gone after 10 minutes
     list.push(keyed(mineNode(m), `m:${id}`));
+    if (m.state === "sent" && m.at && m.at >= lastAt) ownSent = true;
   }
   const last = items[items.length - 1];
-  if (p.state === "working" && (!last || last.kind === "user")) list.push(h("div", { class: "working", "data-key": "working", "aria-label": S.working, text: "•••" }));
+  if ((p.state === "working" && (!last || last.kind === "user")) || (ownSent && p.state !== "waiting")) list.push(h("div", { class: "working", "data-key": "working", "aria-label": S.working, text: "•••" }));
   const [bar, editor] = actionBar(r, p);
   editor.value = draft;
   const newest = all.length ? all[all.length - 1].seq : 0;

@@ -46,6 +46,10 @@ export function render() {
   nodes.push(h("label", { class: "toggle", for: "only", "data-key": "only" }, toggle, S.onlyNeedsYou));
   if (app.push.offer) nodes.push(h("button", { id: "push", "data-key": "push", text: S.notifyOn,
     onclick: () => import("./push.js").then((m) => m.turnOnPush()).then(render) }));
+  const turns = app.push.turns;  // issue 37: this phone, every conversation
+  if (turns) nodes.push(h("label", { class: "toggle", for: "turns", "data-key": `turns:${turns.all}` },
+    h("input", { type: "checkbox", id: "turns", checked: turns.all,
+      onchange: (e) => import("./push.js").then((m) => m.setTurns({ all: e.target.checked })).then(render) }), S.notifyTurns));
   if (app.push.note) nodes.push(h("p", { class: "note", role: "status", text: app.push.note }));
   // D2, D5: a section with an agent waiting for you moves above the others
   const sections = [...app.dash.sections].sort((a, b) => (b.waiting ? 1 : 0) - (a.waiting ? 1 : 0));

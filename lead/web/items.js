@@ -18,7 +18,7 @@ export function itemNode(it, ended = false) {
       : h("span", { text: it.label || it.url || "" }));
     case "tool": return h("div", { class: cls, "data-tool": it.tool_call_id || "" },
       h("div", {}, h("strong", { text: it.title || it.name || "tool" })),
-      h("div", { class: "tstatus", text: it.status || "" }), it.output ? h("pre", { text: String(it.output) }) : null);
+      h("div", { class: "tstatus", text: S.toolStatus(it.status) }), it.output ? h("pre", { text: String(it.output) }) : null);
     case "ask": return it.line ? h("div", { class: "item line", text: it.line }) : null;
     case "turn_end": return it.stopped ? h("div", { class: "item notice", text: S.stopped }) : null;
     default: return h("div", { class: cls, text: it.text || "" });

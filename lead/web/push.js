@@ -12,7 +12,25 @@ export async function checkPush() {
     const sub = await reg.pushManager.getSubscription();
     pushState.offer = !sub && Notification.permission !== "denied";
     if (sub) await write("/api/push/subscribe", sub.toJSON());  // the lead may have dropped it: register again
+    if (Notification.permission !== "denied") pushState.turns = await api("/api/push/turns");
   } catch (_) { pushState.offer = false; }
+}
+// Issue 37: this phone's turn-end pushes — {all: bool} for every conversation, or {machine, agent, conversation,
+// on} for one. They need this phone's push subscription: without one, notifications are turned on first.
+export async function setTurns(body) {
+  try {
+    let got = await write("/api/push/turns", body);
+    if (got && got.error === "no_subscription") {
+      await turnOnPush();
+      got = await write("/api/push/turns", body);
+    }
+    if (got && !got.error) pushState.turns = got; else pushState.note = (got && got.message) || S.notifyFailed;
+  } catch (_) { pushState.note = S.notifyFailed; }
+}
+// Is a turn-end push on for this conversation? Its own setting, else this phone's for every conversation.
+export function turnsOn(turns, machine, agent, conversation) {
+  const own = turns.conversations.find((c) => c.machine === machine && c.agent === agent && c.conversation === conversation);
+  return own ? own.on : turns.all;
 }
 export async function turnOnPush() {
   try {

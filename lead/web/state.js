@@ -15,7 +15,9 @@ export const app = {
   movedOn: false,
   lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
   approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
-  push: { offer: false, note: "" },  // the dashboard's offer to turn notifications on (push.js fills it)
+  // the dashboard's offer to turn notifications on, and this phone's turn-end settings (push.js fills them:
+  // turns is GET /api/push/turns, null where this browser has no push)
+  push: { offer: false, note: "", turns: null },
 };
 // route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
 // carries only the dashboard's)
@@ -184,7 +186,8 @@ export async function pushView() {
   clearTimeout(viewRetry);
   const channel = app.channel, view = JSON.stringify(app.view);
   if (!channel) return;
-  try { await tellView(channel, app.view); }
+  // issue 37: whether the page is on screen goes with the view (a phone viewing a chat gets no turn-end push for it)
+  try { await tellView(channel, { ...(app.view || {}), visible: document.visibilityState !== "hidden" }); }
   catch (e) {
     if (e instanceof Unpaired) return;
     viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);

@@ -21,6 +21,7 @@ export const S = {
   send: "Send",                                                   // Q4, C3
   required: "Required",                                           // Q4
   textShortened: "Text shortened",                                // Q4, Q6
+  toolStatus: (st) => ({ running: "running", completed: "done", failed: "failed", denied: "denied" }[st] || ""),  // S table: a tool call
   alwaysAllow: "Always allow",                                    // Q5
   tapAgain: "Tap again to always allow",                          // Q5
   cannotAnswer: "This ask cannot be answered from the phone.",   // Q7
@@ -75,7 +76,7 @@ export const S = {
     "unauthorized": "it refused Collie's token",
     "socket-not-private": "its socket is open to other users, so Collie will not use it",
     "config": "its entry in Collie's settings is incomplete",
-  })[reason] || "Collie cannot reach it right now"}. Sends and answers wait until it is back; collie doctor on its machine says more.`,
+  })[reason] || "Collie cannot reach it right now"}. Sends wait in its inbox until it is back; an answer cannot reach it until then; collie doctor on its machine says more.`,
   // Q4: a permission option in Collie's words, by its role
   roles: { allow: "Allow", always_allow: "Always allow", deny: "Deny", cancel: "Cancel" },
   showEarlier: (n) => `Show ${n} earlier messages`,                 // #29: the chat draws its newest items
@@ -95,6 +96,8 @@ export const S = {
   notPaired: "This phone is not paired with Collie. On the lead, run `collie pair` and open the link it prints.",
   movedOn: "The conversation moved on, so the action did not run.",  // C7
   notifyOn: "Notify me when an agent asks",
+  notifyTurns: "Notify me when a turn ends",                     // issue 37: this phone, every conversation
+  notifyTurnsHere: "Notify me when a turn ends here",            // issue 37: this conversation (the chat's menu)
   notifyDone: "Notifications are on for this phone.",
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",

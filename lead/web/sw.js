@@ -54,7 +54,9 @@ const ANSWER_MS = 30000;  // an answer's reply waited for at most (then: not cer
 // ask that was answered meanwhile (on another device, or in the agent) is not shown, and the notifications
 // of asks no longer open are closed (issue 31: never a stale Allow). A permission ask the lead judged
 // answerable with one tap (its payload names the digest and the allow and deny option ids: Q5, Q6, T6)
-// gets the actions `Allow` and `Deny`.
+// gets the actions `Allow` and `Deny`. A turn's end (issue 37: `Done in`, `Stopped in`, `Failed in`; tag
+// per conversation, so a later turn replaces it) and a fold (`N turns ended on <agent>`) show as they come;
+// tapping one opens its chat, at its newest item.
 self.addEventListener("push", (e) => {
   let d;
   try { d = e.data.json(); } catch (_) { d = { title: "Collie", body: e.data ? e.data.text() : "" }; }
@@ -73,7 +75,7 @@ self.addEventListener("push", (e) => {
     }
     const a = d.kind === "ask" && d.ask && d.ask.digest && d.ask.allow && d.ask.deny ? d.ask : null;
     await self.registration.showNotification(d.title || "Collie", { body: d.body || "", tag: d.tag,
-      data: { url: d.url || "/", ask: a }, icon: "/icon.svg", renotify: d.kind === "many",
+      data: { url: d.url || "/", ask: a }, icon: "/icon.svg", renotify: ["many", "turn", "turns"].includes(d.kind),
       actions: a ? [{ action: "allow", title: WORDS.allow }, { action: "deny", title: WORDS.deny }] : [] });
   })());
 });
