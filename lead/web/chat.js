@@ -205,7 +205,6 @@ function menu(r, p) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const kids = [];
   if (!c.rename && had.rename) kids.push(h("button", { class: "dim", disabled: true, text: S.rename }));
-  if (!c.close && had.close) kids.push(h("button", { class: "dim", disabled: true, text: S.closeConversation }));
   if (c.rename && !renaming) kids.push(h("button", { onclick: () => { renaming = true; render(); }, text: S.rename }));
   if (c.rename && renaming) {
     const box = h("input", { type: "text", "aria-label": S.renameTo, maxlength: 200, value: p.title || "" });
@@ -232,6 +231,7 @@ function menu(r, p) {
       catch (e) { return setEditorNote(e instanceof Offline ? e.nothing : S.uncertainNoLead); }
       if (rec.outcome === "done") location.hash = `#/a/${enc(r.machine)}/${enc(r.agent)}`; else setEditorNote(rec.text || rec.outcome);
     } }));
+  else if (had.close) kids.push(h("button", { class: "dim", disabled: true, text: S.closeConversation }));
   return h("div", { class: "menu" }, kids);
 }
 export function render() {

@@ -2,7 +2,7 @@
 import { S } from "./strings.js";
 import { h } from "./dom.js";
 
-// `ended`: the item's turn is over (stopped, or idle): a reply left unfinished shows no cursor (C2)
+// `ended`: a turn ended (`stopped`) after the item: a reply left unfinished shows no cursor (C2)
 export function itemNode(it, ended = false) {
   const growing = it.final === false && !ended;
   const cls = `item ${it.kind}${growing ? " cursor" : ""}`;
