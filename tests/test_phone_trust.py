@@ -2,8 +2,8 @@
 silent or dead lead is said where the user looks, and every time is the phone's. Chromium at 390×844
 and 360×780, the browser in Pacific/Kiritimati (UTC+14) while the lead runs in UTC.
 
-The module's lab: a lead with an agent that floods a conversation with 100 items a second while one ask
-of every kind is open in it (`flood`), a deployer (`desk`), and a member `workshop` with a
+The module's lab: a lead with agents that add items to a conversation, 2 a second (`calm`) or 100 a second
+(`flood`), while one ask of every kind is open in it, a streamer (`writer`), a deployer (`desk`), and a member `workshop` with a
 deployer (`lab`) and a showcase (`show`: a 40-message conversation) that the tests put to sleep and wake. The last test stops the lead.
 """
 
@@ -34,7 +34,9 @@ PHONES = {"390x844": (390, 844, "light"), "360x780": (360, 780, "dark")}
 def crew():
     c = Crew(short_dir("ct"))
     c.lead.env["TZ"] = "UTC"
+    c.lead.agent("calm", "endless", "--rate", "2", "--size", "20", "--asks")
     c.lead.agent("flood", "endless", "--rate", "100", "--size", "20", "--asks")
+    c.lead.agent("writer", "streamer")
     c.lead.agent("desk", "deployer")
     c.start_lead()
     m = c.add_member("workshop")
@@ -43,7 +45,7 @@ def crew():
     m.agent("show", "showcase")
     m.serve()
     wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", 2)
+    ready(c, "local", 4)
     ready(c, "workshop", 2)
     yield c
     c.stop()
@@ -97,12 +99,13 @@ def bottom(page) -> None:
     page.evaluate("scrollTo(0, document.documentElement.scrollHeight)")
 
 
-def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
-    """Issue 36 major 1 (Q4, C3): while the conversation gets a flood of new items (100 a second, drawn as
-    they come: the user is at the newest), what the user types into a text ask, a form's text and list, a multi-choice and the
+@pytest.mark.parametrize("agent", ["calm", "flood"])
+def test_what_the_user_types_or_chooses_stays_while_items_arrive(page, agent):
+    """Issue 36 major 1 (Q4, C3): while the conversation gets new items — 2 a second, or a flood of 100 a
+    second — drawn as they come (the user is at the newest), what the user types into a text ask, a form's text and list, a multi-choice and the
     message editor stays as typed, the field keeps the keyboard and the caret where it was, and the
     counter counts what is in the field."""
-    goto(page, "#/c/local/flood/f00000")
+    goto(page, f"#/c/local/{agent}/f00000")
     text, form, multi = card(page, "Name the branch"), card(page, "Release"), card(page, "Which colours?")
     for c in (text, form, multi):
         c.wait_for(timeout=15000)
@@ -116,7 +119,7 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     page.keyboard.press("ArrowLeft")
     page.keyboard.type("X", delay=120)
     # (kept at the newest, the chat draws the items as they come: its window slides under the field)
-    pump_until(page, lambda: bottom(page) or newest_seq(page) > drawn + 3, timeout=20,
+    pump_until(page, lambda: bottom(page) or newest_seq(page) > drawn + 2, timeout=20,
                what=f"items drawn while typing ({box.input_value()!r}, {active(page)})")
     assert box.input_value() == "feature/kiXri", box.input_value()
     assert active(page) == "INPUT:Name the branch"
@@ -133,14 +136,14 @@ def test_what_the_user_types_or_chooses_stays_while_items_arrive(page):
     page.keyboard.type("and please be brief", delay=80)
     bottom(page)
     mark = newest_seq(page)
-    pump_until(page, lambda: bottom(page) or newest_seq(page) > mark + 3, timeout=20, what="items drawn after the choices")
+    pump_until(page, lambda: bottom(page) or newest_seq(page) > mark + 2, timeout=20, what="items drawn after the choices")
     assert note.input_value() == "ship on friday"
     assert form.locator("select").input_value() == "production"
     assert [b.is_checked() for b in multi.locator("input[type=checkbox]").all()] == [False, True, False]
     assert editor.input_value() == "and please be brief"
     assert active(page) == "TEXTAREA:editor"
     assert box.input_value() == "feature/kiXri"
-    look(page, "typed")
+    look(page, f"typed-{agent}")
 
 
 
@@ -317,6 +320,22 @@ def test_a_text_ask_is_sent_with_enter_and_collapses_to_the_answer(page, crew):
     text.locator("input[type=text]").fill(name)
     text.locator("input[type=text]").press("Enter")
     page.locator(".card.answered", has_text=f"You answered · {name}").wait_for(timeout=10000)
+
+
+def test_a_stopped_reply_loses_its_typing_cursor(page):
+    """Issue 36 minor, C2: a reply still growing shows a cursor; Stop ends the turn (`stopped`) and the reply
+    left unfinished shows none."""
+    goto(page, "#/c/local/writer/chat")
+    words = " ".join(f"w{i}" for i in range(120))  # the streamer writes a word every 50 ms: 6 s of reply
+    page.locator("#editor").fill(words)
+    page.locator(".bar").get_by_role("button", name="Send", exact=True).click()
+    growing = page.locator(".item.reply.cursor")
+    growing.wait_for(timeout=10000)
+    page.locator(".bar").get_by_role("button", name="Stop").click()
+    pump_until(page, lambda: page.locator(".item.notice", has_text=re.compile("^stopped$")).count() >= 1, timeout=10,
+               what="the turn stopped")
+    pump_until(page, lambda: growing.count() == 0, timeout=5, what="no cursor left")
+    assert page.locator(".item.reply", has_text="Looking at it:").last.is_visible()
 
 
 def test_the_in_app_back_goes_back_without_adding_a_history_entry(page):
