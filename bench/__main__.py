@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import json
 import os
 import signal
@@ -252,11 +253,11 @@ def present(name: str) -> bool:
     return (HERE / f"{BENCHES[name]}.py").exists()
 
 
-def one(name: str, quick: bool, out: Path) -> None:
-    """In the child: run one benchmark and write its dict."""
+def one(module_name: str, quick: bool, out: Path) -> None:
+    """In the child: run one benchmark (the module named in BENCHES) and write its dict."""
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(REPO))
-    module = __import__(BENCHES[name])
+    module = importlib.import_module(module_name)
     with open(os.devnull, "w") as quiet:  # the table is the output; a benchmark's own prints go nowhere
         sys.stdout = quiet
         try:
@@ -266,22 +267,39 @@ def one(name: str, quick: bool, out: Path) -> None:
     out.write_text(json.dumps(result, default=str))
 
 
+def end_group(child: subprocess.Popen) -> None:
+    """End a benchmark's child and everything it started (its own session and process group)."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    child.wait()
+
+
+def stopped(signum, _frame) -> None:
+    """SIGTERM or SIGHUP ends the runner as Ctrl-C does: the running benchmark's processes go with it."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_one(name: str, quick: bool, timeout: float) -> dict:
-    """Run one benchmark in a child process (its own session: a timeout ends it and all it started)."""
+    """Run one benchmark in a child process (its own session: a timeout ends it and all it started, and
+    so does the runner's own end — Ctrl-C, SIGTERM, SIGHUP — so nothing of a stopped run keeps running)."""
     with tempfile.TemporaryDirectory(prefix="bench-") as d:
         out = Path(d) / "out.json"
         err = Path(d) / "stderr"
         load0, t0 = os.getloadavg(), time.monotonic()
         with open(err, "w") as e:
-            child = subprocess.Popen([sys.executable, "-m", "bench", "--one", name, "--out", str(out)]
+            child = subprocess.Popen([sys.executable, "-m", "bench", "--one", BENCHES[name], "--out", str(out)]
                                      + (["--quick"] if quick else []), cwd=REPO, stdout=subprocess.DEVNULL, stderr=e,
                                      start_new_session=True)
             try:
                 code = child.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+                end_group(child)
                 code = f"timeout after {timeout:g} s"
+            except BaseException:  # the runner was stopped
+                end_group(child)
+                raise
         took = time.monotonic() - t0
         info = {"seconds": round(took, 1), "load_before": load0, "load_after": os.getloadavg()}
         if code == 0 and out.exists():
@@ -371,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict = {"quick": args.quick, "only": names if args.only is not None else None, "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                  "commit": commit or None, "cores": os.cpu_count(), "benchmarks": {}, "figures": [], "errors": []}
     t0 = time.monotonic()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, stopped)
     doc["skipped"] = [n for n in names if not present(n)]
     for name in names:
         if name in doc["skipped"]:
@@ -403,5 +423,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if doc["errors"] else 0
 
 
+def entry(argv: list[str] | None = None) -> int:
+    """`main`, with a stop (Ctrl-C, SIGTERM, SIGHUP) said in one line and exit status 130."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt as exc:  # stopped: the running benchmark was ended with all it started
+        print(f"\nstopped ({exc or 'SIGINT'}): no figures written", file=sys.stderr)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

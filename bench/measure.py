@@ -178,3 +178,15 @@ async def run_agents(folder: str, n: int, convs: int, word: str, *, item: str = 
     async with trio.open_nursery() as nursery:
         for a in range(n):
             nursery.start_soon(one, f"a{a:02d}")
+
+
+def runs_from(doc: str, argv: list[str] | None, what: str) -> int:
+    """`--runs N` (default 3, at least 1) of a benchmark script whose docstring is `doc`."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--runs", type=int, default=3, help=f"{what} (default 3)")
+    runs = p.parse_args(argv).runs
+    if runs < 1:
+        p.error(f"--runs {runs} is not at least 1")
+    return runs

@@ -1,8 +1,10 @@
 """crew.json: this machine's membership of a crew (written by `collie crew join`, crew.md §1).
 
-``{"version": 1, "lead": "wss://lead.example:8470/crew/v1", "token": "…", "label": "laptop"}``,
-beside sources.json, mode 0600, strict like sources.json (unknown fields are errors). Its presence
-makes `collie serve` run this machine as a member.
+``{"version": 1, "lead": "wss://lead.example:8470/crew/v1", "token": "…", "label": "laptop",
+"ca_sha256": "AB:CD:…"}``, beside sources.json, mode 0600, strict like sources.json (unknown fields are errors).
+`ca_sha256` (optional) is the SHA-256 of the lead's own certificate authority from the invite's join command:
+the member trusts that authority for this lead, besides the system's (crew.md §2). Its presence makes
+`collie serve` run this machine as a member.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class CrewConfig:
     lead: str
     token: str = attrs.field(repr=False)
     label: str
+    ca_sha256: str | None = None
 
 
 _conv = strict_converter()
@@ -48,7 +51,15 @@ def check_lead_address(url: str) -> Problem | None:
     return None
 
 
-FIELDS = ("version", "lead", "token", "label")
+FIELDS = ("version", "lead", "token", "label", "ca_sha256")
+
+
+def check_fingerprint(text: str) -> str:
+    """A SHA-256 fingerprint as given (`AB:CD:…`, any case, colons optional) → `AB:CD:…`; ValueError says why."""
+    digits = text.strip().replace(":", "").upper()
+    if len(digits) != 64 or any(c not in "0123456789ABCDEF" for c in digits):
+        raise ValueError("a SHA-256 fingerprint is 64 hexadecimal digits (AB:CD:… as `collie crew invite` prints it)")
+    return ":".join(digits[i:i + 2] for i in range(0, 64, 2))
 
 
 def read_crew(path: Path) -> CrewConfig | None:
@@ -79,6 +90,11 @@ def read_crew(path: Path) -> CrewConfig | None:
         problem = check_lead_address(cfg.lead)
         if problem:
             problems.append(f'field "lead": {problem.text}')
+        if cfg.ca_sha256 is not None:
+            try:
+                check_fingerprint(cfg.ca_sha256)
+            except ValueError as exc:
+                problems.append(f'field "ca_sha256": {exc}')
         problem = check_token(cfg.token, "crew.json", "the member token")
         if problem:
             problems.append(f'field "token": {problem.text} (ask the lead for a new invite)')
@@ -89,7 +105,8 @@ def read_crew(path: Path) -> CrewConfig | None:
 
 def write_crew(path: Path, cfg: CrewConfig) -> None:
     ensure_private_dir(path.parent)
-    atomic_write(path, (json.dumps(attrs.asdict(cfg), indent=2) + "\n").encode(), mode=0o600)
+    data = {k: v for k, v in attrs.asdict(cfg).items() if v is not None}
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode(), mode=0o600)
 
 
 def remove_crew(path: Path) -> bool:

@@ -316,3 +316,44 @@ def check_loopback_peer(peer: tuple, me: tuple | None, what: str, uid: int | Non
                                        "nothing was sent")
     return Problem("peer-not-you", f"the process listening on {what} runs as uid {owner}, not as you (uid {uid}); "
                                    "nothing was sent: another user may have taken the port while yours was down")
+
+
+def public_parts(url: str) -> tuple[str, str, int]:
+    """`--public-url` → (the URL as printed, its lowercase host name, its port). Raises ValueError saying why."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url[:80]!r} is not a URL: give https://NAME or https://NAME:PORT") from None
+    if parts.scheme != "https":
+        raise ValueError(f"{url[:80]!r} must start with https:// (the proxy or tunnel in front of the lead "
+                         "speaks TLS to the phone)")
+    if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment \
+            or parts.path.strip("/"):
+        raise ValueError(f"{url[:80]!r} must be https://NAME or https://NAME:PORT, with no path, user or query")
+    name = parts.hostname.lower().rstrip(".")
+    if name in ("0.0.0.0", "::"):
+        raise ValueError(f"{url[:80]!r} names no address a phone can open")
+    port = port or 443
+    shown = f"https://{(f'[{name}]' if ':' in name else name)}" + ("" if port == 443 else f":{port}")
+    return shown, name, port
+
+
+def fingerprint_der(der: bytes) -> str:
+    """SHA-256 of a certificate (DER) as browsers show it: `AB:CD:…`."""
+    import hashlib
+
+    return ":".join(f"{b:02X}" for b in hashlib.sha256(der).digest())
+
+
+def fingerprint_file(path) -> str | None:
+    """SHA-256 fingerprint of the first certificate of a PEM file, or None when there is none."""
+    import ssl
+
+    try:
+        with open(path, encoding="ascii") as f:
+            text = f.read()
+        end = text.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
+        return fingerprint_der(ssl.PEM_cert_to_DER_cert(text[:end]))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None

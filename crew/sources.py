@@ -69,10 +69,6 @@ def _where(index: int, name: str | None, field: str | None) -> str:
     return who + (f": field {json.dumps(field)}" if field else "")  # escaped: a field name may hold anything
 
 
-def _fail(index: int, name: str | None, field: str | None, text: str) -> ConfigError:
-    return ConfigError(f"sources.json {_where(index, name, field)}: {text}")
-
-
 def _suggest(field: str) -> str:
     close = difflib.get_close_matches(field, FIELDS, n=1, cutoff=0.6)
     return f'; did you mean "{close[0]}"?' if close else ""
@@ -122,13 +118,6 @@ def _entry_problems(index: int, raw: object, *, reserved: bool = True) -> tuple[
     if src.token is not None and check_token_text(src.token, "it"):
         add("token", "contains spaces, line breaks or control characters; paste the token again (`openssl rand -hex 32`)")
     return (None if out else src), out
-
-
-def _entry(index: int, raw: object, *, reserved: bool = True) -> Source:
-    src, problems = _entry_problems(index, raw, reserved=reserved)
-    if problems:
-        raise ConfigError(f"sources.json {problems[0]}")
-    return src
 
 
 def _json_error(exc: json.JSONDecodeError) -> str:

@@ -66,14 +66,6 @@ class Limits:
 
 
 @attrs.frozen
-class HelloRequest:
-    collie: str
-    wire: WireRange
-    host: str
-    name: str
-
-
-@attrs.frozen
 class HelloAnswer:
     wire: WireRange
     instance: str

@@ -24,6 +24,11 @@ progress: before the first request, between requests, or stuck in a TLS handshak
 `PRESSURE_IDLE_SECONDS` instead of the usual 75 s keep-alive. A member's link (a WebSocket) is never
 idle in this sense and is never closed for pressure.
 
+**Behind a proxy** (`--public-url`, issue 35) every connection comes from the proxy's address, so a
+connection from a trusted proxy (`--trusted-proxy`) is admitted without its address's share (the total
+still holds), and each of its requests moves it to the client the proxy names (`rekey`, from `Forwarded` /
+`X-Forwarded-For`): the shares and the untrusted rules then see the phone and the flooder apart.
+
 Plain class: no trio; `now` is passed in. `lead.http` moves the sockets.
 """
 
@@ -80,7 +85,7 @@ class ConnectionBudget:
     def used(self) -> int:
         return len(self.client_of) + sum(self.extra.values())
 
-    def admit(self, conn: Hashable, client: Hashable, now: float) -> tuple[bool, Hashable | None]:
+    def admit(self, conn: Hashable, client: Hashable, now: float, *, proxied: bool = False) -> tuple[bool, Hashable | None]:
         """(admitted, a connection to close for it). A client under its share is admitted even when the total is
         full, in place of the longest-waiting untrusted connection, else of the longest-idle connection of the
         client that holds the most (if it holds more than this one), else of the longest-idle untrusted one.
@@ -88,7 +93,7 @@ class ConnectionBudget:
         new connection starts idle, untrusted and waiting for its first request (`evicted_waiting` says
         whether the one it replaced was waiting too: lead.http answers it)."""
         evicted = None
-        if self._held(client) >= self.limits.per_client:
+        if not proxied and self._held(client) >= self.limits.per_client:
             evicted = self._untrusted_victim(client)
             if evicted is None:
                 return self._refuse("client")
@@ -137,6 +142,28 @@ class ConnectionBudget:
         idle = [(since, id(conn), conn) for conn, since in self.idle_since.items()
                 if since is not None and self.client_of[conn] == biggest]
         return min(idle)[2] if idle else None
+
+    def rekey(self, conn: Hashable, client: Hashable) -> Hashable | None:
+        """A request on `conn` (from a trusted proxy) comes from `client`: count it there. Returns a connection to
+        close when that puts `client` over its share: its longest-waiting untrusted one other than `conn`."""
+        old = self.client_of.get(conn)
+        if old is None or old == client:
+            return None
+        streams = self.streams.get(conn, 1)
+        self.per_client[old] -= 1
+        self.extra[old] -= streams - 1
+        for counter in (self.per_client, self.extra):
+            if counter[old] <= 0:
+                del counter[old]
+        self.client_of[conn] = client
+        self.per_client[client] += 1
+        if streams > 1:
+            self.extra[client] += streams - 1
+        if self._held(client) <= self.limits.per_client:
+            return None
+        busy = [(since, id(c), c) for c, since in (*self.busy_since.items(), *self.waiting_since.items())
+                if c is not conn and c not in self.trusted and self.client_of.get(c) == client]
+        return min(busy)[2] if busy else None
 
     def trust(self, conn: Hashable) -> None:
         """A request on `conn` carried a valid credential."""

@@ -80,7 +80,7 @@ class LeadDaemon(Daemon):
         from lead.devices import Devices
         from lead.events import Feed
         from lead.push import Pusher
-        from lead.tls import ensure_certificate, fingerprint_file, names_for
+        from lead.tls import ensure_certificate, fingerprint_file, machine_addresses, names_for
 
         self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
         from lead.needs_file import NAME as SEEN_FILE
@@ -98,14 +98,19 @@ class LeadDaemon(Daemon):
         self.turns = TurnPusher(self.pusher, self.feed)  # issue 37: a push when a turn ends
         self.devices.on_revoke.append(self.turns.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
+        self.tls_files = None  # the lead's own authority and the certificate it issued (lead.tls)
         host = args.host or "127.0.0.1"
+        self.addresses = machine_addresses() if host in ("0.0.0.0", "::", "") else None
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
-            names = names_for(host, getattr(args, "name", None) or [])
-            cert, key, made = ensure_certificate(paths.state_dir, names, log)
-            if made:
-                log.info("[bridge] made a self-signed TLS certificate for %s: %s", ", ".join(names), cert)
-            self.certfile, self.keyfile = str(cert), str(key)
-        self.fingerprint = fingerprint_file(self.certfile) if self.certfile else None
+            names = names_for(host, getattr(args, "name", None) or [], self.addresses)
+            self.tls_files = files = ensure_certificate(paths.state_dir, names, log)
+            if files.made and not files.said:  # a move to the authority is its one line
+                log.info("[bridge] issued the served TLS certificate for %s from the lead's own certificate "
+                         "authority (SHA-256 %s): %s", ", ".join(names), files.fingerprint, files.cert)
+            self.certfile, self.keyfile = str(files.cert), str(files.key)
+        # the fingerprint people compare: the lead's authority, else the user's own certificate
+        self.fingerprint = (self.tls_files.fingerprint if self.tls_files
+                            else fingerprint_file(self.certfile) if self.certfile else None)
         self.door = None
 
     async def _set_viewing(self, machine: str, agent: str, on: bool) -> None:
@@ -119,8 +124,17 @@ class LeadDaemon(Daemon):
         if self.door is None:
             raise LookupError("the phone's server is not up yet: try again in a moment")
         code, expires = self.devices.new_code(time.time())
-        return {"link": f"{self.door.base_url(self.args.host)}/pair#{code}", "expires_at": expires,
-                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK}
+        base = self.door.base_url()
+        return {"link": f"{base}/pair#{code}", "expires_at": expires,
+                "fingerprint": self.fingerprint, "loopback": self.args.host in LOOPBACK and not getattr(self.args, "public_url", None),
+                "trust": f"{base}/trust" if self.tls_files and not getattr(self.args, "public_url", None) else None,
+                "addresses": self.door.base_urls()}
+
+    async def op_ping(self, req: dict) -> dict:
+        """Besides the bridge's: the lead's public URL and its authority's fingerprint (`collie crew invite`)."""
+        return {**await super().op_ping(req), "public_url": getattr(self.args, "public_url", None),
+                "bind": self.args.host,
+                "authority": self.tls_files.fingerprint if self.tls_files else None}
 
     async def op_live(self, _req: dict) -> dict:
         """Live channels open, who views which agent (W5: 2 s polling while viewed), phones, push."""
@@ -128,7 +142,17 @@ class LeadDaemon(Daemon):
         viewers.update({f"{m}/{a}": n for (m, a), n in self.hub.viewers.items() if n})
         push = {**self.pusher.stats, **self.turns.stats, "subscriptions": len(self.pusher.store.subs)}
         return {**self.feed.statistics(), "viewers": viewers, "devices": len(self.devices.by_hash), "push": push,
-                "fingerprint": self.fingerprint, "address": self.address}
+                "fingerprint": self.fingerprint, "address": self.address, **self.tls_statistics()}
+
+    def tls_statistics(self) -> dict:
+        """What `collie doctor` says of TLS: which certificate is served, who issued it, where to open the lead."""
+        from lead.tls import describe_served
+
+        urls = self.door.base_urls() if self.door is not None else []
+        served = describe_served(self.certfile) if self.certfile else None
+        return {"urls": urls, "served": served, "own_authority": self.tls_files is not None,
+                "authority_fingerprint": self.tls_files.fingerprint if self.tls_files else None,
+                "public_url": getattr(self.args, "public_url", None)}
 
     async def op_devices(self, _req: dict) -> dict:
         return {"devices": self.devices.listing()}
@@ -145,6 +169,28 @@ class LeadDaemon(Daemon):
         return {**super().handlers(), **self.hub.control_handlers(), "pair": self.op_pair,
                 "devices": self.op_devices, "devices_revoke": self.op_devices_revoke, "live": self.op_live}
 
+    async def follow_addresses(self, app) -> None:
+        """On 0.0.0.0/:: the served certificate names this machine's addresses: when they change (another network,
+        a new lease), it is issued anew from the same authority and served from the next connection on."""
+        from lead.tls import ensure_certificate, names_for
+
+        while True:
+            await trio.sleep(ADDRESS_CHECK_SECONDS)
+            now = await _addresses_now()
+            if sorted(now) == sorted(self.addresses or []):
+                continue
+            names = names_for(self.args.host, self.args.name or [], now)
+            files = await trio.to_thread.run_sync(ensure_certificate, self.paths.state_dir, names, log)
+            ctx = app.config.get("COLLIE_SSL_CONTEXT")
+            if ctx is not None:
+                ctx.load_cert_chain(str(files.cert), str(files.key))
+            self.addresses = now
+            if self.door is not None:
+                self.door.set_addresses(now)
+            if files.made:
+                log.info("[bridge] this machine's addresses changed: the served TLS certificate now names %s "
+                         "(same authority, SHA-256 %s)", ", ".join(names), files.fingerprint)
+
     def abandon(self) -> None:
         """A start that failed leaves no credential it made behind (issue 10.4)."""
         if self.made_credential:
@@ -152,8 +198,12 @@ class LeadDaemon(Daemon):
 
     def ready_line(self) -> str:
         n = len(self.config.agents)
-        tls = f" (TLS, certificate SHA-256 {self.fingerprint})" if self.fingerprint else ""
-        return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {self.address}{tls}, "
+        if self.tls_files:
+            tls = f" (TLS from the lead's own authority, SHA-256 {self.fingerprint}: trust it once at /trust)"
+        else:
+            tls = f" (TLS, certificate SHA-256 {self.fingerprint})" if self.fingerprint else ""
+        shown = " ".join(self.door.base_urls()) if self.door is not None else self.address
+        return (f"[bridge] Collie {__version__} ready (pid {os.getpid()}): phone API on {shown}{tls}, "
                 f"{n} durable agent{'' if n == 1 else 's'}")
 
     def make_app(self):
@@ -165,10 +215,13 @@ class LeadDaemon(Daemon):
         from lead.pairing import Door, install_pairing
         from lead.push import install_push
         from lead.routes.turns import register as install_turns
+        from lead.trust import install_trust
         from lead.web import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
-                                      names=self.args.name or [])
+                                      names=self.args.name or [], public_url=getattr(self.args, "public_url", None),
+                                      addresses=self.addresses)
+        door.trust_page = self.tls_files is not None
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
                                                 redact_on=self.redact_on, stops=self.turns),
@@ -179,6 +232,7 @@ class LeadDaemon(Daemon):
                                      install_events(a, self.feed,
                                                     owner_check=lambda: getattr(g, "sender", None) == OWNER),
                                      install_web(a, self.bridge, self.hub, needs=self.feed.needs),
+                                     install_trust(a, self.tls_files),
                                      self.hub.install(a, self.shutdown)))
 
     async def front(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -191,6 +245,9 @@ class LeadDaemon(Daemon):
             await nursery.start(self.pusher.run)
             await nursery.start(self.turns.run)
 
+            if self.tls_files is not None and (self.args.host or "") in ("0.0.0.0", "::", ""):
+                nursery.start_soon(self.follow_addresses, app)
+
             async def end_channels():
                 await self.shutdown.wait()
                 self.feed.shutdown()
@@ -199,7 +256,8 @@ class LeadDaemon(Daemon):
                 try:
                     binds = await web.start(partial(
                         serve_http, app, [bind_text(self.args.host, self.args.port)], self.shutdown,
-                        certfile=self.certfile, keyfile=self.keyfile))
+                        certfile=self.certfile, keyfile=self.keyfile,
+                        trusted_proxies=getattr(self.args, "trusted_proxy", None) or ()))
                 except BaseException as exc:
                     err = first_of(exc, OSError)
                     if err is None:
@@ -208,12 +266,23 @@ class LeadDaemon(Daemon):
                 self.address = binds[0] if binds else ""
                 door.port = _port_of(self.address) or door.port
                 self.door = door
+                if self.address and (self.args.host or "") in ("0.0.0.0", "::", ""):
+                    self.address = door.local_urls()[0]  # never 0.0.0.0 or :: where a person reads it
                 if self.made_credential:
                     log.info("[bridge] made the local API credential: %s (0600; send it as Authorization: Bearer)",
                              self.paths.state_dir / "api-token")
                 task_status.started()
             # the HTTP server returned (it stops by itself once `shutdown` is set): stop the hub too
             nursery.cancel_scope.cancel()
+
+
+ADDRESS_CHECK_SECONDS = 30.0
+
+
+async def _addresses_now() -> list[str]:
+    from lead.tls import machine_addresses
+
+    return await trio.to_thread.run_sync(machine_addresses)
 
 
 OWNER_MAX = 60  # characters of the owner's display name

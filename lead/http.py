@@ -76,6 +76,74 @@ _budget: ContextVar[ConnectionBudget | None] = ContextVar("collie_connection_bud
 _connection: ContextVar[object | None] = ContextVar("collie_connection", default=None)  # the request's, for trust()
 
 
+_proxies: ContextVar[tuple] = ContextVar("collie_trusted_proxies", default=())
+
+
+def forwarded_client(peer: str, forwarded: str | None, x_forwarded_for: str | None,
+                     proxies: tuple) -> str:
+    """The client address of a request: the TCP peer, unless that is a trusted proxy; then the nearest address
+    in `Forwarded` (else `X-Forwarded-For`) that is not itself a trusted proxy, read right to left (what a
+    client writes at the left is not believed)."""
+    if not _trusted(peer, proxies):
+        return peer
+    hops: list[str] = []
+    if forwarded:
+        for element in forwarded.split(","):
+            for pair in element.split(";"):
+                key, _, value = pair.strip().partition("=")
+                if key.strip().lower() == "for":
+                    hops.append(_bare(value.strip().strip('"')))
+    elif x_forwarded_for:
+        hops = [_bare(h.strip()) for h in x_forwarded_for.split(",")]
+    for hop in reversed(hops[-16:]):
+        if not hop:
+            break
+        if not _trusted(hop, proxies):
+            return hop
+    return peer
+
+
+def _bare(value: str) -> str:
+    """`[2001:db8::1]:443`, `1.2.3.4:5`, `1.2.3.4` → the address; anything else → ''."""
+    import ipaddress
+
+    if value.startswith("["):
+        value = value[1:].split("]", 1)[0]
+    elif value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        return ""
+
+
+def _trusted(address: str, proxies: tuple) -> bool:
+    import ipaddress
+
+    try:
+        a = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(a.version == net.version and a in net for net in proxies)
+
+
+def see_client(headers) -> str | None:
+    """For the current request: the client address (forwarded_client), and its connection moved to it in the
+    budget when it came through a trusted proxy. None outside a budgeted connection."""
+    budget, conn = _budget.get(), _connection.get()
+    peer = getattr(conn, "peer", None)
+    if peer is None:
+        return None
+    if not getattr(conn, "proxied", False):
+        return peer
+    client = forwarded_client(peer, headers.get("forwarded"), headers.get("x-forwarded-for"), _proxies.get())
+    if budget is not None:
+        crowded = budget.rekey(conn, client)
+        if crowded is not None:
+            crowded.budget_scope.cancel()
+    return client
+
+
 def trust_connection() -> None:
     """The current request carried a valid credential: its connection is trusted (lead.connections)."""
     budget, conn = _budget.get(), _connection.get()
@@ -121,8 +189,9 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         except OSError:
             return  # gone already
         client = peer[0] if isinstance(peer, tuple) else "unix"
+        self.peer, self.proxied = client, _trusted(client, _proxies.get())
         self.budget_scope = trio.CancelScope()  # before admitting: from then on another may evict this one
-        admitted, evicted = budget.admit(self, client, trio.current_time())
+        admitted, evicted = budget.admit(self, client, trio.current_time(), proxied=self.proxied)
         if evicted is not None:
             if budget.evicted_waiting:
                 evicted.part_with("made_room")
@@ -246,8 +315,11 @@ async def serve_http(
     certfile: str | None = None,
     keyfile: str | None = None,
     limits: Limits | None = None,
+    trusted_proxies: list[str] | tuple = (),
     task_status=trio.TASK_STATUS_IGNORED,
 ) -> None:
+    import ipaddress
+
     hypercorn_fix.install(BudgetedTCPServer)
     config = Config()
     config.bind = binds
@@ -260,9 +332,18 @@ async def serve_http(
     config.errorlog = None
     if certfile:
         config.certfile, config.keyfile = certfile, keyfile
+        made = config.create_ssl_context
+
+        def keep_context():
+            """hypercorn's context, kept so that a certificate issued anew is served without a restart (issue 35)."""
+            ctx = made()
+            app.config["COLLIE_SSL_CONTEXT"] = ctx
+            return ctx
+        config.create_ssl_context = keep_context
     budget = ConnectionBudget(limits or Limits.for_descriptors(descriptor_limit()))
     app.config["COLLIE_CONNECTIONS"] = budget  # statistics() for benchmarks and tests
     token = _budget.set(budget)  # the server's connection tasks inherit this context
+    proxies = _proxies.set(tuple(ipaddress.ip_network(p, strict=False) for p in trusted_proxies))
     try:
         async with trio.open_nursery() as nursery:
             bound = await nursery.start(partial(serve, app, config, shutdown_trigger=shutdown.wait))
@@ -273,6 +354,7 @@ async def serve_http(
             sweeper.cancel()
     finally:
         _budget.reset(token)
+        _proxies.reset(proxies)
 
 
 async def _run_in(scope: trio.CancelScope, fn, *args) -> None:

@@ -52,7 +52,9 @@ keep-alive timer, which runs while the body drains.
    CANCEL) and its unsent data dropped.
 
 `install()` puts them in place (before serving); `lead.http` passes its own subclass of
-`FixedTCPServer`. `tests/test_http_server.py` fails without each of parts 1-4, and
+`FixedTCPServer`. They replace private internals of the versions in `WRITTEN_FOR` (pyproject.toml pins
+those series, `~=`), so `install()` refuses any other version with a message naming both, rather than
+patching code it was not written for. `tests/test_http_server.py` fails without each of parts 1-4, and
 `tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7.
 """
 
@@ -60,6 +62,7 @@ from __future__ import annotations
 
 import socket
 import struct
+from importlib.metadata import PackageNotFoundError, version
 
 import h2.errors
 import h2.exceptions
@@ -75,6 +78,7 @@ from hypercorn.protocol.h11 import STREAM_ID, H11Protocol
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio.tcp_server import TCPServer
 
+WRITTEN_FOR = {"hypercorn": "0.18", "quart-trio": "0.12"}  # the release series the fixes were written for
 DRAIN_MAX_BYTES = 256 * 1024  # the API's own body limit (lead.api.MAX_BODY): larger bodies close instead
 RECYCLE_SECONDS = 5.0  # bound on the shielded recycle: it sends at most a few bytes and starts a timer
 # Fix 5: a write that gets no slice into the socket for this long ends the connection — nginx's `send_timeout`
@@ -265,8 +269,30 @@ class FixedTCPServer(TCPServer):
         await getattr(self.stream, "transport_stream", self.stream).aclose()
 
 
+class UnknownVersion(RuntimeError):
+    """hypercorn or quart-trio is of a release these fixes were not written for."""
+
+
+def check_versions(installed=version) -> None:
+    """Raise UnknownVersion unless each package of WRITTEN_FOR is of its release series."""
+    wrong = []
+    for name, series in WRITTEN_FOR.items():
+        try:
+            got = installed(name)
+        except PackageNotFoundError:
+            got = "not installed"
+        if got.split(".")[:2] != series.split("."):
+            wrong.append(f"{name} {got} (written for {series}.x)")
+    if wrong:
+        raise UnknownVersion(f"lead.hypercorn_fix patches private internals of hypercorn {WRITTEN_FOR['hypercorn']} "
+                             f"and quart-trio {WRITTEN_FOR['quart-trio']}, not {', '.join(wrong)}: install the "
+                             f"versions of constraints.txt (pip install -c constraints.txt -e .)")
+
+
 def install(server: type[TCPServer] = FixedTCPServer) -> None:
-    """Serve every hypercorn connection of this process with `server` (a `FixedTCPServer`) and the fixed protocol."""
+    """Serve every hypercorn connection of this process with `server` (a `FixedTCPServer`) and the fixed
+    protocol; UnknownVersion, before anything is patched, on a hypercorn or quart-trio it does not know."""
+    check_versions()
     hypercorn_protocol.H11Protocol = FixedH11Protocol
     hypercorn_protocol.H2Protocol = FixedH2Protocol
     hypercorn_h2.StreamBuffer = FixedStreamBuffer

@@ -73,6 +73,32 @@ RETRY_MIN, RETRY_MAX = 1.0, 60.0  # resuming an interrupted item: backoff (trio 
 ACTIVE = ("pending", "approved", "running")
 WAITING = ("pending", "approved")
 FINISHED = ("done", "expired", "cancelled", "failed")
+# The diagram above as the one table of every change of state an item may take (h11's `_state.py` shape):
+# from each state, the states it may go to and what takes it there. `transition` raises IllegalTransition on
+# any other pair, and lead.inbox_store's `set` calls it on every change — a slip that would run an item
+# never approved, or move a finished one, fails where it happens instead of becoming the record.
+TRANSITIONS: dict[str, dict[str, str]] = {
+    "pending": {"approved": "the owner approves it (I3)", "expired": "the TTL passes unapproved (I6)",
+                "cancelled": "its owner or sender cancels it (I7, I9)"},
+    "approved": {"running": "dispatched: its exact request is recorded, then sent",
+                 "cancelled": "its owner or sender cancels it (I7, I9)",
+                 "pending": "its `required` sender changes it after approval: approved again (I7)"},
+    "running": {"running": "its receipt keeps it running (sent, unknown), or it is resumed as recorded",
+                "approved": "a refusal that holds it (HOLD, busy), or its request could not be recorded",
+                "failed": "a final refusal", "done": "the turn it started ends (I2)"},
+    **{state: {} for state in FINISHED},
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A change of an inbox item's state that TRANSITIONS does not have: a bug, never a peer's doing."""
+
+
+def transition(old: str, new: str) -> str:
+    """`new`, when an item in state `old` may go there (TRANSITIONS); else IllegalTransition."""
+    if new not in TRANSITIONS.get(old, {}):
+        raise IllegalTransition(f"an inbox item does not go from {old!r} to {new!r}")
+    return new
 # refusals that leave an item waiting (nothing reached the agent); the agent not ready (unreachable: down, or
 # restarting and not greeted yet) or the state folder full (disk_full, not_recorded) also pause its inbox
 TRANSIENT = ("unreachable", "disk_full", "not_recorded")

@@ -22,7 +22,7 @@ import trio
 
 from crew import logs
 from crew.fsutil import open_db
-from lead.inbox_core import FINISHED, Item, Items
+from lead.inbox_core import FINISHED, Item, Items, transition
 
 log = logs.get("inbox")
 
@@ -225,7 +225,10 @@ class Record:
             self.mem.remember(item)
 
     def set(self, item: Item, **fields) -> None:
-        """Change an item in memory and mark it for the next commit (`await store.sync()` to wait for it)."""
+        """Change an item in memory and mark it for the next commit (`await store.sync()` to wait for it);
+        a change of state is one TRANSITIONS has (IllegalTransition before anything changes)."""
+        if "state" in fields:
+            transition(item.state, fields["state"])
         self.mem.forget(item)
         for key, value in fields.items():
             setattr(item, key, value)

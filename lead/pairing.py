@@ -3,10 +3,12 @@ which route a credential opens and what a body must be; `lead.events` is the liv
 
 Guards, in the order a request meets them:
 1. **Host** (DNS rebinding): the `Host` header must name this lead — a loopback name, the bound
-   address, this machine's name or addresses when bound to all of them, or a name given with
-   `collie serve --name` (`COLLIE_NAMES` in `.env`). Anything else: 421 `wrong_host`. `/healthz`
+   address, this machine's name or addresses when bound to all of them, a name given with
+   `collie serve --name` (`COLLIE_NAMES` in `.env`), or the name and port of `--public-url` (the proxy or
+   tunnel in front of the lead). Anything else: 421 `wrong_host`. `/healthz`
    and the members' `/crew/v1` link (bearer-authenticated, dialled by address) are exempt.
-2. **Origin**: a request that carries an `Origin` must come from this lead's own origin; no CORS
+2. **Origin**: a request that carries an `Origin` must come from this lead's own origin (or exactly
+   `--public-url`'s, over https); no CORS
    header is ever sent, so other sites cannot read an answer. Else 403 `cross_origin`.
 3. **Credential**: a paired device's cookie together with its device key in the header
    `X-Collie-Device-Key` (`lead.devices`: the cookie alone reaches every port of the host, the key
@@ -30,6 +32,7 @@ from urllib.parse import urlsplit
 
 from quart import request
 
+from crew.security import public_parts
 from lead.devices import COOKIE_NAMES, KEY_HEADER, Device, Devices
 from lead.routes.common import error  # the one error shape
 
@@ -54,24 +57,44 @@ def split_host(value: str) -> tuple[str, int | None]:
 
 
 class Door:
-    def __init__(self, host: str, port: int, *, tls: bool, names: list[str] | tuple[str, ...] = ()) -> None:
+    """The names, port and scheme this lead answers to; with `public_url` also that URL's name and port (the
+    proxy or tunnel in front of it), and no other."""
+
+    def __init__(self, host: str, port: int, *, tls: bool, names: list[str] | tuple[str, ...] = (),
+                 public_url: str | None = None, addresses: list[str] | None = None) -> None:
         self.tls = tls
         self.port = port
+        self.trust_page = False  # the lead serves /trust (its own authority): the pairing page points to it
+        self.host = host
         self.names = {n.lower().strip("[]").rstrip(".") for n in (*LOOPBACK, *names) if n}
+        self.public = public_parts(public_url) if public_url else None
         if host in ("0.0.0.0", "::", ""):
+            from lead.tls import machine_addresses
+
             self.names |= {socket.gethostname().lower(), f"{socket.gethostname().lower()}.local"}
-            try:
-                for info in socket.getaddrinfo(socket.gethostname(), None):
-                    self.names.add(info[4][0].lower())
-            except OSError:
-                pass
+            self.set_addresses(machine_addresses() if addresses is None else addresses)
         else:
+            self.addresses = [host.strip("[]")]
             self.names.add(host.lower().strip("[]"))
+
+    def set_addresses(self, addresses: list[str]) -> None:
+        """This machine's addresses (on 0.0.0.0/::), now: the Host check and the printed addresses follow them."""
+        old = set(getattr(self, "addresses", []))
+        self.addresses = list(addresses)
+        self.names -= {a.lower() for a in old - set(addresses)} - set(LOOPBACK)
+        self.names |= {a.lower() for a in self.addresses}
+
+    @property
+    def secure(self) -> bool:
+        """The phone speaks HTTPS: the lead's own TLS, or the proxy's in front of it (`__Host-` cookie)."""
+        return self.tls or self.public is not None
 
     def host_ok(self, header: str | None) -> bool:
         if not header:
             return False
         name, port = split_host(header)
+        if self.public is not None and name == self.public[1]:
+            return (443 if port is None else port) == self.public[2]
         if port is not None and self.port and port != self.port:
             return False
         return name in self.names
@@ -84,23 +107,45 @@ class Door:
             port = parts.port
         except ValueError:
             return False
-        if parts.scheme != ("https" if self.tls else "http") or not parts.hostname:
+        if not parts.hostname:
+            return False
+        name = parts.hostname.lower().strip("[]")
+        if self.public is not None and name == self.public[1]:
+            return parts.scheme == "https" and (port or 443) == self.public[2] and not parts.path.strip("/")
+        if parts.scheme != ("https" if self.tls else "http"):
             return False
         if port is not None and self.port and port != self.port:
             return False
-        return parts.hostname.lower().strip("[]") in self.names
+        return name in self.names
 
-    def base_url(self, host: str) -> str:
-        """The address a phone opens: `scheme://host:port`."""
-        shown = host
-        if host in ("0.0.0.0", "::", ""):
-            shown = socket.gethostname()
-        try:
-            if isinstance(ipaddress.ip_address(shown), ipaddress.IPv6Address):
-                shown = f"[{shown}]"
-        except ValueError:
-            pass
-        return f"{'https' if self.tls else 'http'}://{shown}:{self.port}"
+    def base_urls(self) -> list[str]:
+        """Every address a person can open, best first: the public URL, else this lead's reachable addresses
+        (never 0.0.0.0 or ::), else its loopback one."""
+        if self.public is not None:
+            return [self.public[0]]
+        return self.local_urls()
+
+    def local_urls(self) -> list[str]:
+        """The lead's own addresses a person can open (not the public URL), best first."""
+        scheme = "https" if self.tls else "http"
+        from lead.tls import reachable
+
+        shown = [a for a in self.addresses if reachable(a)] or [a if a not in ("0.0.0.0", "::", "") else
+                                                                 "127.0.0.1" for a in self.addresses[:1]]
+        return [f"{scheme}://{_bracket(a)}:{self.port}" for a in shown]
+
+    def base_url(self, host: str | None = None) -> str:
+        """The address a phone opens: the public URL, else `scheme://address:port`."""
+        return self.base_urls()[0]
+
+
+def _bracket(host: str) -> str:
+    try:
+        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
+            return f"[{host}]"
+    except ValueError:
+        pass
+    return host
 
 
 def guard(door: Door):
@@ -157,6 +202,7 @@ PAIR_PAGE = """<!doctype html>
 button{font:inherit;padding:.75rem 1.25rem;min-height:48px}</style></head>
 <body><h1>Pair this phone</h1>
 <p id="msg">Pairing…</p>
+<!--trust-->
 <script>
 // The device key: kept in this origin's IndexedDB (no other port can read it), sent by the app as
 // X-Collie-Device-Key; beside it a signing key script cannot read out, which renews a replaced cookie
@@ -207,6 +253,10 @@ def _inline_hashes(page: str, tag: str) -> str:
 PAIR_CSP = (f"default-src 'none'; script-src {_inline_hashes(PAIR_PAGE, 'script')}; "
             f"style-src {_inline_hashes(PAIR_PAGE, 'style')}; connect-src 'self'; base-uri 'none'; "
             "form-action 'none'; frame-ancestors 'none'")
+# Over the lead's own authority the pairing page points to /trust (lead.trust): trusting it is what gives the
+# phone notifications and the lock-screen answer.
+TRUST_LINE = ('<p id="trust">First time on this phone? <a href="/trust">Trust this lead once</a>: then it can '
+              'notify you and take answers from the lock screen.</p>')
 ANSWER_CSP = "default-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"  # JSON: nothing runs
 
 

@@ -2,7 +2,8 @@
 
 The app is plain HTML, CSS and ES modules in `lead/web/` — no build step, nothing fetched from
 elsewhere. Every page is served with a strict Content-Security-Policy (scripts and styles from this
-lead only, no inline script), `X-Content-Type-Options: nosniff`, and `X-Frame-Options: DENY`.
+lead only; the one inline script, boot.js, allowed by its hash), `X-Content-Type-Options: nosniff`,
+and `X-Frame-Options: DENY`.
 
 `GET /api/needs` lists every open ask on every machine, oldest first (the order in which the lead
 first saw them), so the dashboard can show one Needs you list above the sections: those waiting for you

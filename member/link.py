@@ -21,6 +21,11 @@
   lasted HEALTHY_AFTER. A lead that closes the link going away (code 1001: it is shutting down or
   restarting, `collie restart`) is tried again at once and then every RESTART_RETRY (jittered) for
   RESTART_WINDOW, so the member is back within a few seconds of the restarted lead answering (issue 36.4).
+- Trust (crew.md §2): a `wss://` lead is verified against the system's authorities and, when crew.json
+  carries the invite's `ca_sha256`, the lead's own authority: read from the lead's `/trust/ca.crt` and kept
+  only if its SHA-256 is that one (then the pin, not the unverified read, is what vouches for it). A lead
+  that presents another authority is refused naming both fingerprints; every TLS failure is said in plain
+  words (`tls_failure`): not trusted, wrong name, expired, or the mismatch.
 """
 
 from __future__ import annotations
@@ -64,6 +69,80 @@ FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's 
 
 class LeadRefused(Exception):
     """The lead's address is held by a process this member will not talk to (the message says why)."""
+
+
+AUTHORITY_PATH = "/trust/ca.crt"
+AUTHORITY_MAX = 16384  # an authority's certificate is under 1 KiB
+
+
+async def read_authority(url: str, pin: str) -> bytes:
+    """The lead's own authority (DER) from its `/trust/ca.crt`, read without verification and kept only when its
+    SHA-256 is `pin`. Raises LeadRefused naming both fingerprints when it is another, or none is served."""
+    from crew.security import fingerprint_der
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or 443
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE  # the pin below is what vouches
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with trio.fail_after(CONNECT_TIMEOUT):
+        stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=ctx, https_compatible=True)
+        try:
+            await stream.do_handshake()
+            chain = stream.getpeercert(binary_form=True)
+            await stream.send_all(f"GET {AUTHORITY_PATH} HTTP/1.1\r\nHost: {hostport}\r\nConnection: close\r\n"
+                                  "Accept: application/x-x509-ca-cert\r\n\r\n".encode())
+            raw = b""
+            while len(raw) <= AUTHORITY_MAX + 4096:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                raw += chunk
+        finally:
+            await trio.aclose_forcefully(stream)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    got = fingerprint_der(body) if status[1:2] == [b"200"] and 0 < len(body) <= AUTHORITY_MAX else None
+    if got == pin:
+        return body
+    if status[1:2] == [b"421"]:
+        raise LeadRefused(f"the lead at {url} does not answer to that name (wrong_host): dial it by an address "
+                          "`collie doctor` on the lead lists, or add the name there with `collie serve --name`")
+    served = got or (fingerprint_der(chain) + " (its certificate; it serves no authority of its own)" if chain else "none")
+    raise LeadRefused(f"the lead at {url} presents a certificate authority with SHA-256 {served}, but its invite "
+                      f"named {pin}: this is not the lead you were invited to, or its authority was made anew "
+                      "(then ask the lead for a new invite: `collie crew invite`)")
+
+
+TLS_WORDS = {  # OpenSSL's verify codes → what a person can act on
+    10: "its certificate has expired (check both machines' clocks; a lead issues a new one at its next start)",
+    9: "its certificate is not valid yet (check both machines' clocks)",
+    62: "its certificate is for another name: dial it by a name or address it serves (`collie doctor` on the lead "
+        "lists them), or add the name there with `collie serve --name`",
+    64: "its certificate is for another address: dial it by an address it serves (`collie doctor` on the lead lists "
+        "them)",
+    47: "its certificate names an address or name its authority may not vouch for: dial it by the address the "
+        "invite gave",
+}
+NOT_TRUSTED = ("its certificate is not trusted by this machine: join with the command `collie crew invite` prints "
+               "on the lead (it carries --ca-sha256), or give the lead a certificate this machine trusts")
+
+
+def tls_failure(exc: BaseException | None) -> str | None:
+    """A TLS failure anywhere in `exc`'s causes, in plain words; None when it is none."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return TLS_WORDS.get(exc.verify_code, NOT_TRUSTED)
+        if isinstance(exc, ssl.SSLError):
+            return f"the TLS handshake failed ({exc.reason or exc.__class__.__name__}): is it a Collie lead, over TLS?"
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            found = [w for w in map(tls_failure, exc.exceptions) if w]
+            if found:
+                return found[0]
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 @attrs.define
@@ -227,6 +306,7 @@ class Link:
         self.status = LinkStatus(lead=self.url)
         self.boot = secrets.token_hex(8)  # one per process: the lead knows a reconnect of this member by it
         self.rng = random.Random()
+        self.authority: bytes | None = None  # the lead's own authority (DER), once its SHA-256 matched the pin
         self.up_at: float | None = None  # trio time the current link was welcomed (None: not up)
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -257,6 +337,10 @@ class Link:
             return (f"the lead refused this member (HTTP {exc.status_code}): "
                     + ("the member token is wrong or was removed; ask for a new invite"
                        if exc.status_code in (401, 403) else "see the lead's log"))
+        words = tls_failure(exc)
+        if words is not None:
+            self.authority = None  # a lead whose authority changed is read (and compared) again
+            return f"cannot trust the lead at {self.url}: {words}"
         if isinstance(exc, HandshakeError):
             return f"cannot reach the lead at {self.url} ({exc.__class__.__name__})"
         if isinstance(exc, ConnectionClosed):
@@ -289,8 +373,34 @@ class Link:
         if problem is not None:
             raise LeadRefused(f"the lead at {self.url} is unreachable ({problem.code}): {problem.text}")
 
+    async def _tls_context(self) -> ssl.SSLContext | None:
+        """The system's authorities, and the lead's own when the invite pinned it (read once, then kept)."""
+        if not self.url.startswith("wss://"):
+            return None
+        ctx = ssl.create_default_context()
+        pin = getattr(self.cfg, "ca_sha256", None)
+        if pin:
+            if self.authority is None:
+                self.authority = await read_authority(self.url, pin)
+            ctx.load_verify_locations(cadata=self.authority)
+        return ctx
+
+    async def _tls_check(self, ctx: ssl.SSLContext) -> None:
+        """A TLS handshake alone, verified as the link's will be: trio-websocket reports a failed one only as a
+        ConnectionTimeout, so its reason (not trusted, wrong name, expired) would be lost (crew.md §2)."""
+        parts = urlsplit(self.url)
+        with trio.fail_after(CONNECT_TIMEOUT):
+            stream = await trio.open_ssl_over_tcp_stream(parts.hostname or "", parts.port or 443, ssl_context=ctx,
+                                                         https_compatible=True)
+            try:
+                await stream.do_handshake()
+            finally:
+                await trio.aclose_forcefully(stream)
+
     async def _connect_once(self) -> None:
-        ctx = ssl.create_default_context() if self.url.startswith("wss://") else None
+        ctx = await self._tls_context()
+        if ctx is not None:
+            await self._tls_check(ctx)
         headers = [(b"authorization", f"Bearer {self.cfg.token}".encode())]
         self._loopback_check()  # the port's listener, before the token is sent
         async with open_websocket_url(self.url, ssl_context=ctx, extra_headers=headers,

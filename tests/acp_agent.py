@@ -36,11 +36,22 @@ until `authenticate` with a method it can use; with ACP_TEST_REFUSE_NEW=1 sessio
 refused that way (a login that never works). With ACP_TEST_NEW_FAILS=TEXT, session/new prints TEXT
 on stderr and fails `Internal error` with data `Query closed before response received`, as
 claude-code-acp does when Claude Code refuses to run as root.
+
+With ACP_TEST_STALE=1 it does what claude-agent-acp 0.23 does after a stop or an error (issue 38):
+once a prompt of a session ended `cancelled` or with an error, every later prompt of that session
+is answered with the end of the one before — the first at once, `end_turn` with no update at all —
+while its own work goes on unseen: its updates are held until the next prompt (which sends them
+before answering), its permission requests go out as they come, after its answer. Each prompt
+then also sends a `usage_update` whose `used` is missing, as claude-agent-acp's `"used": null`.
+ACP_TEST_ASK_AFTER=S makes `tool` wait S seconds before it asks.
+misfit      (any mode) sends a `usage_update` with `"used": null` and a completed `tool_call` whose
+            `title` is null (rawInput `echo kept`), then replies `misfit done`
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import sys
@@ -57,6 +68,8 @@ from acp.schema import (AgentCapabilities, AuthMethodAgent, AvailableCommand, Av
                         EnvVarAuthMethod, Implementation, PermissionOption, SessionCapabilities,
                         SessionCloseCapabilities, SessionMode, SessionModeState)
 
+STALE = os.environ.get("ACP_TEST_STALE") == "1"
+HOLDING: contextvars.ContextVar[Any] = contextvars.ContextVar("holding", default=None)
 STATE = Path(os.environ.get("ACP_TEST_STATE") or Path(tempfile.gettempdir()) / f"acp-test-agent-{os.getuid()}.json")
 
 
@@ -73,9 +86,24 @@ def save(state: dict) -> None:
     os.replace(tmp, STATE)
 
 
+class Holding:
+    """The connection as a prompt answered stale sees it: its updates are kept, the rest goes out."""
+
+    def __init__(self, conn: Any, kept: list) -> None:
+        self._conn, self.kept = conn, kept
+
+    async def session_update(self, session_id: str, update: Any, **kw) -> None:
+        self.kept.append((session_id, update))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 class TestAgent:
     def __init__(self) -> None:
-        self.conn: Any = None
+        self._conn: Any = None
+        self.lagging: set[str] = set()  # ACP_TEST_STALE: sessions one prompt behind
+        self.behind: dict[str, tuple[asyncio.Task, list]] = {}
         self.state = load()
         self.cancelled: dict[str, asyncio.Event] = {}
         self.cwd = os.getcwd()
@@ -86,8 +114,12 @@ class TestAgent:
         self.state["events"].append(text)
         save(self.state)
 
+    @property
+    def conn(self) -> Any:
+        return HOLDING.get() or self._conn
+
     def on_connect(self, conn: Any) -> None:
-        self.conn = conn
+        self._conn = conn
 
     async def initialize(self, protocol_version: int, client_capabilities=None, client_info=None, **kw):
         caps = client_capabilities.model_dump(by_alias=True) if client_capabilities else {}
@@ -185,6 +217,44 @@ class TestAgent:
         await self.conn.session_update(session_id=sid, update=update_agent_message(text_block(text)))
 
     async def prompt(self, prompt, session_id: str, **kw):
+        if not STALE:
+            return await self.answer(prompt, session_id)
+        sid = session_id
+        if sid in self.lagging:  # claude-agent-acp after a stop or an error: one prompt behind
+            before = self.behind.pop(sid, None)
+            if before is not None:
+                task, kept = before
+                await asyncio.wait([task])
+                for s, update in kept:
+                    await self._conn.session_update(session_id=s, update=update)
+            kept = []
+            self.behind[sid] = (asyncio.ensure_future(self.unseen(prompt, sid, kept)), kept)
+            self.event(f"stale end_turn {sid}")
+            return PromptResponse(stop_reason="end_turn")
+        try:
+            got = await self.answer(prompt, sid)
+        except Exception:
+            self.lagging.add(sid)
+            raise
+        if got.stop_reason == "cancelled":
+            self.lagging.add(sid)
+        await self.used_null(sid)
+        return got
+
+    async def unseen(self, prompt, sid: str, kept: list) -> None:
+        HOLDING.set(Holding(self._conn, kept))
+        try:
+            await self.answer(prompt, sid)
+        except Exception as exc:  # what an error would have said goes nowhere, as there
+            self.event(f"unseen error {exc}")
+        await self.used_null(sid)
+
+    async def used_null(self, sid: str) -> None:
+        from acp.schema import UsageUpdate
+        await self.conn.session_update(session_id=sid, update=UsageUpdate.model_construct(
+            session_update="usage_update", size=200000))
+
+    async def answer(self, prompt, session_id: str):
         sid = session_id
         text = "".join(getattr(b, "text", "") for b in prompt)
         session = self.state["sessions"][sid]
@@ -234,6 +304,16 @@ class TestAgent:
                 options=[PermissionOption(option_id="ok", name="Allow", kind="allow_once")]))
             await asyncio.sleep(0.5)
             os._exit(4)
+        elif word == "misfit":
+            raw = [{"sessionUpdate": "usage_update", "used": None, "size": 200000,
+                    "cost": {"amount": 0.5, "currency": "USD"}},
+                   {"sessionUpdate": "tool_call", "toolCallId": "call-misfit", "title": None, "kind": "execute",
+                    "status": "completed", "rawInput": {"command": "echo kept"}}]
+            for update in raw:
+                os.write(1, json.dumps({"jsonrpc": "2.0", "method": "session/update",
+                                        "params": {"sessionId": sid, "update": update}}).encode() + b"\n")
+            reply = "misfit done"
+            await self.say(sid, reply)
         elif word == "leave":
             await self.conn.session_update(session_id=sid, update=start_tool_call(
                 "call-left", "Watch the logs", kind="execute", status="in_progress"))
@@ -261,6 +341,7 @@ class TestAgent:
         call = f"call-{uuid.uuid4().hex[:6]}"
         await self.conn.session_update(session_id=sid, update=start_tool_call(
             call, "Edit notes.txt", kind="edit", status="pending"))
+        await asyncio.sleep(float(os.environ.get("ACP_TEST_ASK_AFTER") or 0))  # a model that takes its time
         options = [PermissionOption(option_id="allow-once-1", name="Allow", kind="allow_once"),
                    PermissionOption(option_id="allow-always-1", name="Always allow", kind="allow_always"),
                    PermissionOption(option_id="reject-once-1", name="Reject", kind="reject_once"),

@@ -25,16 +25,30 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
 
 
+# Debian packages the browser tests use beside Chromium, by the program each provides: `certutil` puts the lead's
+# certificate authority into a browser's NSS database (tests/test_trust.py), `caddy` is the TLS-terminating proxy
+# in front of a lead with --public-url (issue 35).
+TOOLS = {"certutil": "libnss3-tools", "caddy": "caddy"}
+
+
+def missing() -> list[str]:
+    """The Debian packages still to install: chromium (unless COLLIE_CHROMIUM names one) and the TOOLS."""
+    want = [] if os.path.exists(CHROMIUM) else ["chromium"]
+    return want + [pkg for prog, pkg in TOOLS.items() if shutil.which(prog) is None]
+
+
 def ensure() -> int:
-    if os.path.exists(CHROMIUM):
+    packages = missing()
+    if not packages:
         return 0
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        print(f"the browser tests need Chromium at {CHROMIUM}: install Debian's `chromium` package "
-              "(sudo apt-get install chromium) or set COLLIE_CHROMIUM", file=sys.stderr)
+        print(f"the browser tests need Debian's {' '.join(packages)} (sudo apt-get install {' '.join(packages)}; "
+              f"or set COLLIE_CHROMIUM for Chromium)", file=sys.stderr)
         return 1
-    print("installing Debian's chromium for the browser tests (about a minute)…", file=sys.stderr, flush=True)
+    print(f"installing Debian's {' '.join(packages)} for the browser tests (about a minute)…", file=sys.stderr,
+          flush=True)
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
         done = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             print(f"{' '.join(cmd)} failed: {done.stderr.strip()[-500:]}", file=sys.stderr)

@@ -14,15 +14,62 @@ import pytest
 from crew import control
 from crew.errors import NotRunningError
 from crew.paths import Paths
+from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """The short folders the tests made in /tmp (`tests.live.short_dir`: a crew's state, sockets, logs)
-    go when every test passed; after a failure they stay, for a look at what the processes wrote."""
-    from tests.live import MADE, cleanup
+# A shell starts a background job (`pytest ... &`, a CI step, an agent's tool) with SIGINT ignored, and an
+# ignored signal stays ignored in every program started from it: a Ctrl-C test's SIGINT then does nothing
+# and the test waits out its limit. Handled (not ignored) here, SIGINT is back to its default in every
+# program a test starts, as it is under a person's terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
+# Every program a test starts inherits this variable (tests that build a program's environment copy
+# os.environ; the ones that drop COLLIE_* keep it), so the session's end finds what a test left running
+# even after its parent died and it was re-parented.
+os.environ["TESTS_RUN"] = f"{os.getpid()}-{time.time_ns()}"
+RUN_MARK = f"TESTS_RUN={os.environ['TESTS_RUN']}"
+LEFT_GRACE = 5.0  # seconds a program ending after its test (SIGTERM sent, Chromium closing) gets to go
+
+
+def leftovers() -> set[int]:
+    """This run's programs still running: below pytest, or carrying the run's mark."""
+    from tests.procs import descendants, marked
+
+    return (descendants(os.getpid()) | marked(RUN_MARK)) - {os.getpid()}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Nothing of a run is left running after it: a program a test started and did not end is listed,
+    killed, and the run fails (issue 41). The short folders the tests made in /tmp
+    (`tests.live.short_dir`: a crew's state, sockets, logs) go when every test passed; after a failure
+    they stay, for a look at what the processes wrote."""
+    from tests.live import MADE, cleanup
+    from tests.procs import command
+
+    deadline = time.monotonic() + LEFT_GRACE
+    while (left := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        said = [f"{pid}: {command(pid)}" for pid in sorted(left)]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = f"{len(said)} program(s) the tests started were still running at the end (killed now):"
+        if reporter is not None:
+            reporter.write_sep("=", "LEFT RUNNING", red=True, bold=True)
+            reporter.write_line(message)
+            for line in said:
+                reporter.write_line("  " + line)
+        else:
+            print(message, *said, sep="\n  ", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        exitstatus = session.exitstatus
     if exitstatus == 0:
         for d in MADE:
             cleanup(d)
@@ -82,7 +129,7 @@ class BridgeProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0", *args],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    def wait_ready(self, timeout: float = 20) -> dict:
+    def wait_ready(self, timeout: float = LIMIT) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -16,11 +16,13 @@ import httpx
 from crew import control
 from crew.errors import NotRunningError
 from crew.paths import Paths
+from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def wait_for(fn, timeout: float = 20.0, what: str = "condition"):
+def wait_for(fn, timeout: float = LIMIT, what: str = "condition"):
+    """`fn()` once it is true, asked every 50 ms; only a condition never met reaches the generous `timeout`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = fn()
@@ -78,7 +80,7 @@ class Machine:
         if self.bridge and self.bridge.poll() is None:
             self.bridge.send_signal(sig)
             if sig in (signal.SIGKILL, signal.SIGTERM):
-                self.bridge.wait(timeout=20)
+                self.bridge.wait(timeout=LIMIT)
 
     def stop(self) -> None:
         if self.bridge and self.bridge.poll() is None:
@@ -99,6 +101,13 @@ class Crew:
         self.lead = Machine(base, "lead")
         self.members: dict[str, Machine] = {}
         self.address = ""
+
+    def __enter__(self) -> "Crew":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """However the block ends (a fixture's setup failing included), every process of the crew ends."""
+        self.stop()
 
     def start_lead(self, *args: str) -> None:
         pong = self.lead.serve("--port", "0", *args)

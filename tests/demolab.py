@@ -22,32 +22,9 @@ import time
 from pathlib import Path
 
 from tests.crewlab import REPO
+from tests.procs import LIMIT, alive, descendants  # noqa: F401 (the demo tests take them from here)
 
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]|\x1b[=>78]|\r")
-
-
-def descendants(pid: int) -> set[int]:
-    parent_of = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                raw = Path(f"/proc/{d}/stat").read_text()
-            except OSError:
-                continue
-            parent_of[int(d)] = int(raw[raw.rindex(")") + 2:].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, pp in parent_of.items() if pp in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return raw[raw.rindex(")") + 2] != "Z"
 
 
 def listening(pids: set[int]) -> list[tuple[str, int]]:
@@ -181,7 +158,7 @@ class DemoRun:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(10)
+                self.proc.wait(LIMIT)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

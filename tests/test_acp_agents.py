@@ -313,3 +313,89 @@ async def _state(c) -> tuple[int, dict]:
     resp = await c.handle(Request(method="GET", path="/v1/state", segments=("v1", "state"), query={}, headers={},
                                   body=b"", peer=None))
     return resp.status, resp.body
+
+
+def _answer_first(c) -> None:
+    """Answer the oldest open ask with its first option, as the phone does."""
+    ask = next(iter(c._core.asks.values()))
+    outcome, effects = c._core.write("answer", ask.id, {"request_id": f"r-{ask.id}", "digest": ask.digest,
+                                                        "option_ids": [ask.raw["options"][0]["id"]]},
+                                     now_iso(), time.time(), None)
+    assert outcome["outcome"] == "accepted", outcome
+    c._apply(effects)
+
+
+async def stop_while_slow(t) -> None:
+    """Send `slow` and Stop it once it ticks, as the SDK stops a turn: the send's scope cancelled."""
+    async with trio.open_nursery() as n:
+        scope = trio.CancelScope()
+
+        async def send() -> None:
+            with scope:
+                await t.send("slow")
+
+        n.start_soon(send)
+        while not any("tick 1" in i["text"] for i in t.items(kind="reply")):
+            await trio.sleep(0.02)
+        scope.cancel()
+
+
+async def test_a_stale_end_turn_after_a_stop_does_not_end_the_turn_so_its_ask_is_seen(tmp_path, monkeypatch):
+    """Issue 38: as claude-agent-acp 0.23 after a stop (ACP_TEST_STALE), the next prompt is answered
+    `end_turn` at once, before any update of it, and the agent asks permission for it afterwards.
+    The adapter does not end that turn on the stale answer: the ask reaches the phone, Allow reaches
+    the agent once and the edit is made; the turn ends once the agent stays silent with no ask open,
+    saying what happened; what the agent did for it shows with the next message, not lost."""
+    from crew.acp import adapter as adapter_module
+
+    monkeypatch.setattr(adapter_module, "STALE_HOLD", 1.0, raising=False)
+    async with lab(tmp_path, monkeypatch, env={"ACP_TEST_STALE": "1"}) as t:
+        await stop_while_slow(t)
+        assert any(e.startswith("cancel ") for e in t.events()), (t.events(), t.items(), t.logs)
+        async with trio.open_nursery() as n:
+            n.start_soon(t.send, "tool")
+            ask = await t.ask()
+            assert ask.raw["title"] == "Edit notes.txt"
+            assert any(e.startswith("stale end_turn") for e in t.events())  # answered before it asked
+            t.answer(ask, "Allow")
+        assert (tmp_path / "work" / "notes.txt").read_text() == "noted\n"
+        assert [e for e in t.events() if e.startswith("permission")] == ["permission selected allow-once-1"]
+        assert t.items(kind="ask")[-1]["end"] == "answered"
+        assert adapter_module.STALE_NOTE in [i["text"] for i in t.items(kind="notice")]
+        assert any("stale" in line and "end_turn" in line for line in t.logs), t.logs
+        await t.send("hello")
+        assert any(i["kind"] == "reply" and "Edited notes.txt." in i["text"] for i in t.items())
+
+
+async def test_an_ask_after_a_stale_turn_ended_is_shown_not_cancelled_unseen(tmp_path, monkeypatch):
+    """Issue 38: after an error the agent (ACP_TEST_STALE) answers the next prompt stale; when its ask
+    comes only after the adapter ended that turn, the ask is still shown (in a turn of its own) and
+    its answer reaches the agent — it is never cancelled unseen."""
+    from crew.acp import adapter as adapter_module
+
+    monkeypatch.setattr(adapter_module, "STALE_HOLD", 0.0, raising=False)
+    async with lab(tmp_path, monkeypatch, env={"ACP_TEST_STALE": "1", "ACP_TEST_ASK_AFTER": "1"}) as t:
+        await t.send("fail")
+        async with trio.open_nursery() as n:
+            n.start_soon(t.send, "tool")  # answered stale; held 0 s: the turn ends before the ask comes
+            ask = await t.ask()
+            t.answer(ask, "Reject")
+        while not [e for e in t.events() if e.startswith("permission")]:
+            await trio.sleep(0.02)
+        assert [e for e in t.events() if e.startswith("permission")] == ["permission selected reject-once-1"]
+        assert (tmp_path / "work" / "notes.txt").exists() is False
+
+
+async def test_an_update_that_breaks_the_schema_in_one_field_is_kept_without_it(tmp_path, monkeypatch):
+    """Issue 38: claude-agent-acp sends `usage_update` with `"used": null`; an update whose one field
+    breaks the schema (here also a `tool_call` whose `title` is null) is kept without that field — the
+    call is shown, completed, with its command — and the log names the update type and the field."""
+    async with lab(tmp_path, monkeypatch) as t:
+        await t.send("misfit")
+        tools = t.items(kind="tool")
+        assert [(x["tool_call_id"], x["status"], x["output"]) for x in tools] == [
+            ("call-misfit", "completed", "$ echo kept")], tools
+        assert [i["text"] for i in t.items(kind="reply")] == ["misfit done"]
+        said = [line for line in t.logs if "does not fit the ACP schema" in line]
+        assert any("usage_update" in line and "used" in line for line in said), said
+        assert any("tool_call" in line and "title" in line for line in said), said

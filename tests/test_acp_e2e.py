@@ -20,6 +20,7 @@ from crew.errors import NotRunningError
 from tests.conftest import REPO, collie_env, run_collie
 from tests.test_durable_e2e import live, wait_for
 from tests.live import cleanup, short_dir
+from tests.procs import terminate
 
 pytestmark = pytest.mark.slow
 AGENT = [sys.executable, str(REPO / "tests" / "acp_agent.py")]
@@ -295,9 +296,7 @@ def test_attach_flag_attaches_through_the_durable_attach_path(paths, bridge):
             wait_for(lambda: live_or_none(paths).get("acp-agent", {}).get("status") == "ready")
             assert live(paths)["acp-agent"]["runtime"] == "test-acp-agent 1.2.3"
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=15)
-            proc.stdout.close()
+            terminate(proc)
     finally:
         cleanup(run)
 

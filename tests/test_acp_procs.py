@@ -59,18 +59,35 @@ async def test_a_stop_ends_the_group_even_a_child_that_ignores_sigterm(tmp_path,
         await gone(child)
 
 
-async def test_the_agent_does_not_get_collies_token(tmp_path, monkeypatch):
-    """The SDK's bridge credential (COLLIE_TOKEN, COLLIE_TOKEN_NEXT) is not passed to the agent; the
-    rest of the environment (the agent's own API keys) is."""
-    monkeypatch.setenv("COLLIE_TOKEN", "collie-secret")
-    monkeypatch.setenv("COLLIE_TOKEN_NEXT", "collie-next")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-agents-own")
+async def agents_env(tmp_path) -> str:
+    """The environment the agent started with (`env` written to a file; the agent then exits)."""
     out = tmp_path / "env.txt"
     a = Adapter(["sh", "-c", f"env > {out}; exit 1"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st",
                 log=lambda _: None)
     a.collie = FakeCollie()
     with trio.fail_after(20):
         await a.run_agent_once()
-    env = out.read_text()
+    return out.read_text()
+
+
+async def test_the_agent_does_not_get_collies_token(tmp_path, monkeypatch):
+    """The SDK's bridge credential (COLLIE_TOKEN, COLLIE_TOKEN_NEXT) is not passed to the agent; the
+    rest of the environment (the agent's own API keys) is."""
+    monkeypatch.setenv("COLLIE_TOKEN", "collie-secret")
+    monkeypatch.setenv("COLLIE_TOKEN_NEXT", "collie-next")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-agents-own")
+    env = await agents_env(tmp_path)
     assert "collie-secret" not in env and "collie-next" not in env
     assert "OPENAI_API_KEY=sk-the-agents-own" in env
+
+
+async def test_no_collie_variable_reaches_the_agent(tmp_path, monkeypatch):
+    """Issue 42 item 11: every Collie variable is kept from the agent — `COLLIE_CREW_TOKEN` (crew.md
+    tells users to export it), `COLLIE_DURABLE_TOKEN`, any `COLLIE_*TOKEN*` and the rest of Collie's
+    own settings; the agent's own keys reach it."""
+    for name in ("COLLIE_CREW_TOKEN", "COLLIE_DURABLE_TOKEN", "COLLIE_X_TOKEN_Y", "COLLIE_PUSH_SECRET", "COLLIE_PORT"):
+        monkeypatch.setenv(name, f"value-of-{name.lower()}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-the-agents-own")
+    env = await agents_env(tmp_path)
+    assert "COLLIE_" not in env and "value-of-" not in env
+    assert "ANTHROPIC_API_KEY=sk-the-agents-own" in env

@@ -21,7 +21,8 @@ from crew.errors import NotRunningError
 from tests import agents
 from tests.conftest import REPO, run_collie
 from tests.live import cleanup, short_dir
-from tests.modelstandin import Edit, Fail, Hang, Plan, Shell, StandIn, Text, messages_turn, responses_turn
+from tests.modelstandin import (Edit, Fail, Hang, Plan, Shell, StandIn, Text, chat_turn, gemini_turn, messages_turn,
+                                responses_turn)
 from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
@@ -109,7 +110,7 @@ class RealAgent:
         if kind == "codex":
             self.command, env = agents.codex(home, model_url, auth=auth)
         else:
-            self.command, env = agents.claude(home, model_url)
+            self.command, env = agents.KINDS[kind](home, model_url)
         if kind == "claude" and sandbox != "1":
             env.pop("IS_SANDBOX", None)
             if sandbox is not None:
@@ -266,7 +267,8 @@ def real(request, paths, bridge, standin):
 
 
 def _turn_of(request: dict):
-    read = responses_turn if request["api"] == "responses" else messages_turn
+    read = {"responses": responses_turn, "messages": messages_turn, "gemini": gemini_turn,
+            "chat": chat_turn}[request["api"]]
     return read(request["body"]), bool(request["body"].get("tools"))
 
 

@@ -376,3 +376,83 @@ async def test_updates_for_a_session_not_yet_recorded_are_held_bounded_and_brief
     await trio.sleep(HELD_FOR + 1)
     adapter._on_update(note("late", 0))
     assert list(adapter._held) == ["late"]  # the others expired
+
+
+async def test_a_silent_turn_says_no_output_for_n_seconds_growing_and_it_goes_with_output(autojump_clock, tmp_path):
+    """Issue 38: a turn with no update for 30 s says `No output for 30 s` on the phone's line 2 (the
+    subtitle), growing every 15 s (`45 s`, …), so that an agent retrying its model in silence is not
+    taken for one at work; the words go as soon as an update comes and the plain subtitle is back.
+    With a plan step running the words go beside that step (line 2 shows the step); while an ask is
+    open the turn waits for the human and is not called silent."""
+    from tests.test_acp_agents import _answer_first
+    from tests.test_acp_view import collie
+    from crew.acp.adapter import Adapter, _Turn
+
+    c = collie()
+    pane = c.conversation("c1", title="C")
+    pane.set_subtitle("session s1")
+    adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda line: None)
+    adapter.collie = c
+    adapter.sessions.set("c1", "s1", str(tmp_path))
+    adapter.live_sessions.add("s1")
+    start = trio.current_time()
+    turn = adapter.turns["s1"] = _Turn("c1", "s1")
+    conv = c._core.conv("c1")
+
+    async def at(t: float) -> None:
+        await trio.sleep_until(start + t)
+
+    async def update(kind: dict) -> None:
+        await adapter.handle("session/update", {"sessionId": "s1", "update": kind}, True)
+
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "x"}}
+    async with trio.open_nursery() as n:
+        n.start_soon(adapter._watch_quiet, turn, adapter.view("c1"), trio.CancelScope())
+        await at(29.999)
+        assert conv.subtitle == "session s1"
+        await at(30.001)
+        assert conv.subtitle == "No output for 30 s"
+        await at(44.999)
+        assert conv.subtitle == "No output for 30 s"
+        await at(45.001)
+        assert conv.subtitle == "No output for 45 s"
+        await at(50)
+        await update(chunk)
+        assert conv.subtitle == "session s1"
+        await at(79.999)
+        assert conv.subtitle == "session s1"
+        await at(80.001)
+        assert conv.subtitle == "No output for 30 s"
+        await update({"sessionUpdate": "plan", "entries": [
+            {"content": "Read", "priority": "high", "status": "completed"},
+            {"content": "Fix", "priority": "high", "status": "in_progress"}]})  # at 80.001
+        assert conv.subtitle == "session s1" and conv.progress == {"steps": ["Read", "Fix"], "current": 1}
+        await at(110.002)
+        assert conv.progress == {"steps": ["Read", "Fix · No output for 30 s"], "current": 1}
+        assert conv.subtitle == "session s1"
+        await update(chunk)  # at 110.002
+        assert conv.progress == {"steps": ["Read", "Fix"], "current": 1}
+        n.start_soon(adapter.handle, "session/request_permission", {
+            "sessionId": "s1", "toolCallId": "x", "toolCall": {"toolCallId": "call-1", "title": "Run make"},
+            "options": [{"optionId": "ok", "name": "Allow", "kind": "allow_once"}]}, False)
+        await at(200)
+        assert conv.progress == {"steps": ["Read", "Fix"], "current": 1}  # an ask open is not silence
+        _answer_first(c)
+        await at(229.999)  # the answer at 200 is a sign of life
+        assert conv.progress == {"steps": ["Read", "Fix"], "current": 1}
+        await at(230.001)
+        assert conv.progress == {"steps": ["Read", "Fix · No output for 30 s"], "current": 1}
+        await at(230 + 90 + 0.001)
+        assert conv.progress == {"steps": ["Read", "Fix · No output for 2 min"], "current": 1}
+        n.cancel_scope.cancel()
+
+
+def test_a_model_servers_json_error_passed_on_as_the_message_reads_as_words():
+    """Issue 38: Gemini CLI answers a refused prompt with the model server's JSON error body as its
+    message; the chat says `401 UNAUTHENTICATED: <the server's words>`, not the JSON."""
+    from crew.acp.rpc import RpcError
+    from crew.acp.words import reason_of
+
+    body = '{"error":{"code":401,"message":"stand-in: this API key is not valid","status":"UNAUTHENTICATED"}}'
+    assert reason_of(RpcError(401, body)) == "401 UNAUTHENTICATED: stand-in: this API key is not valid"
+    assert reason_of(RpcError(-32603, "{not json")) == "{not json"

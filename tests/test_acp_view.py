@@ -93,6 +93,23 @@ def test_codex_command_output_in_raw_output_is_shown():
     assert tool["output"] == "$ ls -1 && false\na.txt\nb.txt\nexit 1"
 
 
+def test_a_command_that_printed_nothing_shows_nothing_or_its_exit_status_never_json():
+    """Issue 38: Codex's rawOutput of a command that printed nothing is all empty fields beside its
+    call_id, process_id and duration: the tool item shows the command line alone (and `exit N` when
+    it failed), never the rawOutput as JSON."""
+    for code, shown in ((0, "$ touch x"), (2, "$ touch x\nexit 2")):
+        _, view, items, feed = view_and_items()
+        feed({"sessionUpdate": "tool_call", "toolCallId": "call_e", "title": "Run touch", "kind": "execute",
+              "status": "in_progress", "rawInput": {"command": ["bash", "-lc", "touch x"], "cwd": "/w"}})
+        feed({"sessionUpdate": "tool_call_update", "toolCallId": "call_e", "status": "completed" if code == 0 else "failed",
+              "rawOutput": {"call_id": "call_e", "process_id": "4242", "turn_id": "7", "stdout": "", "stderr": "",
+                            "aggregated_output": "", "exit_code": code, "formatted_output": "",
+                            "duration": {"secs": 0, "nanos": 5}, "status": "completed"}})
+        output = items("tool")[0]["output"]
+        assert output == shown, output
+        assert "call_id" not in output and "{" not in output
+
+
 def test_claude_raw_output_blocks_and_live_terminal_output():
     """Issue 24 item 6: Claude's rawOutput is a list of text blocks; a terminal's output shows in the
     item while it runs (live terminal output) and rawOutput is not shown twice when content says it."""
@@ -222,3 +239,16 @@ def test_a_long_command_in_the_title_is_cut_by_collie_not_silently():
     spec, card = ask_for({"toolCallId": "toolu_9", "title": f"`{command}`", "rawInput": {"command": command}})
     assert len(spec["title"]) == 201
     assert card.shortened and not card.always_allow and card.title.endswith("…")
+
+
+def test_opencodes_edit_ask_shows_its_diff_not_its_raw_input_as_json():
+    """Issue 38: opencode's edit ask carries `rawInput: {filepath, diff}` (a unified diff) and no
+    content; the card shows `edit <path>` and the changed lines, not the rawInput as JSON."""
+    diff = ("Index: /w/notes.txt\n===================================================================\n"
+            "--- /w/notes.txt\n+++ /w/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO\n")
+    spec, card = ask_for({"toolCallId": "call_6", "title": "/w/notes.txt", "kind": "edit", "status": "pending",
+                          "rawInput": {"filepath": "/w/notes.txt", "diff": diff}})
+    assert spec["body"] == "edit /w/notes.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+TWO"
+    spec, _ = ask_for({"toolCallId": "call_7", "title": "edit", "kind": "edit",
+                       "rawInput": {"filePath": "/w/notes.txt", "oldString": "two", "newString": "TWO"}})
+    assert spec["body"] == "edit /w/notes.txt\n@@ -1 +1 @@\n-two\n+TWO"

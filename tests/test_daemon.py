@@ -12,6 +12,7 @@ import pytest
 
 from crew import control
 from tests.conftest import collie_env, run_collie
+from tests.procs import terminate
 
 pytestmark = pytest.mark.slow
 
@@ -200,8 +201,7 @@ def test_a_module_in_the_current_folder_never_replaces_the_daemon(paths, tmp_pat
         assert control.call(paths.control_socket, "ping")["pid"] == first["pid"]
         assert not marker.exists()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
+        terminate(proc)
 
 
 def test_restart_refuses_a_broken_config_and_keeps_the_bridge(paths, bridge):

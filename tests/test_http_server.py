@@ -238,3 +238,29 @@ async def test_each_answer_goes_out_in_one_write_head_and_body_together(autojump
                 await client._fill()
         await client.stream.aclose()
         shutdown.set()
+
+
+@pytest.mark.parametrize("versions, named", [
+    ({"hypercorn": "0.19.0", "quart-trio": "0.12.0"}, "not hypercorn 0.19.0 (written for 0.18.x)"),
+    ({"hypercorn": "0.18.0", "quart-trio": "0.13.1"}, "not quart-trio 0.13.1 (written for 0.12.x)"),
+    ({"hypercorn": "1.0", "quart-trio": None}, "not hypercorn 1.0 (written for 0.18.x), quart-trio not installed (written for 0.12.x)"),
+])
+def test_the_fixes_refuse_a_hypercorn_or_quart_trio_they_were_not_written_for(monkeypatch, versions, named):
+    """Issue 41: the fixes replace private internals of hypercorn 0.18 and quart-trio 0.12 (pyproject.toml pins
+    both series); on any other release `install()` patches nothing and says which package is of which
+    version, and what to install."""
+    from importlib.metadata import PackageNotFoundError
+
+    from hypercorn import protocol as hypercorn_protocol
+
+    def installed(name):
+        if versions[name] is None:
+            raise PackageNotFoundError(name)
+        return versions[name]
+    before, real = hypercorn_protocol.H11Protocol, hypercorn_fix.check_versions
+    real()  # the versions installed here are the ones it was written for
+    monkeypatch.setattr(hypercorn_fix, "check_versions", lambda: real(installed))
+    with pytest.raises(hypercorn_fix.UnknownVersion) as refused:
+        hypercorn_fix.install()
+    assert named in str(refused.value) and "pip install -c constraints.txt" in str(refused.value)
+    assert hypercorn_protocol.H11Protocol is before  # nothing patched

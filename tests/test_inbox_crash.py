@@ -25,6 +25,7 @@ import pytest
 
 from tests.faultlab import Lab, Phone, drain, read_agent
 from tests.live import short_dir
+from tests.procs import LIMIT
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +67,7 @@ def trial(crash_at: str, seed: int, burst: int = 24) -> dict:
         phone = Phone()
         with lab.client(address) as c:
             phone.burst(c, burst, random.Random(seed))
-        lab.bridge.wait(timeout=10)  # the crash point fired mid-burst
+        lab.bridge.wait(timeout=LIMIT)  # the crash point fired mid-burst
         lab.kill_bridge()
         address = lab.start_bridge()
         with lab.client(address) as c:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.live import short_dir
+from tests.procs import ended, readline, running
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +32,13 @@ except KeyboardInterrupt:
 
 
 def interrupt(argv: list[str]) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline().startswith("listening")
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+    """Start `argv`, wait for its `listening` line, Ctrl-C it and wait for its end (each with the generous
+    outer limit of tests.procs: a loaded machine is slow, not wrong); it never outlives the test."""
+    with running(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert readline(proc, "the agent's listening line").startswith("listening")
+        proc.send_signal(signal.SIGINT)
+        out, err = ended(proc, "the agent after Ctrl-C")
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def test_a_fixture_agent_ends_on_ctrl_c_without_a_traceback():

@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.pytest_plugin import collie_lead, collie_lead_pool  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
+from tests.procs import LIMIT, ended, readline
 
 
 def start(lead, *args: str, env: dict | None = None) -> subprocess.Popen:
@@ -26,13 +27,15 @@ def start(lead, *args: str, env: dict | None = None) -> subprocess.Popen:
 
 
 def interrupt(proc: subprocess.Popen) -> tuple[int, str, str]:
+    """Ctrl-C, then what it printed once it ended (every test calls this in a `finally`: the member never
+    outlives its test, and its pipes are closed)."""
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
+    out, err = ended(proc, "python -m fixtures member after Ctrl-C")
     return proc.returncode, out, err
 
 
 def read_lines(proc: subprocess.Popen, n: int) -> list[str]:
-    return [proc.stdout.readline().strip() for _ in range(n)]
+    return [readline(proc, "python -m fixtures member").strip() for _ in range(n)]
 
 
 @pytest.mark.slow
@@ -115,14 +118,14 @@ def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
         script.write_text(json.dumps({"requests": [{"op": "sned", "receipt": {"outcome": "unknown"}}]}))
         args = [str(script) if a == "SNED" else a for a in args]
     proc = start(collie_lead, *args)
-    out, err = proc.communicate(timeout=20)
+    out, err = ended(proc, "python -m fixtures member refusing its options")
     assert proc.returncode == 2 and error in err
     assert collie_lead.members() == []
 
 
 def test_a_lead_off_loopback_needs_wss(tmp_path):
     got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", "ws://10.1.2.3:8470", "--invite",
-                          "--label", "a"], cwd=REPO, capture_output=True, text=True, timeout=20,
+                          "--label", "a"], cwd=REPO, capture_output=True, text=True, timeout=LIMIT,
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2 and "wss://" in got.stderr
     assert not (tmp_path / "crew.sqlite").exists()  # nobody was invited
@@ -132,7 +135,7 @@ def test_a_lead_off_loopback_needs_wss(tmp_path):
 def test_a_lead_address_of_another_scheme_is_refused_naming_every_accepted_one(tmp_path, lead):
     """D5: https:// and http:// (to this machine) work too, so the refusal names them beside wss:// and ws://."""
     got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", lead, "--invite", "--label", "a"],
-                         cwd=REPO, capture_output=True, text=True, timeout=20,
+                         cwd=REPO, capture_output=True, text=True, timeout=LIMIT,
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2
     assert "the lead address must start with https:// or wss:// (http:// or ws:// only to this machine)" in got.stderr
@@ -162,7 +165,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def trouble_line(proc: subprocess.Popen, timeout: float = 30) -> str:
+def trouble_line(proc: subprocess.Popen, timeout: float = LIMIT) -> str:
     """The next line on stderr ("" when none came within `timeout`: the process said nothing)."""
     import select
 

@@ -409,12 +409,12 @@ def test_http2_phone_closing_its_live_channel_drops_the_viewing_and_keeps_the_co
 
 
 def test_serve_pair_and_doctor_print_the_certificate_fingerprint(lead):
-    """TLS without homework: the generated certificate's SHA-256 fingerprint is printed by serve (its
-    ready line in the log), pair and doctor, and they agree."""
+    """TLS without homework: the SHA-256 fingerprint of the lead's own certificate authority (issue 35) is printed
+    by serve (its ready line in the log), pair and doctor, and they agree."""
     from lead.tls import fingerprint_file
 
     paths = lead["paths"]
-    fp = fingerprint_file(paths.state_dir / "tls" / "cert.pem")
+    fp = fingerprint_file(paths.state_dir / "tls" / "ca.pem")
     assert fp in paths.log.read_text()
     assert fp in run_collie(paths, "pair", "--no-qr").stdout
     doctor = run_collie(paths, "doctor").stdout

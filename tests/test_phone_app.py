@@ -21,6 +21,7 @@ import pytest
 from tests.browser import launch
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
+from tests.procs import LIMIT
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 360, "height": 780}
@@ -62,20 +63,19 @@ AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("st
 
 @pytest.fixture(scope="module")
 def crew():
-    c = Crew(short_dir("cp"))
-    for name, kind, *extra in AGENTS:
-        c.lead.agent(name, kind, *extra)
-    # an entry whose agent is not running: Unreachable, with the reason (D1)
-    assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
-    c.start_lead()
-    m = c.add_member("workshop")
-    m.agent("lab", "deployer")
-    m.serve()
-    wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
-    ready(c, "workshop", 1)
-    yield c
-    c.stop()
+    with Crew(short_dir("cp")) as c:  # stopped even when this setup fails
+        for name, kind, *extra in AGENTS:
+            c.lead.agent(name, kind, *extra)
+        # an entry whose agent is not running: Unreachable, with the reason (D1)
+        assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
+        c.start_lead()
+        m = c.add_member("workshop")
+        m.agent("lab", "deployer")
+        m.serve()
+        wait_for(lambda: c.online("workshop"), what="member online")
+        ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
+        ready(c, "workshop", 1)
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -575,10 +575,7 @@ def test_a_slow_first_read_does_not_hide_what_the_live_channel_sent(page):
     page.route(items_url, lambda route: held.append(route))
     page.goto(f"{page.base}/#/c/local/forms/choice")
     page.locator(".card[data-ask]").first.wait_for()  # drawn from what the live channel sent
-    for _ in range(200):  # route handlers run while Playwright waits, not during a plain sleep
-        if held:
-            break
-        page.wait_for_timeout(50)
+    pump_until(page, lambda: held, timeout=LIMIT, what="the chat's first read held on its way")
     held[0].fulfill(status=200, content_type="application/json",
                     body=json_dumps({"items": [{"seq": 1, "kind": "user", "text": "an older read"}]}))
     page.wait_for_selector("main:not([aria-busy])")

@@ -14,7 +14,8 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
 - a crashed agent is restarted with backoff (1 s doubling to 30 s, reset after a minute of good
   health); the agent's subtitle says `Starting` meanwhile, and a turn that was running ends with a note;
 - the agent runs in its own process group, ended whole (SIGTERM, 3 s, SIGKILL) on every stop and
-  before every restart, and without Collie's own token in its environment (issue 24 item 7);
+  before every restart, and without any `COLLIE_*` variable in its environment (issue 24 item 7,
+  issue 42 item 11);
 - it logs in with `authenticate` where the agent offers a method the environment provides, or the
   one `--auth` names (item 1);
 - while the agent cannot work (it cannot start, exits while starting, refuses initialize, a login or
@@ -23,8 +24,13 @@ The adapter is the agent's ACP *client* and the durable wire's agent, through th
   restarted, and no conversation is made without a session (item 8);
 - a closed conversation closes its session where the agent offers `session/close`; modes are the
   conversation's buttons (`session/set_mode`); slash commands are starters (item 9, "Beyond").
+- a turn silent for 30 s says `No output for 30 s`, growing, until the agent sends anything (issue 38);
+- a prompt answered `end_turn` before any update of it, right after a stop or an error in its session
+  (claude-agent-acp's stale answer), does not end the turn: it stays open for the asks that follow,
+  and a later ask of that session is shown in a turn of its own, never cancelled unseen (issue 38).
 Every message from the agent is validated with the `agent-client-protocol` package's models before
-use; what fails validation is answered `invalid params` (requests) or logged (notifications).
+use; what fails validation is answered `invalid params` (requests) or logged (notifications); an
+update broken only in some of its own fields is kept without them, the log naming its type.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import typing
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -59,7 +66,8 @@ INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
 BACKOFF_FIRST, BACKOFF_MAX, HEALTHY_AFTER = 1.0, 30.0, 60.0
 STOP_GRACE = 3.0
-AGENT_ENV_DROPPED = ("COLLIE_TOKEN",)  # the SDK's credential for the bridge: not the agent's business
+FILE_TIMEOUT, FILE_THREADS = 10.0, 4  # one fs/* request's bound, and how many run at once (issue 42 item 5)
+AGENT_ENV_DROPPED = ("COLLIE_",)  # Collie's own variables (its tokens above all): not the agent's business
 NEW_SESSION = {"id": "new-session", "label": "New session"}
 CAPS = ["asks", "send", "abort", "starters", "rename", "close", "reopen", "history", "watch", "actions"]
 SESSIONS_MAX = 1000
@@ -73,10 +81,16 @@ COMMANDS_SKIPPED = {"logout", "login"}  # one tap on the phone must not log the 
 RETRY_FIRST = 30.0  # a refused first session/new is tried again this often
 STDERR_WAIT = 0.5  # after the agent exited, how long its last stderr lines may take to arrive
 HELD_SESSIONS, HELD_UPDATES, HELD_FOR = 4, 8, 10.0  # updates for a session id not yet recorded (see _on_update)
+QUIET_AFTER, QUIET_EVERY = 30.0, 15.0  # a turn silent this long says `No output for 30 s`, then every 15 s
+STALE_HOLD = 20.0  # a turn answered with a stale end_turn stays open this long after its last ask (issue 38)
+STALE_NOTE = ("The agent answered this message at once, before doing anything for it (claude-agent-acp does "
+              "this after a stop or an error); what it still does for it may show with your next message.")
 
 
-def _dump(model: pydantic.BaseModel) -> dict:
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+UPDATE_TYPES: dict[str, type] = {
+    typing.get_args(m.model_fields["session_update"].annotation)[0]: m
+    for m in typing.get_args(schema.SessionNotification.model_fields["update"].annotation)
+    if isinstance(m, type) and "session_update" in m.model_fields}
 
 
 class Backoff:
@@ -104,6 +118,16 @@ class _Turn:
         self.stop_reason: str | None = None
         self.error: str | None = None
         self.cancel_sent = trio.Event()
+        self.updates = 0  # session updates seen since the prompt was sent
+        self.last_output = trio.current_time()  # when the agent last showed something of this turn
+        self.asking = 0  # permission requests of this turn open now
+        self.poke = trio.Event()  # set on any sign of life (an update, an ask opened or closed, a stop)
+        self.stale = False  # answered end_turn before any update, right after a cancel or an error
+
+    def alive(self) -> None:
+        self.last_output = trio.current_time()
+        self.poke.set()
+        self.poke = trio.Event()
 
 
 class Sessions:
@@ -166,6 +190,9 @@ class Adapter:
         self._held: dict[str, tuple[float, list]] = {}  # session id not yet recorded -> (since, its updates)
         self.views: dict[str, SessionView] = {}  # conv id -> view
         self.turns: dict[str, _Turn] = {}  # session id -> the prompt in flight
+        self.last_end: dict[str, str] = {}  # session id -> how its last turn ended (ended, stopped, error…)
+        self.lagging: set[str] = set()  # sessions that answered a prompt with a stale end_turn (issue 38)
+        self._misfits: set[tuple[str, str]] = set()  # (update type, field) left out, logged once each
         self.up = trio.Event()  # set while the agent answers
         self.restarts = 0
         self.terminals = None
@@ -179,6 +206,7 @@ class Adapter:
         self._run_mark = 0
         self.stderr_count = 0  # lines so far: what the agent printed during a request is known by this
         self.stderr_recent: deque[tuple[int, str]] = deque(maxlen=STDERR_RECENT)
+        self._file_threads = trio.CapacityLimiter(FILE_THREADS)
 
     # --- the SDK's callbacks -----------------------------------------------------------------
     def view(self, conv_id: str) -> SessionView:
@@ -197,6 +225,15 @@ class Adapter:
                 view.terminal_changed(terminal_id)
         except Exception as exc:  # our bug stays a log line: it must not end the terminals (or the adapter)
             self._log(f"showing terminal output failed: {type(exc).__name__}: {escape(str(exc))}")
+
+    def _end_terminals(self, why: str, session_id: str | None = None) -> None:
+        """End the terminals of a session (or all): nothing a command started outlives a Stop, a closed
+        conversation or the agent that asked for it (issue 42 item 7). They count against the limit
+        until their last process is gone."""
+        if self.terminals is not None:
+            ended = self.terminals.release_all(session_id)
+            if ended:
+                self._log(f"ended {ended} terminal{'s' if ended > 1 else ''}: {why}")
 
     def _set_trouble(self, text: str) -> None:
         """The agent cannot work: say why on its row (Unreachable with this reason) and in the log."""
@@ -349,8 +386,10 @@ class Adapter:
         view = self.view(pane.id)
         view.begin()
         stopped = False
+        watch = trio.CancelScope()
         try:
             self._nursery.start_soon(self._run_prompt, ep, turn, text)
+            self._nursery.start_soon(self._watch_quiet, turn, view, watch)
             try:
                 await turn.done.wait()
             except trio.Cancelled:
@@ -359,25 +398,54 @@ class Adapter:
                     await self._cancel(ep, turn)
                 raise
         finally:
+            watch.cancel()
             if stopped or turn.stop_reason == "cancelled":
                 how = "stopped"
             elif turn.error is not None:
                 how = "crashed" if turn.error == CRASHED else "error"
             else:
                 how = "ended"
+            self.last_end[session_id] = how
+            view.quiet(None)
             view.finish(how)
             if self.turns.get(session_id) is turn:
                 del self.turns[session_id]
+            if stopped:
+                self._end_terminals("the turn was stopped", session_id)
         if turn.error is not None:
             pane.notice(turn.error)
+        elif turn.stale:
+            pane.notice(STALE_NOTE)
         elif turn.stop_reason not in (None, "end_turn"):
             pane.notice(f"The turn ended: {turn.stop_reason.replace('_', ' ')}.")
+
+    async def _watch_quiet(self, turn: _Turn, view: SessionView, scope: trio.CancelScope) -> None:
+        with scope:
+            await self._say_quiet(turn, view)
+
+    async def _say_quiet(self, turn: _Turn, view: SessionView) -> None:
+        """A turn with no update for `QUIET_AFTER` says so (`No output for 30 s`, then 45 s, …) so that an
+        agent retrying its model in silence is not taken for one at work; an ask open is not silence
+        (the turn waits for the human). The words go as soon as the agent shows anything again."""
+        while True:
+            quiet = trio.current_time() - turn.last_output
+            if quiet < QUIET_AFTER:
+                wait = QUIET_AFTER - quiet
+            else:
+                wait = QUIET_EVERY - (quiet - QUIET_AFTER) % QUIET_EVERY
+            await trio.sleep(wait)
+            quiet = trio.current_time() - turn.last_output
+            if turn.asking == 0 and quiet >= QUIET_AFTER:
+                view.quiet(quiet)
 
     async def _run_prompt(self, ep: Endpoint, turn: _Turn, text: str) -> None:
         try:
             raw = await ep.request("session/prompt", {"sessionId": turn.session_id,
                                                       "prompt": [{"type": "text", "text": text}]})
             turn.stop_reason = schema.PromptResponse.model_validate(raw).stop_reason
+            if (turn.stop_reason == "end_turn" and turn.updates == 0 and not turn.cancel_sent.is_set()
+                    and self.last_end.get(turn.session_id) in ("stopped", "error")):
+                await self._hold_stale(turn)
         except RpcError as exc:
             turn.error = (login_needed(self.auth_methods) if exc.code == AUTH_REQUIRED
                           else plain(f"The agent answered the prompt with an error: {reason_of(exc)}"))
@@ -388,6 +456,29 @@ class Adapter:
         finally:
             turn.done.set()
 
+    async def _hold_stale(self, turn: _Turn) -> None:
+        """A stale end_turn (issue 38): the prompt answered `end_turn` before any update of it, right after
+        a stop or an error in its session — claude-agent-acp 0.23 answers with what was left of the
+        stopped turn and goes on with this prompt unseen, asking permission after the answer. The turn
+        is not ended on it: it stays open, so that those asks reach the phone in the turn they belong
+        to, until `STALE_HOLD` seconds pass with no ask open and no sign of the agent, or a stop. The
+        session is remembered as lagging: an ask that still comes after the turn ended is shown in a
+        turn of its own instead of being cancelled unseen."""
+        turn.stale = True
+        self.lagging.add(turn.session_id)
+        self._log(f"session {escape(turn.session_id, 40)} answered a prompt end_turn before any update of it, "
+                  f"right after {'an error' if self.last_end.get(turn.session_id) == 'error' else 'a stopped turn'}: "
+                  "a stale answer; the turn stays open")
+        while not turn.cancel_sent.is_set():
+            poke = turn.poke
+            if turn.asking:
+                await poke.wait()
+                continue
+            with trio.move_on_after(STALE_HOLD):
+                await poke.wait()
+            if poke is turn.poke and not poke.is_set():
+                return
+
     async def _cancel(self, ep: Endpoint, turn: _Turn) -> None:
         """Stop: `session/cancel`, then (the open permission requests answer `cancelled` as their asks
         end `stopped`) wait for the prompt's answer, which ACP says is `cancelled`."""
@@ -396,15 +487,18 @@ class Adapter:
         except (Closed, RpcError):
             pass
         turn.cancel_sent.set()
+        turn.poke.set()
         await turn.done.wait()
-        if turn.stop_reason is not None and turn.stop_reason != "cancelled":
+        if turn.stop_reason is not None and turn.stop_reason != "cancelled" and not turn.stale:
             self._log(f"the agent ended a cancelled turn with {escape(turn.stop_reason, 40)}, not cancelled")
 
     # --- requests and notifications from the agent --------------------------------------------------
     async def handle(self, method: str, params: Any, is_notification: bool) -> Any:
         try:
             if method == "session/update":
-                self._on_update(schema.SessionNotification.model_validate(params))
+                note = self._lenient_update(params)
+                if note is not None:
+                    self._on_update(note)
                 return None
             if method == "session/request_permission":
                 return await self._on_permission(schema.RequestPermissionRequest.model_validate(params))
@@ -412,7 +506,7 @@ class Adapter:
                 req = schema.ReadTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    return {"content": files.read_text(self.cwd, req.path, req.line, req.limit)}
+                    return {"content": await self._file_io(files.read_text, self.cwd, req.path, req.line, req.limit)}
                 except files.Refused as exc:
                     self._log(f"refused fs/read_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -420,7 +514,7 @@ class Adapter:
                 req = schema.WriteTextFileRequest.model_validate(params)
                 self._known_session(req.session_id)
                 try:
-                    files.write_text(self.cwd, req.path, req.content)
+                    await self._file_io(files.write_text, self.cwd, req.path, req.content)
                 except files.Refused as exc:
                     self._log(f"refused fs/write_text_file: {escape(str(exc))}")
                     raise RpcError(framing.INVALID_PARAMS, str(exc)) from None
@@ -437,11 +531,62 @@ class Adapter:
             return None
         raise RpcError(framing.METHOD_NOT_FOUND, f"the client does not offer {method[:60]}")
 
+    async def _file_io(self, fn: Callable, *args: Any) -> Any:
+        """A file request off the event loop (issue 42 item 5): in a worker thread, at most
+        `FILE_THREADS` at once, answered within `FILE_TIMEOUT` s whatever the file is (a FIFO, a hung
+        network mount). A request that takes longer is refused; its thread, abandoned, still holds
+        its place until it ends, so a stuck folder cannot grow the number of threads."""
+        with trio.move_on_after(FILE_TIMEOUT):
+            return await trio.to_thread.run_sync(fn, *args, limiter=self._file_threads, abandon_on_cancel=True)
+        raise files.Refused(f"the file system did not answer within {FILE_TIMEOUT:g} s (nothing is known "
+                            "of what was done)")
+
     def _known_session(self, session_id: str) -> str:
         conv_id = self.sessions.conv_of(session_id)
         if conv_id is None or session_id not in self.live_sessions:
             raise RpcError(framing.INVALID_PARAMS, "unknown session")
         return conv_id
+
+    def _lenient_update(self, params: Any) -> schema.SessionNotification | None:
+        """A `session/update`, validated; one whose update breaks the schema in some of its own fields
+        (claude-agent-acp's `usage_update` with `"used": null`) is kept without those fields, and the log
+        names the update type and the fields (once each). Anything else that does not fit is logged
+        with its update type and dropped."""
+        try:
+            return schema.SessionNotification.model_validate(params)
+        except pydantic.ValidationError as exc:
+            errors = exc.errors()
+        update = params.get("update") if isinstance(params, dict) else None
+        kind = update.get("sessionUpdate") if isinstance(update, dict) else None
+        kind = kind if isinstance(kind, str) else "?"
+        cls = UPDATE_TYPES.get(kind)
+        broken = {e["loc"][2] for e in errors if len(e["loc"]) >= 3 and e["loc"][:2] == ("update", kind)}
+        whole = [e for e in errors if not (len(e["loc"]) >= 3 and e["loc"][:2] == ("update", kind))]
+        if cls is None or whole or not broken or not all(isinstance(f, str) for f in broken):
+            self._log(f"session/update {escape(kind, 40)} from the agent does not fit the ACP schema "
+                      f"({len(errors)} errors): left out")
+            return None
+        fields = {}
+        for name, info in cls.model_fields.items():
+            key = info.alias or name
+            if key in update and key not in broken:
+                try:
+                    fields[name] = pydantic.TypeAdapter(info.annotation).validate_python(update[key])
+                except pydantic.ValidationError:
+                    broken.add(key)
+        try:
+            session_id = pydantic.TypeAdapter(str).validate_python(params.get("sessionId"))
+        except pydantic.ValidationError:
+            self._log(f"session/update {escape(kind, 40)} from the agent has no session id: left out")
+            return None
+        for field in sorted(broken):
+            if (kind, field) not in self._misfits and len(self._misfits) < 64:
+                self._misfits.add((kind, field))
+                self._log(f"session/update {escape(kind, 40)}: its field {escape(field, 40)} does not fit the ACP "
+                          "schema; the update is kept without it")
+        absent = {name: None for name in cls.model_fields if name not in fields}  # read as "not said"
+        update_model = cls.model_construct(_fields_set=set(fields), **absent, **fields)
+        return schema.SessionNotification.model_construct(session_id=session_id, update=update_model)
 
     def _on_update(self, note: schema.SessionNotification) -> None:
         if self.sessions.conv_of(note.session_id) is None and note.session_id not in self.loading:
@@ -455,7 +600,13 @@ class Adapter:
         conv_id = self.sessions.conv_of(note.session_id)
         if conv_id is None or conv_id not in self.collie._core.conversations:
             return
-        self.view(conv_id).apply(note.update)
+        view = self.view(conv_id)
+        turn = self.turns.get(note.session_id)
+        if turn is not None:
+            turn.updates += 1
+            turn.alive()
+            view.quiet(None)
+        view.apply(note.update)
 
     def _hold(self, note: schema.SessionNotification) -> None:
         """An update for a session id not recorded yet: claude-code-acp sends its slash commands
@@ -484,8 +635,31 @@ class Adapter:
     async def _on_permission(self, req: schema.RequestPermissionRequest) -> dict:
         conv_id = self._known_session(req.session_id)
         turn = self.turns.get(req.session_id)
+        if turn is None and req.session_id in self.lagging and conv_id in self.collie._core.conversations:
+            # after a stale end_turn the agent asks for a prompt whose turn ended: shown, not cancelled unseen
+            self._log(f"session {escape(req.session_id, 40)} asks after its turn ended (stale end_turn): shown")
+            async with self.view(conv_id).pane.turn_scope():
+                ghost = _Turn(conv_id, req.session_id)
+                ghost.cancel_sent.set()  # no prompt of ours is running: a stop there has nothing to wait for
+                self.turns[req.session_id] = ghost
+                try:
+                    return await self._ask(req, conv_id, ghost)
+                finally:
+                    self.view(conv_id).finish("ended")
+                    if self.turns.get(req.session_id) is ghost:
+                        del self.turns[req.session_id]
         if turn is None or turn.cancel_sent.is_set():  # no turn to ask in: nobody can answer it
             return {"outcome": {"outcome": "cancelled"}}
+        turn.asking += 1
+        turn.alive()
+        self.view(conv_id).quiet(None)
+        try:
+            return await self._ask(req, conv_id, turn)
+        finally:
+            turn.asking -= 1
+            turn.alive()
+
+    async def _ask(self, req: schema.RequestPermissionRequest, conv_id: str, turn: _Turn) -> dict:
         view = self.view(conv_id)
         call_id = req.tool_call.tool_call_id
         known = view.calls.get(call_id)
@@ -549,6 +723,7 @@ class Adapter:
                                                             "mcpServers": []})
                 self.live_sessions.add(sid)
                 self._loaded_modes(conv_id, raw)
+                await self._start_mode(ep, conv_id, sid)  # a reloaded session may be back in the agent's default
                 if keep_replay:
                     self.view(conv_id).finish()  # the replayed reply is complete
             except (RpcError, trio.TooSlowError) as exc:
@@ -599,6 +774,7 @@ class Adapter:
             conv_id = self.sessions.conv_of(sid)
             if conv_id is not None:
                 self._loaded_modes(conv_id, raw)
+                await self._start_mode(self.endpoint, conv_id, sid)
         except (RpcError, Closed, trio.TooSlowError) as exc:
             self._log(f"session/load of {escape(sid, 40)} failed: {escape(reason_of(exc))}")
         finally:
@@ -628,6 +804,7 @@ class Adapter:
                 sid = entry["session_id"]
                 if conv_id in self.collie._core.closed and sid in self.live_sessions:
                     self.live_sessions.discard(sid)
+                    self._end_terminals("its conversation was closed", sid)
                     if self.can_close:
                         try:
                             with trio.fail_after(INIT_TIMEOUT):
@@ -796,10 +973,12 @@ class Adapter:
                 self.endpoint = None
                 self.live_sessions.clear()
                 self._held.clear()
+                self.lagging.clear()  # a new agent process starts with no stale state
                 for turn in list(self.turns.values()):
                     if not turn.done.is_set():
                         turn.error = CRASHED
                         turn.done.set()
+                self._end_terminals("the agent exited")
                 await _stop_process(proc)
         self._log(f"the agent exited with status {proc.returncode}")
         if not started and (self.trouble is None or not self.trouble.startswith("The agent did not start")):
@@ -883,7 +1062,9 @@ class Adapter:
 
 
 def agent_env(source) -> dict[str, str]:
-    """The agent's environment: the adapter's, without Collie's own credentials (`COLLIE_TOKEN*`)."""
+    """The agent's environment: the adapter's, without any of Collie's own variables (`COLLIE_*`: the
+    SDK's `COLLIE_TOKEN`, `COLLIE_TOKEN_NEXT`, a member's `COLLIE_CREW_TOKEN`, `COLLIE_DURABLE_TOKEN`,
+    and every other; issue 42 item 11)."""
     return {k: v for k, v in source.items() if not k.startswith(AGENT_ENV_DROPPED)}
 
 

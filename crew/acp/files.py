@@ -12,14 +12,18 @@ the look and the open fails the open (`O_NOFOLLOW`, `O_DIRECTORY`): refused, nev
 Refused, with a message the agent sees as the request's error: a relative path (ACP requires absolute
 ones), a path outside the folder, a symlink leading out, anything but a regular file, a read over
 `READ_MAX`, and a write to a file with more than one hard link (its other name may be outside the
-folder). Reads and writes are plain functions of (folder, path); writes go to a temporary file in the
-same folder and replace the target by rename, both relative to the walked folder's descriptor.
+folder). Reads and writes are plain functions of (folder, path), blocking: the adapter runs them off
+its event loop, bounded in time (`crew.acp.adapter`). Reads open with `O_NONBLOCK` and serve only a
+regular file; writes go to a fresh temporary file made with exclusive create under a random name in
+the same folder (never a name the agent could plant first: a hard link to a file outside, a FIFO) and
+replace the target by rename, both relative to the walked folder's descriptor.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -181,7 +185,15 @@ def read_text(root: str | os.PathLike, path: str, line: int | None = None, limit
 
 
 def write_text(root: str | os.PathLike, path: str, content: str) -> None:
-    """Write `content` (ACP `fs/write_text_file`): temp file then rename, inside the folder only."""
+    """Write `content` (ACP `fs/write_text_file`) inside the folder only: into a fresh temporary file
+    made with exclusive create under an unpredictable name, relative to the walked folder's
+    descriptor, then renamed over the target. Nothing the agent planted is ever opened for writing:
+    a name it put there first (a hard link to a file elsewhere, a FIFO) makes the create fail and a
+    new name is drawn (issue 42 items 1 and 5)."""
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused(f"the content for {path!r} is not valid Unicode text (a lone surrogate): not written") from None
     walk, name = _open_walk(root, path, follow_last=True)
     try:
         if name is None:
@@ -197,18 +209,45 @@ def write_text(root: str | os.PathLike, path: str, content: str) -> None:
             if st.st_nlink > 1:
                 raise Refused(f"{path!r} has {st.st_nlink} hard links (another may be outside the agent's folder): "
                               "not written")
-        tmp = f".{name}.collie-tmp"
+        fd, tmp = _fresh(folder, path, stat.S_IMODE(st.st_mode) if st is not None else 0o644)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         stat.S_IMODE(st.st_mode) if st is not None else 0o644, dir_fd=folder)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(content)
-            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-        except OSError as exc:
+            made = os.fstat(fd)
+            if not stat.S_ISREG(made.st_mode) or made.st_nlink != 1:  # O_EXCL made it: cannot happen
+                raise Refused(f"{path!r} cannot be written: the temporary file is not a new regular file")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.close(fd)
+            fd = -1
+            os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException as exc:
+            if fd >= 0:
+                os.close(fd)
             try:
                 os.unlink(tmp, dir_fd=folder)
             except OSError:
                 pass
-            raise Refused(f"{path!r} cannot be written: {exc.strerror}") from None
+            if isinstance(exc, OSError):
+                raise Refused(f"{path!r} cannot be written: {exc.strerror}") from None
+            raise
     finally:
         walk.close()
+
+
+TMP_TRIES = 8
+
+
+def _fresh(folder: int, path: str, mode: int) -> tuple[int, str]:
+    """A new regular file in `folder` under a name nobody could know beforehand (128 random bits),
+    created exclusively (`O_EXCL`: an existing name of any kind, a planted link or FIFO included,
+    is never opened); its descriptor and name."""
+    for _ in range(TMP_TRIES):
+        tmp = f".collie-write-{secrets.token_hex(16)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                           mode, dir_fd=folder), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise Refused(f"{path!r} cannot be written: {exc.strerror}") from None
+    raise Refused(f"{path!r} cannot be written: no fresh temporary name in {TMP_TRIES} tries")

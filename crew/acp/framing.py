@@ -137,7 +137,15 @@ def classify(body: dict) -> str | None:
 
 
 def encode(body: dict) -> bytes:
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    """One line of JSON. Never raises on text the peer sent us and we echo (issue 42 item 2): JSON
+    may carry a lone surrogate (`"\\ud800"` as an id or in a method name), which has no UTF-8 form;
+    such a message is written with every non-ASCII character escaped, so the peer gets back exactly
+    the string it sent."""
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=True).encode() + b"\n"
 
 
 def request(req_id: int, method: str, params: Any) -> dict:

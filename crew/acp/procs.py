@@ -1,8 +1,10 @@
-"""Process groups for the agent and its terminals (issue 24 items 2 and 7).
+"""Process groups for the agent (issue 24 item 7).
 
-The agent and every terminal start in a new session (`start_new_session=True`), so that a launcher
-(`npx …`, a node script starting the real binary) and what it starts form one group, signalled
-together: nothing they started is left behind when the adapter ends them.
+The agent starts in a new session (`start_new_session=True`), so that a launcher (`npx …`, a node
+script starting the real binary) and what it starts form one group, signalled together: nothing they
+started in that group is left behind when the adapter ends them. (Terminals go further: each runs
+under a subreaper supervisor that ends its whole tree, whatever group a process moved to —
+`crew/acp/reaper.py`, issue 42 items 6 and 7.)
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 `Endpoint.serve()` reads until the peer closes; each incoming request runs in its own task and is
 answered exactly once (an error object when the handler raises); notifications run in the order they
 came, one at a time, in the reading task (their handler must not block); a response resolves the `request()`
-that waits for it. What the peer sends wrong is logged (escaped, one line each) and survived: noise on
-stdout, malformed JSON-RPC, a line beyond the cap, a response to nothing. When the stream ends, every
+that waits for it. At most `REQUESTS_MAX` of the peer's requests are handled at once: one more is
+answered an error at once, in the reading task, as is a malformed request — so a peer that floods
+requests and reads no answers stops being read, and costs no more tasks or memory. What the peer
+sends wrong is logged (escaped, one line each) and survived: noise on stdout, malformed JSON-RPC, a
+line beyond the cap, a response to nothing. When the stream ends, every
 waiting `request()` raises `Closed`. Writes are serialised by one lock; one message is at most
 `max_line` bytes either way.
 """
@@ -22,6 +25,7 @@ from crew.acp.framing import Malformed, Message, Noise, TooLong, escape
 
 Handler = Callable[[str, Any, bool], Awaitable[Any]]
 READ_CHUNK = 65536
+REQUESTS_MAX = 64  # the agent's requests being handled at once; more are refused (issue 42: bounded answers)
 
 
 class RpcError(Exception):
@@ -44,6 +48,14 @@ class Stats:
     malformed: int = 0
     too_long: int = 0
     stray_responses: int = 0
+    over_limit: int = 0
+
+
+@attrs.frozen
+class _Refuse:
+    id: Any
+    code: int
+    message: str
 
 
 class _Pending:
@@ -63,6 +75,7 @@ class Endpoint:
         self._pending: dict[int, _Pending] = {}
         self.closed = False
         self.stats = Stats()
+        self._in_flight = 0  # the agent's requests being handled now
 
     # --- sending -----------------------------------------------------------------------------
     async def _write(self, body: dict) -> None:
@@ -109,7 +122,9 @@ class Endpoint:
                     events = decoder.feed(data) if data else decoder.finish()
                     for event in events:
                         note = self._on_event(event, nursery)
-                        if note is not None:  # notifications in order: chunks must not overtake each other
+                        if isinstance(note, _Refuse):  # answered here: a flood waits on its own answers
+                            await self._answer_error(note.id, note.code, note.message)
+                        elif note is not None:  # notifications in order: chunks must not overtake each other
                             await self._run_notification(note)
                     if not data:
                         break
@@ -122,8 +137,9 @@ class Endpoint:
             pending.error = Closed("the agent closed its stdout before answering")
             pending.event.set()
 
-    def _on_event(self, event: framing.Event, nursery: trio.Nursery) -> dict | None:
-        """Route one event; returns a notification for the caller to run in order."""
+    def _on_event(self, event: framing.Event, nursery: trio.Nursery) -> dict | _Refuse | None:
+        """Route one event; returns a notification for the caller to run in order, or a request to
+        refuse at once."""
         if isinstance(event, Noise):
             self.stats.noise += 1
             self._log(f"ignored a line on the agent's stdout that is not JSON-RPC: {escape(event.text)}")
@@ -136,7 +152,7 @@ class Endpoint:
             self.stats.malformed += 1
             self._log(f"malformed JSON-RPC from the agent: {event.reason}")
             if event.id is not None:
-                nursery.start_soon(self._answer_error, event.id, framing.INVALID_REQUEST, event.reason)
+                return _Refuse(event.id, framing.INVALID_REQUEST, event.reason)
             return
         assert isinstance(event, Message)
         self.stats.received += 1
@@ -157,6 +173,14 @@ class Endpoint:
                 pending.result = body["result"]
             pending.event.set()
         elif kind == "request":
+            if self._in_flight >= REQUESTS_MAX:
+                self.stats.over_limit += 1
+                if self.stats.over_limit == 1 or self.stats.over_limit % 1000 == 0:
+                    self._log(f"the agent has {REQUESTS_MAX} requests open: further ones are refused "
+                              f"({self.stats.over_limit} so far)")
+                return _Refuse(body["id"], framing.INTERNAL_ERROR,
+                               f"at most {REQUESTS_MAX} requests at once; wait for an answer first")
+            self._in_flight += 1
             nursery.start_soon(self._run_request, body)
         else:
             return body
@@ -167,8 +191,16 @@ class Endpoint:
             await self._write(framing.error(req_id, code, message))
         except (Closed, RpcError):
             pass
+        except Exception as exc:  # nothing the agent sent may end the adapter (issue 42 item 2)
+            self._log(f"answering request {escape(repr(req_id), 60)} failed: {type(exc).__name__}: {escape(str(exc))}")
 
     async def _run_request(self, body: dict) -> None:
+        try:
+            await self._answer_request(body)
+        finally:
+            self._in_flight -= 1
+
+    async def _answer_request(self, body: dict) -> None:
         try:
             value = await self._handler(body["method"], body.get("params"), False)
             answer = framing.result(body["id"], value)
@@ -183,6 +215,9 @@ class Endpoint:
             await self._answer_error(body["id"], framing.INTERNAL_ERROR, exc.message)
         except Closed:
             pass
+        except Exception as exc:  # an answer that cannot be written is logged: the adapter goes on (issue 42 item 2)
+            self._log(f"answering {escape(body['method'], 60)} failed: {type(exc).__name__}: {escape(str(exc))}")
+            await self._answer_error(body["id"], framing.INTERNAL_ERROR, "the client could not write its answer")
 
     async def _run_notification(self, body: dict) -> None:
         try:

@@ -23,7 +23,10 @@ through the SDK's synchronous item calls; the adapter feeds it in the order the 
   allow, features Q6).
 - The session's modes (`session/new`'s `modes`, `current_mode_update`) are the conversation's
   buttons, one per mode (at most 4, C7), the current one dimmed; the subtitle names the current one.
-- `usage_update` (Codex sends it) adds `context N% used` to the subtitle.
+- `usage_update` (Codex sends it) adds `context N% used` to the subtitle (one kept without a field that
+  broke the schema, claude-agent-acp's `"used": null`, changes nothing).
+- `quiet(seconds)`: a turn silent for a while says `No output for 45 s` (issue 38) beside the running
+  plan step, else in the subtitle; `quiet(None)` takes it away.
 - Anything else (config options, cost…) is not shown here.
 """
 
@@ -118,8 +121,9 @@ def command_of(raw_input: Any) -> str | None:
 
 def raw_text(raw: Any, depth: int = 0) -> str | None:
     """What a `rawOutput` says, as text: a string as it is; content blocks' texts; a dict's output
-    field (Codex: `formatted_output`, `aggregated_output`, `stdout` + `stderr`, `exit_code`); else
-    compact JSON."""
+    field (Codex: `formatted_output`, `aggregated_output`, `stdout` + `stderr`, `exit_code`) — nothing
+    when every such field is empty, or `exit N` when N ≠ 0; compact JSON only for a shape that has none
+    of these fields."""
     if raw is None or depth > 3:
         return None
     if isinstance(raw, str):
@@ -143,6 +147,11 @@ def raw_text(raw: Any, depth: int = 0) -> str | None:
                     return text
         if isinstance(raw.get("stderr"), str) and raw["stderr"]:
             return raw["stderr"]
+        if any(key in raw for key in (*OUTPUT_KEYS, "stderr", "exit_code", "exitCode")):
+            # a command's result whose every output field is empty (Codex: `"stdout": ""` beside its
+            # call_id, process_id, duration…): nothing to show but a failing exit status (issue 38)
+            code = raw.get("exit_code", raw.get("exitCode"))
+            return f"exit {code}" if type(code) is int and code != 0 else None
     try:
         text = json.dumps(raw, ensure_ascii=False, separators=(", ", ": "))
     except (TypeError, ValueError):
@@ -152,13 +161,20 @@ def raw_text(raw: Any, depth: int = 0) -> str | None:
 
 def edits_of_raw_input(raw_input: Any) -> list[str]:
     """Claude Code's Edit/Write/MultiEdit inputs (`file_path` with `old_string`/`new_string`, `content`
-    or `edits`) as compact diffs, for asks whose content carries none."""
-    if not isinstance(raw_input, dict) or not isinstance(raw_input.get("file_path"), str):
+    or `edits`) and opencode's (`filePath` with `oldString`/`newString`; its ask's `filepath` with a
+    unified `diff`) as compact diffs, for asks whose content carries none."""
+    if not isinstance(raw_input, dict):
         return []
-    path = raw_input["file_path"]
-    if isinstance(raw_input.get("new_string"), str):
-        old = raw_input.get("old_string") if isinstance(raw_input.get("old_string"), str) else ""
-        return [compact_diff(path, old, raw_input["new_string"])]
+    path = next((raw_input[k] for k in ("file_path", "filePath", "filepath") if isinstance(raw_input.get(k), str)), None)
+    if path is None:
+        return []
+    if isinstance(raw_input.get("diff"), str) and raw_input["diff"].strip():
+        lines = raw_input["diff"].splitlines()
+        start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+        return ["\n".join([f"edit {path}", *lines[start:]])]
+    new, old = raw_input.get("new_string", raw_input.get("newString")), raw_input.get("old_string", raw_input.get("oldString"))
+    if isinstance(new, str):
+        return [compact_diff(path, old if isinstance(old, str) else "", new)]
     if isinstance(raw_input.get("content"), str):
         return [compact_diff(path, None, raw_input["content"])]
     if isinstance(raw_input.get("edits"), list):
@@ -239,6 +255,9 @@ class SessionView:
         self.modes: list[tuple[str, str]] = []  # the session's modes (id, name), at most MODES_KEPT
         self.mode: str | None = None
         self.context: tuple[int, int] | None = None  # (tokens used, context size) from usage_update
+        self.plan: tuple[list[str], int] | None = None  # this turn's plan: (steps, the current one)
+        self._quiet: str | None = None  # `No output for 45 s` while the agent is silent
+        self._plain_subtitle: str | None = None  # the subtitle before the silence was said in it
 
     # compatibility for the adapter: the item handle and the name of a call
     @property
@@ -312,15 +331,38 @@ class SessionView:
         elif isinstance(update, schema.CurrentModeUpdate):
             self.mode_changed(update.current_mode_id)
         elif isinstance(update, schema.UsageUpdate):
-            if update.size > 0 and update.used >= 0:
+            used, size = getattr(update, "used", None), getattr(update, "size", None)  # kept without a misfit field
+            if type(size) is int and type(used) is int and size > 0 and used >= 0:
                 before = self.context
-                self.context = (update.used, update.size)
-                if before is None or round(100 * before[0] / before[1]) != round(100 * update.used / update.size):
+                self.context = (used, size)
+                if before is None or round(100 * before[0] / before[1]) != round(100 * used / size):
                     self._draw_subtitle()
         elif isinstance(update, schema.AgentPlanUpdate):
             entries = update.entries
             current = next((i for i, e in enumerate(entries) if e.status != "completed"), len(entries))
-            self.pane.progress(steps=[e.content[:TITLE_MAX] for e in entries], current=current)
+            self.plan = ([e.content[:TITLE_MAX] for e in entries], current)
+            self._draw_plan()
+
+    def _draw_plan(self) -> None:
+        steps, current = self.plan or ([], 0)
+        if self._quiet and current < len(steps):  # a step runs: line 2 shows it, so the silence goes there
+            steps = list(steps)
+            steps[current] = f"{steps[current]} · {self._quiet}"[:TITLE_MAX]
+        if steps:
+            self.pane.progress(steps=steps, current=current)
+
+    def quiet(self, seconds: float | None) -> None:
+        """`No output for 45 s` while the agent has sent nothing for a while (issue 38), or None once it
+        does: on the phone's line 2, beside the running step of the plan, else in the subtitle."""
+        words = None if seconds is None else f"No output for {_duration(seconds)}"
+        if words == self._quiet:
+            return
+        self._quiet = words
+        steps, current = self.plan or ([], 0)
+        if current < len(steps):
+            self._draw_plan()
+        else:
+            self._draw_subtitle()
 
     def set_modes(self, state: Any) -> None:
         """The session's modes (`SessionModeState`) as the conversation's buttons: one per mode, the
@@ -347,7 +389,8 @@ class SessionView:
         self._draw_subtitle()
 
     def _draw_subtitle(self) -> None:
-        """`Mode: <name> · context 34% used` — what of the two the agent reports."""
+        """`Mode: <name> · context 34% used` — what of the two the agent reports — and `No output for
+        45 s` while the agent is silent with no plan step running (the subtitle it had comes back)."""
         parts = []
         name = dict(self.modes).get(self.mode)
         if name:
@@ -355,8 +398,18 @@ class SessionView:
         if self.context is not None:
             used, size = self.context
             parts.append(f"context {min(100, round(100 * used / size))}% used")
+        steps, current = self.plan or ([], 0)
+        said = self._quiet if current >= len(steps) else None
+        if said and not parts and self._plain_subtitle is None:
+            self._plain_subtitle = self.pane._conv.subtitle or ""
+        if said:
+            parts.append(said)
         if parts:
             self.pane.set_subtitle(" · ".join(parts)[:TITLE_MAX])
+        elif self._plain_subtitle is not None:
+            self.pane.set_subtitle(self._plain_subtitle or None)
+        if not said:
+            self._plain_subtitle = None
 
     def terminal_changed(self, terminal_id: str) -> None:
         """A terminal's output grew: the calls showing it show it again."""
@@ -386,8 +439,15 @@ class SessionView:
 
     def begin(self) -> None:
         """A new turn: the last turn's plan no longer labels it (it stays shown until then)."""
+        self.plan = None
         if self.pane._conv.progress is not None:
             self.pane.progress()
+
+
+def _duration(seconds: float) -> str:
+    """`45 s` under two minutes, then `3 min`."""
+    whole = int(round(seconds))
+    return f"{whole} s" if whole < 120 else f"{whole // 60} min"
 
 
 def permission_body(call: Any, known: Call | None) -> str | None:

@@ -19,6 +19,8 @@ Every text is one line of printable characters, at most `REASON_MAX` long.
 
 from __future__ import annotations
 
+import json
+
 import re
 from typing import Any
 
@@ -62,9 +64,26 @@ def _data_text(data: Any, depth: int = 0) -> str | None:
     return None
 
 
+def _http_error(msg: str) -> str:
+    """A model server's JSON error body passed on as the message (Gemini CLI: `{"error": {"code": 401,
+    "message": "…", "status": "UNAUTHENTICATED"}}`) as `401 UNAUTHENTICATED: …`; anything else as it is."""
+    if not msg.startswith("{") or len(msg) > 20000:
+        return msg
+    try:
+        body = json.loads(msg)
+    except ValueError:
+        return msg
+    error = body.get("error") if isinstance(body, dict) else None
+    said = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(said, str) or not said.strip():
+        return msg
+    head = " ".join(str(error[k]) for k in ("code", "status") if isinstance(error.get(k), int | str) and error[k] != "")
+    return f"{head}: {said.strip()}" if head else said.strip()
+
+
 def reason_of(exc: BaseException) -> str:
     if isinstance(exc, RpcError):
-        msg = (exc.message or "").strip()
+        msg = _http_error((exc.message or "").strip())
         detail = _data_text(exc.data)
         if detail and (not msg or msg.lower().rstrip(".") in GENERIC):
             text = detail

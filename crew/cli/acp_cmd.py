@@ -80,6 +80,9 @@ def run(args, paths) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise UsageError("give the agent's command after --, e.g. collie acp run -- gemini --experimental-acp")
+    for var in args.terminal_env:
+        if var.startswith("COLLIE_"):
+            raise UsageError(f"--terminal-env {var}: Collie's own variables (its tokens) are never passed to terminals")
     name = args.name or default_name(command)
     if not NAME_RULE.match(name) or name == RESERVED_NAME:
         raise UsageError(f"{name!r} breaks the name rule: 1-32 of a-z, 0-9 and '-', starting with a letter or digit"

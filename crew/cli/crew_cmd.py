@@ -19,12 +19,12 @@ from crew import control, crewwire
 from crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve_env
 from crew.cli.status import crew_members
 from crew.cli.restart import restart_after_change
-from crew.crewconfig import CrewConfig, check_lead_address, read_crew, remove_crew, write_crew
+from crew.crewconfig import CrewConfig, check_fingerprint, check_lead_address, read_crew, remove_crew, write_crew
 from crew.crewstore import CrewStore
 from crew.errors import CollieError, NotRunningError, UsageError
 from crew.fsutil import atomic_write, ensure_private_dir
 from crew.logs import printable
-from crew.security import check_token
+from crew.security import check_token, fingerprint_file
 from crew.sources import NAME_RULE
 
 
@@ -37,6 +37,9 @@ def register(sub) -> None:
     j.add_argument("--token-env", required=True, metavar="VAR",
                    help="name of the variable holding this machine's member token (from `collie crew invite` on the "
                         "lead); the token is never given on the command line")
+    j.add_argument("--ca-sha256", metavar="SHA256",
+                   help="the SHA-256 of the lead's own certificate authority, as `collie crew invite` prints it: "
+                        "this member trusts it for this lead (besides the system's authorities)")
     j.add_argument("--label", help="this machine's name in the crew (default: the host name)")
     j.add_argument("--restart", action="store_true", help="restart the running bridge so it joins now")
     j.set_defaults(run=join)
@@ -84,7 +87,15 @@ def join(args, paths) -> int:
     if problem:
         raise UsageError(f"not joined: {problem.text}")
     label = _label(args.label or default_label())
-    write_crew(paths.crew, CrewConfig(version=1, lead=url, token=token, label=label))
+    pin = None
+    if args.ca_sha256:
+        try:
+            pin = check_fingerprint(args.ca_sha256)
+        except ValueError as exc:
+            raise UsageError(f"not joined: --ca-sha256: {exc}") from None
+        if not url.startswith("wss://"):
+            raise UsageError("not joined: --ca-sha256 is for a wss:// lead (a ws:// lead on this machine has no TLS)")
+    write_crew(paths.crew, CrewConfig(version=1, lead=url, token=token, label=label, ca_sha256=pin))
     print(f"joined {url} as {label}")
     print(f"wrote {paths.crew}")
     return _restart(args, paths)
@@ -103,16 +114,23 @@ def _store(paths) -> CrewStore:
     return CrewStore(paths.state_dir / "crew.sqlite")
 
 
-def _lead_address(paths) -> str:
-    """The running lead's address; with none running, the one `collie serve` would take (COLLIE_HOST/PORT)."""
+def _lead_address(paths) -> tuple[str, str | None]:
+    """(the running lead's address as a member dials it, its authority's fingerprint): its public URL, else its
+    own address (never 0.0.0.0 or ::). With none running, the one `collie serve` would take (COLLIE_HOST/PORT)."""
     try:
-        address = control.call(paths.control_socket, "ping", timeout=1)["address"]
+        pong = control.call(paths.control_socket, "ping", timeout=1)
+        address, authority = pong.get("public_url") or pong["address"], pong.get("authority")
     except NotRunningError:
         env = serve_env(paths)
-        host = env.get("COLLIE_HOST") or DEFAULT_HOST
-        port = (env.get("COLLIE_PORT") or "").strip() or str(DEFAULT_PORT)
-        address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-    return crewwire.ws_url(address)
+        address = (env.get("COLLIE_PUBLIC_URL") or "").strip()
+        if not address:
+            host = env.get("COLLIE_HOST") or DEFAULT_HOST
+            if host in ("0.0.0.0", "::"):
+                host = socket.gethostname()
+            port = (env.get("COLLIE_PORT") or "").strip() or str(DEFAULT_PORT)
+            address = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        authority = fingerprint_file(paths.state_dir / "tls" / "ca.pem")
+    return crewwire.ws_url(address), authority
 
 
 def invite(args, paths) -> int:
@@ -131,15 +149,19 @@ def invite(args, paths) -> int:
     ensure_private_dir(folder)
     token_file = folder / f"{label}.token"
     atomic_write(token_file, (token + "\n").encode(), mode=0o600)
-    url = _lead_address(paths)
+    url, authority = _lead_address(paths)
+    pin = f" --ca-sha256 {authority}" if authority and url.startswith("wss://") else ""
     print(f"invited {label}. Its member token is in {token_file} (0600); it is not printed.")
     print("Copy that file to the member machine (e.g. with scp); the lead deletes it once the member joined.")
     print("Then run there:")
     print(f"  export COLLIE_CREW_TOKEN=\"$(cat {label}.token)\"")
-    print(f"  collie crew join {url} --token-env COLLIE_CREW_TOKEN --label {label} --restart")
+    print(f"  collie crew join {url}{pin} --token-env COLLIE_CREW_TOKEN --label {label} --restart")
+    if pin:
+        print("(--ca-sha256 is the lead's own certificate authority: the member trusts it for this lead only, "
+              "besides the system's)")
     if url.startswith("ws://"):
-        print("(this lead listens on loopback only: members on other machines need `collie serve --host … "
-              "--tls-cert … --tls-key …` and a wss:// address)")
+        print("(this lead listens on loopback only: members on other machines need `collie serve --host 0.0.0.0` "
+              "(TLS from the lead's own authority) and a wss:// address)")
     return 0
 
 

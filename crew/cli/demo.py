@@ -13,8 +13,8 @@ minutes and once. On a terminal its QR code then stays on the screen, not redraw
 or a phone pairs; the live view (on the alternate screen, so no redraw is left in the scrollback)
 keeps the link at its top while it is valid. `p` in the live view, or `collie demo pair` in
 another terminal, makes another. With `--lan` the lead serves on this machine's network address,
-over TLS with the certificate it makes itself, and the demo prints that certificate's SHA-256
-fingerprint to compare on the phone; without it nothing listens beyond loopback.
+over TLS with a certificate from its own authority, and the demo prints the trust link (`/trust`) and the
+authority's SHA-256 fingerprint to compare on the phone; without it nothing listens beyond loopback.
 
 The lead keeps one port for the demo's whole life (the demo picks a free one and passes it as
 `--port`), so a restart of the lead (`r` in the live view, `collie demo restart`, or `collie restart`
@@ -98,7 +98,8 @@ def register(sub) -> None:
     p.add_argument("--plain", action="store_true", help="print plain progress lines instead of a live screen")
     p.add_argument("--lan", nargs="?", const="auto", metavar="ADDRESS",
                    help="serve the lead on this machine's network address (or ADDRESS), over TLS with a "
-                        "self-signed certificate, so a phone on the same network can open it")
+                        "certificate from the lead's own authority (trust it once at /trust), so a phone on the "
+                        "same network can open it")
     p.add_argument("--no-qr", action="store_true", help="print the pairing link without its QR code")
     p.add_argument("--awake", type=seconds, default=None, metavar="SECONDS",
                    help=f"how long the laptop member stays awake between naps ({MIN_PHASE:g} to {MAX_PHASE:g}; "
@@ -394,11 +395,12 @@ class Demo:
         self.address = pong["address"]
         token = (self.lead.state_dir / "api-token").read_text().strip()
         verify: ssl.SSLContext | bool = True
+        pin: list[str] = []
         if self.address.startswith("https://"):
-            cert = self.lead.state_dir / "tls" / "cert.pem"  # the lead's own self-signed certificate
-            verify = ssl.create_default_context(cafile=str(cert))
-            for spec in (WORKSHOP, LAPTOP):  # the members trust it the same way (ssl reads SSL_CERT_FILE)
-                self.machines[spec.machine].env["SSL_CERT_FILE"] = str(cert)
+            authority = self.lead.state_dir / "tls" / "ca.pem"  # the lead's own certificate authority (lead.tls)
+            verify = ssl.create_default_context(cafile=str(authority))
+            if pong.get("authority"):  # the members trust it by the invite's fingerprint, as any member does
+                pin = ["--ca-sha256", pong["authority"]]
         self.client = httpx.Client(base_url=self.address, headers={"authorization": f"Bearer {token}"}, timeout=5.0,
                                    verify=verify)
         self.out.progress(f"lead serving the phone API on {self.address}")
@@ -407,7 +409,8 @@ class Demo:
             self.lead.collie("crew", "invite", "--label", spec.machine)
             member_token = (self.lead.state_dir / "invites" / f"{spec.machine}.token").read_text().strip()
             m.collie("crew", "join", self.address.replace("https://", "wss://").replace("http://", "ws://"),
-                     "--token-env", "COLLIE_CREW_TOKEN", "--label", spec.machine, env={"COLLIE_CREW_TOKEN": member_token})
+                     *pin, "--token-env", "COLLIE_CREW_TOKEN", "--label", spec.machine,
+                     env={"COLLIE_CREW_TOKEN": member_token})
             self.serve(m)
             self.out.progress(f"{spec.machine} joined with `collie crew invite` / `collie crew join`")
         wait_until("every agent to be ready on the lead", self.all_ready)
@@ -740,10 +743,16 @@ def find_demo() -> Paths:
 def pairing_lines(got: dict, more: str, command: str = "collie") -> list[str]:
     """What to do with a pairing link: the link, the certificate to compare, where it opens, another one."""
     lines = ["Pair a phone: open this link on it (valid 10 minutes, works once):", f"  {printable(got['link'])}"]
-    if got.get("fingerprint"):
+    if got.get("trust"):
+        lines += [f"First time on this phone? Trust the lead once, for notifications and answers from the lock "
+                  f"screen: {printable(got['trust'])}",
+                  f"The lead's certificate authority (SHA-256): {printable(got['fingerprint'])}; trust it only if the "
+                  "phone shows this fingerprint. (Tapping past the browser's warning opens the page too, but then "
+                  "the phone gets no notifications.)"]
+    elif got.get("fingerprint"):
         lines += [f"The lead's certificate (SHA-256): {printable(got['fingerprint'])}",
-                  "The phone's browser warns that the certificate is not trusted (the lead made it itself): open "
-                  "the certificate's details there and go on only if it shows this fingerprint."]
+                  "The phone's browser warns that the certificate is not trusted: open the certificate's details "
+                  "there and go on only if it shows this fingerprint."]
     if got.get("loopback"):
         lines.append("This address opens in a browser on this machine only; for a phone on your network, "
                      f"start the demo with `{command} demo --lan`.")
@@ -778,7 +787,7 @@ def restart_running(_args) -> int:
 
 # --- drawing ----------------------------------------------------------------------------------------
 def curl_line(address: str, token_file: Path) -> str:
-    cacert = f"--cacert {token_file.parent / 'tls' / 'cert.pem'} " if address.startswith("https://") else ""
+    cacert = f"--cacert {token_file.parent / 'tls' / 'ca.pem'} " if address.startswith("https://") else ""
     return f'curl -s {cacert}-H "Authorization: Bearer $(cat {token_file})" {address}/api/dashboard'
 
 
@@ -968,7 +977,11 @@ def pair_rows(got: dict | None, note: str, width: int, *, qr_note: str = "") -> 
         return _rows(note, width) if note else []
     rows = _rows(f"Pair a phone with this link (until {until(got)}, once); p: a new one with its QR code", width)
     rows += _link_rows(printable(got["link"]), width)
-    if got.get("fingerprint"):
+    if got.get("trust"):
+        rows += _rows(f"First time? Trust the lead once (notifications): {printable(got['trust'])}", width)
+        rows += _rows("The phone must show this authority SHA-256:", width)
+        rows += _fingerprint_rows(printable(got["fingerprint"]), width)
+    elif got.get("fingerprint"):
         rows += _rows("The phone must show this certificate SHA-256:", width)
         rows += _fingerprint_rows(printable(got["fingerprint"]), width)
     if qr_note:

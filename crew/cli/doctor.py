@@ -221,11 +221,26 @@ def run(_args, paths) -> int:
             phone = control.call(paths.control_socket, "live")
         except CollieError:  # a lead from before pairing existed
             phone = {"devices": 0, "channels": 0}
-        if phone.get("fingerprint"):
+        served = phone.get("served")
+        if phone.get("public_url"):
+            report.line("ok", "reach", f"phones open {phone['public_url']} (the proxy or tunnel in front of the lead "
+                                       f"forwards to {phone.get('address')})")
+        if served and phone.get("own_authority"):
+            report.line("ok", "tls", f"{phone.get('address')}: serving a certificate for {', '.join(served['names'])} "
+                                     f"(until {served['until']}), issued by the lead's own authority \"{served['issuer']}\""
+                                     f" SHA-256 {phone['authority_fingerprint']}; phones trust it once at "
+                                     f"{(phone.get('urls') or [phone.get('address')])[0]}/trust")
+        elif served:
+            issuer = "self-signed" if served["self_signed"] else f"issued by \"{served['issuer']}\""
+            report.line("ok", "tls", f"{phone.get('address')}: serving your certificate (--tls-cert) for "
+                                     f"{', '.join(served['names']) or 'no names'} (until {served['until']}), {issuer}, "
+                                     f"SHA-256 {served['fingerprint']}")
+        elif phone.get("fingerprint"):
             report.line("ok", "tls", f"{phone.get('address')}: certificate SHA-256 {phone['fingerprint']}")
         elif phone.get("address"):
             report.line("ok", "tls", f"plain HTTP on loopback ({phone.get('address')}); phones on the network need "
-                                     "`collie serve --host 0.0.0.0` (TLS)")
+                                     "`collie serve --host 0.0.0.0` (TLS), phones anywhere `--public-url` "
+                                     "behind a proxy or tunnel (docs/remote.md)")
         report.line("ok", "phones", f"{phone['devices']} paired, {phone['channels']} live channel"
                                     f"{'' if phone['channels'] == 1 else 's'} open (`collie devices`)")
         members = crew_members(paths)

@@ -2,8 +2,9 @@
 
 `pair` asks the running lead for a one-time link (valid 10 minutes, single use) and prints it with a
 QR code drawn in the terminal (segno). The link is shown once: it is not logged and not stored (the
-lead keeps only its hash). Over TLS it also prints the certificate's SHA-256 fingerprint, to compare
-with what the phone's browser shows. `devices` lists paired phones; `devices revoke NAME` forgets one
+lead keeps only its hash). Over the lead's own certificate authority it also prints the trust link
+(`/trust`, lead.trust) and the authority's SHA-256 fingerprint, to compare with what the phone shows; over
+the user's own certificate, that certificate's fingerprint. `devices` lists paired phones; `devices revoke NAME` forgets one
 (its next request gets 401 and its open live channel closes).
 """
 
@@ -55,7 +56,12 @@ def pair(args, paths) -> int:
     if not args.no_qr:
         print(qr_text(link))
     print(f"Open this link on the phone (valid 10 minutes, works once):\n  {link}")
-    if got.get("fingerprint"):
+    if got.get("trust"):
+        print(f"First time on this phone? Trust the lead once (notifications, the lock-screen answer and install "
+              f"need it):\n  {got['trust']}")
+        print(f"The lead's certificate authority (SHA-256): {got['fingerprint']}")
+        print("Check that the phone shows this fingerprint before you trust it.")
+    elif got.get("fingerprint"):
         print(f"The lead's certificate (SHA-256): {got['fingerprint']}")
         print("If the phone warns about the certificate, check that it shows this fingerprint before you go on.")
     if got.get("loopback"):

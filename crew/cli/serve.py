@@ -9,6 +9,7 @@ lead's own parser alike; `check_options` turns every bad value into one line nam
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import ssl
 import sys
@@ -16,6 +17,7 @@ import sys
 from crew.config import load_env
 from crew.errors import ConfigError
 from crew.logs import printable
+from crew.security import public_parts
 from crew.paths import Paths
 
 DEFAULT_HOST = "127.0.0.1"
@@ -43,6 +45,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", action="append", metavar="NAME", default=None,
                    help="another name phones use to reach this lead, for the Host check and the generated "
                         "certificate (repeatable; $COLLIE_NAMES=a,b)")
+    p.add_argument("--public-url", metavar="URL", default=None,
+                   help="https://NAME[:PORT] of the TLS-terminating proxy or tunnel in front of this lead "
+                        "(Tailscale serve, Cloudflare Tunnel, Caddy, nginx: docs/remote.md); links and printed "
+                        "addresses use it, and the door accepts its Host and Origin ($COLLIE_PUBLIC_URL)")
+    p.add_argument("--trusted-proxy", action="append", metavar="ADDRESS", default=None,
+                   help="a proxy whose Forwarded / X-Forwarded-For header names the client (repeatable; an "
+                        "address or network; default with --public-url: loopback; $COLLIE_TRUSTED_PROXIES=a,b)")
 
 
 def serve_env(paths: Paths) -> dict[str, str]:
@@ -75,6 +84,21 @@ def check_options(args: argparse.Namespace, environ: dict[str, str] | None = Non
     for name in args.name:
         if not name or len(name) > 253 or any(c.isspace() or c in "/@#?" for c in name) or not name.isprintable():
             return f"--name {printable(name)[:60]} is not a host name"
+    if getattr(args, "public_url", None) is None:
+        args.public_url = (env.get("COLLIE_PUBLIC_URL") or "").strip() or None
+    if args.public_url:
+        try:
+            args.public_url = public_parts(args.public_url)[0]
+        except ValueError as exc:
+            return f"--public-url {exc}"
+    if getattr(args, "trusted_proxy", None) is None:
+        given = [n.strip() for n in env.get("COLLIE_TRUSTED_PROXIES", "").split(",") if n.strip()]
+        args.trusted_proxy = given or (["127.0.0.0/8", "::1"] if args.public_url else [])
+    for proxy in args.trusted_proxy:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            return f"--trusted-proxy {printable(proxy)[:60]} is not an address or network (e.g. 127.0.0.1, 10.0.0.0/8)"
     if bool(args.tls_cert) != bool(args.tls_key):
         return "--tls-cert and --tls-key go together: give both, or neither"
     if args.tls_cert:

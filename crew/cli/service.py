@@ -114,7 +114,8 @@ def _running_lead(paths) -> tuple[str, int] | None:
     if pong.get("role") != "lead" or not pong.get("address"):
         return None
     parts = urlsplit(pong["address"])
-    return (parts.hostname, parts.port) if parts.hostname and parts.port else None
+    host = pong.get("bind") or parts.hostname  # the address it bound (0.0.0.0 stays 0.0.0.0), not the one shown
+    return (host, parts.port) if host and parts.port else None
 
 
 def serve_options(args, paths) -> list[str]:
@@ -130,6 +131,9 @@ def serve_options(args, paths) -> list[str]:
     options = ["--host", args.host, "--port", str(args.port)]
     if args.tls_cert:
         options += ["--tls-cert", str(Path(args.tls_cert).resolve()), "--tls-key", str(Path(args.tls_key).resolve())]
+    if args.public_url:
+        options += ["--public-url", args.public_url]
+        options += [w for proxy in args.trusted_proxy for w in ("--trusted-proxy", proxy)]
     return options
 
 

@@ -26,7 +26,7 @@ log = logs.get("api")
 
 def register(app, credential: str, hub=None, *, door=None, devices=None) -> None:
     """Put the door in front of every request of `app`, and its JSON error handlers behind them."""
-    from lead.http import trust_connection
+    from lead.http import see_client, trust_connection
     from lead.pairing import PHONE_NOT_SIGNED_IN, csrf_ok, device_of, guard, presented_cookies, secure_headers
 
     if hub is not None:
@@ -47,6 +47,7 @@ def register(app, credential: str, hub=None, *, door=None, devices=None) -> None
         g.sender = None
         g.device = None
         g.body = None
+        g.client = see_client(request.headers)  # the phone's address, also behind a trusted proxy (issue 35)
         if door is not None:
             refused = guard(door)
             if refused is not None:

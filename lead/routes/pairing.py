@@ -13,16 +13,17 @@ from crew import logs
 from lead.devices import (CHALLENGE_TTL, COOKIE, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Devices, PairingRefused,
                           RenewRefused, parse_sign_key)
 from lead.door import BodyRefused, parse_body
-from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, Door, csrf_ok, secure_headers
+from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, TRUST_LINE, Door, csrf_ok, secure_headers
 from lead.routes.common import error
 
 log = logs.get("door")
 
 
 def with_cookie(resp, door: Door, credential: str):
-    """The device cookie on an answer (pairing, renewal): HttpOnly, SameSite=Strict, `__Host-` over TLS."""
-    resp.set_cookie(SECURE_COOKIE if door.tls else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
-                    samesite="Strict", secure=door.tls, path="/")
+    """The device cookie on an answer (pairing, renewal): HttpOnly, SameSite=Strict, `__Host-` when the phone
+    speaks HTTPS (the lead's own TLS, or the proxy's of `--public-url`)."""
+    resp.set_cookie(SECURE_COOKIE if door.secure else COOKIE, credential, max_age=COOKIE_MAX_AGE, httponly=True,
+                    samesite="Strict", secure=door.secure, path="/")
     resp.headers["Cache-Control"] = "no-store"
     return resp
 
@@ -49,7 +50,7 @@ def register(app, door: Door, devices: Devices) -> None:
 
     @app.get("/pair")
     async def pair_page():
-        resp = await make_response(PAIR_PAGE)
+        resp = await make_response(PAIR_PAGE.replace("<!--trust-->", TRUST_LINE if door.trust_page else ""))
         resp.headers["Content-Type"] = "text/html; charset=utf-8"
         resp.headers["Cache-Control"] = "no-store"
         resp.headers["Content-Security-Policy"] = PAIR_CSP
@@ -71,7 +72,7 @@ def register(app, door: Door, devices: Devices) -> None:
             dev, credential, key = devices.redeem(data.get("code"), data.get("name"), time.time(), sign_key)
         except PairingRefused as exc:
             return error(401 if exc.code != "too_many" else 409, f"pairing_{exc.code}", str(exc))
-        log.info("[bridge] paired a phone: %s", dev.name)
+        log.info("[bridge] paired a phone: %s (from %s)", dev.name, g.get("client") or "?")
         return with_cookie(jsonify({"device": dev.public(), "key": key}), door, credential)
 
     @app.post("/pair/renew")
@@ -95,5 +96,5 @@ def register(app, door: Door, devices: Devices) -> None:
             dev, credential = devices.renew(key, data.get("challenge"), data.get("signature"), now)
         except RenewRefused as exc:
             return error(401, "unauthorized", str(exc))
-        log.info("[bridge] renewed a phone's cookie: %s", dev.name)
+        log.info("[bridge] renewed a phone's cookie: %s (from %s)", dev.name, g.get("client") or "?")
         return with_cookie(jsonify({"device": dev.public()}), door, credential)

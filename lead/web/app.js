@@ -7,7 +7,7 @@
 //   strings.js   every string the page shows
 import { banner } from "./dom.js";
 import { net, connectivity, phoneChanged } from "./api.js";
-import { register, navigate, connect, isRoute, rerender, needsListeners, pushView } from "./state.js";
+import { app, register, navigate, connect, isRoute, rerender, needsListeners, pushView } from "./state.js";
 import * as dashboard from "./dashboard.js";
 
 register("dash", async () => dashboard);
@@ -32,6 +32,9 @@ document.addEventListener("visibilitychange", pushView);  // the lead hears whet
 net.listeners.push(() => banner(connectivity()));
 window.addEventListener("offline", phoneChanged);
 window.addEventListener("online", phoneChanged);
-if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
+// Whether the service worker could register: a browser that does not trust the lead's certificate refuses it,
+// and the dashboard then says so where the notification switch would be (push.js)
+app.push.sw = "serviceWorker" in navigator ? navigator.serviceWorker.register("/sw.js").then(() => true, () => false)
+  : Promise.resolve(false);
 navigate().then(connect).then(() => push()).then((m) => m.checkPush()).then(() => { if (isRoute("dash")) rerender(); });
 

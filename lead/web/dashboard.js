@@ -50,6 +50,8 @@ export function render() {
   if (turns) nodes.push(h("label", { class: "toggle", for: "turns", "data-key": `turns:${turns.all}` },
     h("input", { type: "checkbox", id: "turns", checked: turns.all,
       onchange: (e) => import("./push.js").then((m) => m.setTurns({ all: e.target.checked })).then(render) }), S.notifyTurns));
+  if (app.push.cannot) nodes.push(h("p", { class: "note", id: "push-cannot", "data-key": "push-cannot" }, app.push.cannot.text,
+    app.push.cannot.link ? [" ", h("a", { href: app.push.cannot.link, text: S.pushTrustLink })] : null));
   if (app.push.note) nodes.push(h("p", { class: "note", role: "status", text: app.push.note }));
   // D2, D5: a section with an agent waiting for you moves above the others
   const sections = [...app.dash.sections].sort((a, b) => (b.waiting ? 1 : 0) - (a.waiting ? 1 : 0));

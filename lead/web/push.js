@@ -4,9 +4,19 @@ import { S } from "./strings.js";
 import { api, write } from "./api.js";
 import { app } from "./state.js";
 
-const pushState = app.push;  // {offer, note}: what the dashboard shows of push (state.js)
+const pushState = app.push;  // {offer, note, turns, cannot}: what the dashboard shows of push (state.js)
+const apple = () => /iPad|iPhone|iPod/.test(navigator.userAgent) || (navigator.platform === "MacIntel" && navigator.maxTouchPoints > 1);
+// Why this page can have no notifications, with the fix (phone-api.md "A real phone"): never a silent absence
+function cannot() {
+  if (apple() && !("PushManager" in window)) return { text: S.pushHomeScreen, link: null };
+  if (!("serviceWorker" in navigator) || !window.isSecureContext) return { text: S.pushNoTrust, link: "/trust" };
+  if (!("PushManager" in window) || !("Notification" in window)) return { text: S.pushNone, link: null };
+  return null;
+}
 export async function checkPush() {
-  if (!("serviceWorker" in navigator) || !("PushManager" in window) || !("Notification" in window)) return;
+  pushState.cannot = cannot();
+  if (!pushState.cannot && !(await pushState.sw)) pushState.cannot = { text: S.pushNoTrust, link: "/trust" };
+  if (pushState.cannot) { pushState.offer = false; return; }
   try {
     const reg = await navigator.serviceWorker.ready;
     const sub = await reg.pushManager.getSubscription();

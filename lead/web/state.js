@@ -16,8 +16,9 @@ export const app = {
   lastActions: new Map(),  // conversation -> its agent buttons, kept in place while its machine is offline (C7)
   approvals: [],           // [{machine, agent, count}]: API-token senders' requests waiting for approval (I3)
   // the dashboard's offer to turn notifications on, and this phone's turn-end settings (push.js fills them:
-  // turns is GET /api/push/turns, null where this browser has no push)
-  push: { offer: false, note: "", turns: null },
+  // turns is GET /api/push/turns, null where this browser has no push); or why it cannot ({text, link});
+  // sw: whether the service worker registered (app.js)
+  push: { offer: false, note: "", turns: null, cannot: null, sw: null },
 };
 // route name -> {load?, render}; a screen's module is fetched when it is first shown (the first load
 // carries only the dashboard's)

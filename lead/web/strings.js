@@ -101,4 +101,9 @@ export const S = {
   notifyDone: "Notifications are on for this phone.",
   notifyDenied: "Notifications are blocked for this page: allow them in the browser's site settings.",
   notifyFailed: "Could not turn on notifications here.",
+  // where the notification switch would be, when this page cannot have one (phone-api.md "A real phone")
+  pushNoTrust: "No notifications or answers from the lock screen here: this browser does not trust the lead's certificate yet.",
+  pushTrustLink: "Trust it once",
+  pushHomeScreen: "On iPhone and iPad, notifications need Collie on the home screen: tap Share, then Add to Home Screen, and open Collie from there.",
+  pushNone: "This browser gives web pages no notifications: open Collie in Chrome, Firefox, Edge or Safari to get them.",
 };
