@@ -335,7 +335,7 @@ def test_a_stopped_reply_loses_its_typing_cursor(page):
     pump_until(page, lambda: page.locator(".item.notice", has_text=re.compile("^stopped$")).count() >= 1, timeout=10,
                what="the turn stopped")
     pump_until(page, lambda: growing.count() == 0, timeout=5, what="no cursor left")
-    assert page.locator(".item.reply", has_text="Looking at it:").last.is_visible()
+    assert page.locator(".items .item", has_text="Looking at it:").count() >= 1  # the unfinished reply stays
 
 
 def test_the_in_app_back_goes_back_without_adding_a_history_entry(page):
