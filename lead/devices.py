@@ -14,7 +14,7 @@ bytes, shown once inside a link, valid 10 minutes, good for one pairing. Opening
 A request is a paired phone's only with both halves of the same device, compared in constant time.
 The live channel (EventSource cannot send headers) is opened with a **ticket**: 24 random bytes,
 fetched with both halves (`POST /api/events/ticket`), valid 60 seconds, good only with that device's
-cookie. The key (or the ticket) names the device; every cookie value of the credential's names is then
+cookie; at most 16 open a device (its own oldest goes), so one phone's flood drops no other phone's. The key (or the ticket) names the device; every cookie value of the credential's names is then
 compared with that one device's cookie hash, so cookies planted by a neighbour under deeper `Path`s
 (which the browser sends first) cannot shadow the phone's own, however many there are (issue 25 D1).
 A device paired before device keys (its row has no key) is refused until it pairs again.
@@ -67,7 +67,7 @@ CHALLENGE_TTL = 60.0
 CHALLENGES_PER_DEVICE = 4  # open renewal challenges one device may hold; its own oldest goes beyond this
 RENEW_CONTEXT = b"collie-renew-v1\n"  # what a renewal signs, before the challenge
 TICKET_BYTES = 24
-MAX_TICKETS = 256
+TICKETS_PER_DEVICE = 16  # open live tickets one device may hold (tabs, reconnects); its own oldest goes beyond this
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS codes (hash TEXT PRIMARY KEY, created_at REAL NOT NULL, expires_at REAL NOT NULL,
@@ -302,8 +302,11 @@ class Devices:
         for h, (_dev_id, expires) in list(self.tickets.items()):
             if expires <= now:
                 del self.tickets[h]
-        while len(self.tickets) >= MAX_TICKETS:
-            del self.tickets[min(self.tickets, key=lambda h: self.tickets[h][1])]
+        # bounded per device (at most MAX_DEVICES × TICKETS_PER_DEVICE in all, issue 42.9): one phone asking
+        # again and again drops only its own oldest, never another phone's ticket
+        mine = [h for h, (dev_id, _exp) in self.tickets.items() if dev_id == dev.id]  # oldest first
+        for h in mine[: max(0, len(mine) - TICKETS_PER_DEVICE + 1)]:
+            del self.tickets[h]
         ticket = secrets.token_urlsafe(TICKET_BYTES)
         self.tickets[digest(ticket)] = (dev.id, now + TICKET_TTL)
         return ticket

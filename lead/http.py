@@ -29,8 +29,9 @@ from hypercorn.trio import serve
 from quart_trio import QuartTrio
 from quart_trio.asgi import TrioASGIHTTPConnection
 
-from crew import crewwire
+from crew import crewwire, logs
 from lead import hypercorn_fix
+from lead.jar import COOKIE_MAX, HEAD_MAX, JarGuard
 from lead.connections import ARRIVAL_SECONDS, UNLIMITED_DESCRIPTORS, ConnectionBudget, Limits
 
 GRACEFUL_SECONDS = 3.0
@@ -72,6 +73,7 @@ KEEPALIVE_PROBES = 3  # an idle dead peer is dropped within 30 + 3 x 10 = 60 s (
 # keep-alive probes once this long has passed. A phone on a poor link acknowledges well within 30 s.
 USER_TIMEOUT_SECONDS = 30
 
+log = logs.get("http")
 _budget: ContextVar[ConnectionBudget | None] = ContextVar("collie_connection_budget", default=None)
 _connection: ContextVar[object | None] = ContextVar("collie_connection", default=None)  # the request's, for trust()
 
@@ -204,6 +206,9 @@ class BudgetedTCPServer(hypercorn_fix.FixedTCPServer):
         try:
             with self.budget_scope:
                 await super().run()
+        except Exception as exc:  # a defect met by one connection ends that connection, never the server
+            log.error("[http] a connection from %s failed: %s", crewwire.shown(client, 60),
+                      crewwire.shown(f"{exc.__class__.__name__}: {exc}", 300))
         finally:
             _connection.reset(token)
             budget.release(self)
@@ -296,6 +301,7 @@ def create_app(install=None) -> QuartTrio:
     app = QuartTrio("collie")
     app.asgi_http_class = BoundedSendConnection
     app.config["MAX_CONTENT_LENGTH"] = 256 * 1024
+    app.asgi_app = JarGuard(app.asgi_app)  # any browser's Cookie read, other headers bounded (issue 42.3)
     if install is not None:
         install(app)
 
@@ -326,7 +332,14 @@ async def serve_http(
     config.graceful_timeout = GRACEFUL_SECONDS
     config.backlog = BACKLOG
     config.keep_alive_timeout = KEEP_ALIVE_SECONDS
+    # hypercorn's 1,000 requests a connection ends an HTTP/2 connection by a GOAWAY naming the request in
+    # progress, which then goes unanswered (ERR_HTTP2_PROTOCOL_ERROR in Chromium, issue 42.10): no count
+    # limit — a connection is bounded by the budget, its idle time and its streams (lead.connections)
+    config.keep_alive_max_requests = 2**62
     config.ssl_handshake_timeout = ARRIVAL_SECONDS  # hypercorn's 60 s; the budget's sweep bounds it too
+    # a head holds a browser's whole cookie jar for the host; lead.jar bounds the rest of it to HEAD_MAX
+    config.h11_max_incomplete_size = HEAD_MAX + COOKIE_MAX
+    config.h2_max_header_list_size = HEAD_MAX + COOKIE_MAX + 32 * 1024  # h2 counts 32 bytes a field
     config.websocket_max_message_size = crewwire.MAX_FRAME  # a bigger frame closes the link (1009), issue 9.6
     config.accesslog = None
     config.errorlog = None

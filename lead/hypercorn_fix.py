@@ -51,11 +51,27 @@ keep-alive timer, which runs while the body drains.
    stream but never resets it: the client waits on it for good. Now the stream is reset (RST_STREAM,
    CANCEL) and its unsent data dropped.
 
+8. **An input answered 5xx.** h11 answers a transfer coding other than `chunked` (`xchunked`, `gzip`) or a
+   repeated `Transfer-Encoding` with 501 (RFC 9112 §6.1's SHOULD); the lead promises no input is a 5xx, so
+   every answer to a request h11 cannot read is a 4xx (400 there).
+
+9. **The first HTTP/2 request is held to h2's default header list (64 KiB).** h2 takes the
+   `MAX_HEADER_LIST_SIZE` the server advertises only once the client acknowledges its SETTINGS, and a
+   browser's first request comes before that: a request of a big cookie jar ended the connection
+   (`ENHANCE_YOUR_CALM`). The server's own bound (`lead.http`) holds from the first byte.
+
+10. **A body that comes after its answer over HTTP/2 ends the server.** When the app answers before the
+   request's body is in (the door's 401 to a POST), hypercorn closes the stream, then looks it up for the
+   body's DATA frame that follows: a KeyError, out of the connection's task into the server's nursery, and
+   the lead stopped listening (a phone whose cookie a neighbour replaced did it, issue 42.10). Such DATA is
+   dropped, its flow control credited; and one connection's error ends that connection only (`lead.http`).
+
 `install()` puts them in place (before serving); `lead.http` passes its own subclass of
 `FixedTCPServer`. They replace private internals of the versions in `WRITTEN_FOR` (pyproject.toml pins
 those series, `~=`), so `install()` refuses any other version with a message naming both, rather than
 patching code it was not written for. `tests/test_http_server.py` fails without each of parts 1-4, and
-`tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7.
+`tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7,
+`tests/test_door_jar.py` without parts 8-10.
 """
 
 from __future__ import annotations
@@ -65,6 +81,7 @@ import struct
 from importlib.metadata import PackageNotFoundError, version
 
 import h2.errors
+import h2.events
 import h2.exceptions
 import h11
 import priority
@@ -146,6 +163,11 @@ class FixedH11Protocol(H11Protocol):
             return
         await super()._send_h11_event(event)
 
+    async def _send_error_response(self, status_code: int) -> None:
+        """h11's answer to a request it cannot parse, never a 5xx (fix 8): a transfer coding it does not know
+        is 501 in h11, and no input is a 5xx at the lead (phone-api.md)."""
+        await super()._send_error_response(400 if status_code >= 500 else status_code)
+
     async def _flush_held(self) -> None:
         if self._held:
             held, self._held = self._held, b""
@@ -201,9 +223,27 @@ class FixedStreamBuffer(StreamBuffer):
 
 
 class FixedH2Protocol(H2Protocol):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # h2 applies the header list size it advertises only once the client acknowledges the SETTINGS, but
+        # a browser sends its first request before that: the lead's own bound from the first byte (fix 9)
+        self.connection.decoder.max_header_list_size = self.config.h2_max_header_list_size
+
     async def _create_stream(self, request) -> None:
         await super()._create_stream(request)
         self._count_streams()
+
+    async def _handle_events(self, events) -> None:
+        """A body (DATA) for a stream the app already answered and closed is dropped, its flow control
+        credited (fix 10); hypercorn looked the stream up and raised KeyError, ending the server."""
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                try:
+                    self.connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                except h2.exceptions.ProtocolError:
+                    pass  # the stream is gone for h2 too: the connection's window was credited already
+                continue
+            await super()._handle_events([event])
 
     async def _close_stream(self, stream_id: int) -> None:
         await super()._close_stream(stream_id)

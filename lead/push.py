@@ -22,12 +22,15 @@ P1–P4, X1; crew.md §5; docs/push.md).
   most `REMEMBER_PER_MACHINE` asks a machine are kept (the oldest go first): a member raising asks with
   ever-new ids cannot grow the file without bound. The new asks of one agent view are judged and kept
   in one commit, so such a flood costs one fsync a view and does not hold up other machines' pushes.
-- **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120), masked
-  by `crew.redact` unless `COLLIE_REDACT=off` — masked whole, then cut, so no part of a secret shows.
+- **Text** (P2): `Permission needed in <pane>`, plus the agent's title (≤ 60) and line (≤ 120) — when it gave
+  neither, the ask's own title and body (the command or change) — masked by `crew.redact` unless
+  `COLLIE_REDACT=off` — masked whole, then cut, so no part of a secret shows.
 - **Answer from the notification** (issue 31; B5, O, Q5, Q6, T6): a `permission` ask with exactly one
   `allow` and one `deny` option, that Collie did not shorten or clean (Q6), carries inside the encrypted
   payload what the service worker needs to answer it with one tap: its digest (the answer is bound to the
-  question shown, B5) and the two option ids. Always allow is never offered there (Q5: two taps and a card;
+  question shown, B5) and the two option ids — only when the notification shows what its card shows, the
+  ask's title and body whole and unchanged (issue 42.4): other push text, or a body cut, spread over lines
+  or masked, and the notification only opens the card. Always allow is never offered there (Q5: two taps and a card;
   T6: never for a remote agent). A payload that would pass what every push service must carry
   (`PAYLOAD_MAX`) goes without them: the notification then only opens the card.
 """
@@ -136,19 +139,16 @@ def _cut(text: str | None, limit: int) -> str | None:
 
 
 def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: dict, redact_on: bool) -> dict:
-    """P2: `Permission needed in <pane>`, the agent's title (≤ 60) and line (≤ 120), masked (X1)."""
-    from crew.redact import redact
-
-    def masked(text, limit: int) -> str | None:  # mask first, then cut: a cut secret no longer matches (issue 25.7)
-        return _cut(redact(" ".join(str(text).split())) if text and redact_on else text, limit)
-
-    title = f"Permission needed in {masked(pane, TITLE_MAX)}"
-    parts = [p for p in (masked(ask.get("push_title"), TITLE_MAX), masked(ask.get("push_line"), LINE_MAX)) if p]
+    """P2: `Permission needed in <pane>`, the agent's title (≤ 60) and line (≤ 120), masked (X1); when the agent
+    gave neither, the ask's own title and body (the command or change). Allow and Deny only when that is what
+    the card shows (`answer_offer`)."""
+    title = f"Permission needed in {_masked(pane, TITLE_MAX, redact_on)}"
+    parts = [p for p in _shown(ask, redact_on) if p]
     body = " — ".join(parts) if parts else None
     payload = {"kind": "ask", "title": title, "body": body, "tag": f"ask:{machine}/{agent}/{ask.get('id')}",
                "url": f"/#/c/{_q(machine)}/{_q(agent)}/{_q(conversation)}",
                "ask": {"machine": machine, "agent": agent, "conversation": conversation, "id": ask.get("id")}}
-    offer = answer_offer(ask)
+    offer = answer_offer(ask, redact_on)
     if offer is not None:
         answerable = {**payload, "ask": {**payload["ask"], **offer}}
         if len(encode(answerable)) <= PAYLOAD_MAX:
@@ -156,14 +156,36 @@ def ask_payload(*, machine: str, agent: str, conversation: str, pane: str, ask: 
     return payload
 
 
-def answer_offer(ask: dict) -> dict | None:
+def _masked(text, limit: int, redact_on: bool) -> str | None:
+    """Masked first, then cut: a cut secret no longer matches (issue 25.7)."""
+    from crew.redact import redact
+
+    return _cut(redact(" ".join(str(text).split())) if text and redact_on else text, limit)
+
+
+def _shown(ask: dict, redact_on: bool) -> tuple[str | None, str | None]:
+    """The two texts under a notification's title: the agent's push title and line (P2), else the ask's own
+    title and body — as the notification shows them (masked, on one line, cut to the push limits)."""
+    if ask.get("push_title") or ask.get("push_line"):
+        title, line = ask.get("push_title"), ask.get("push_line")
+    else:
+        title, line = ask.get("title"), ask.get("body")
+    return _masked(title, TITLE_MAX, redact_on), _masked(line, LINE_MAX, redact_on)
+
+
+def answer_offer(ask: dict, redact_on: bool = True) -> dict | None:
     """What lets the notification answer this ask with one tap — `{"digest", "allow", "deny"}` (option ids) —
     or None: only a `permission` ask with exactly one allow and one deny option, not shortened (Q6); never
-    an always-allow option (Q5, T6)."""
+    an always-allow option (Q5, T6); and only when the notification shows what the card shows — the ask's
+    title and body (the command or change), whole and unchanged — so the digest, of the whole ask, is of
+    what the notification showed (B5, issue 42.4): an agent's push text that differs, or a body the
+    notification cuts, spreads over lines or masks, offers only Open."""
     if ask.get("kind") != "permission" or ask.get("shortened") or not ask.get("answerable", True):
         return None
     digest = ask.get("digest")
     if not isinstance(digest, str) or not digest:
+        return None
+    if _shown(ask, redact_on) != (ask.get("title") or None, ask.get("body") or None):
         return None
     by_role: dict[str, list[str]] = {}
     for option in ask.get("options") or []:
@@ -181,7 +203,8 @@ def encode(payload: dict) -> bytes:
 
 def ask_fields(ask) -> dict:
     """An ask as the bridge read it (`crew.asks.AskView`) → what `ask_payload` takes."""
-    return {"id": ask.id, "push_title": ask.push_title, "push_line": ask.push_line, "kind": ask.kind,
+    return {"id": ask.id, "title": ask.title, "body": ask.body, "push_title": ask.push_title,
+            "push_line": ask.push_line, "kind": ask.kind,
             "digest": ask.digest, "shortened": ask.shortened, "answerable": ask.answerable,
             "options": [{"id": o.id, "role": o.role} for o in ask.options]}
 

@@ -109,6 +109,25 @@ async def test_a_member_does_not_dial_a_lead_port_held_by_another_user():
         squatter.close()
 
 
+async def test_the_kits_fake_member_sends_no_token_to_a_lead_port_held_by_another_user():
+    """Issue 42.8: the testing kit's fake member checks its peer like the real member (`peer-not-you`) — the
+    squatter gets not one byte (no upgrade, no token) and the member's last error says why."""
+    from fixtures.member.link import FakeMember
+
+    squatter = await trio.to_thread.run_sync(Squatter)
+    try:
+        member = FakeMember(f"ws://127.0.0.1:{squatter.port}", "m1", TOKEN, agents=1, conversations=1)
+        with trio.move_on_after(3):
+            await member.run()
+        assert member.connected is False and member.connects == 0 and member.attempts >= 1
+        why = member.last_error or ""
+        assert "peer-not-you" in why and f"uid {NOBODY}" in why and str(squatter.port) in why, why
+        with trio.fail_after(10):
+            assert await trio.to_thread.run_sync(squatter.bytes_received) == 0
+    finally:
+        squatter.close()
+
+
 async def test_my_own_loopback_listener_is_fine():
     """The check refuses only other users: an agent of this user on loopback is reached as before."""
     with trio.socket.socket() as s:

@@ -36,7 +36,7 @@ class Neighbour:
     """Another web server on the same host, another port: keeps every Cookie header it is sent, and plants
     cookies of the credential's names under other paths."""
 
-    def __init__(self, plants: list[str] = PLANTS) -> None:
+    def __init__(self, plants: list[str] = PLANTS, page: bytes = b"<!doctype html><title>dev preview</title><p>hello") -> None:
         self.cookies: list[str] = []
         outer = self
 
@@ -46,7 +46,7 @@ class Neighbour:
 
             def do_GET(self):
                 outer.cookies.append(self.headers.get("cookie") or "")
-                body = b"<!doctype html><title>dev preview</title><p>hello"
+                body = page
                 self.send_response(200)
                 for plant in plants:
                     self.send_header("Set-Cookie", plant)

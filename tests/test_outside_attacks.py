@@ -219,7 +219,7 @@ async def test_a_flood_of_asks_from_one_member_keeps_the_push_memory_bounded_and
     monkeypatch.setattr(push, "REMEMBER_PER_MACHINE", 300)
 
     def reader(name: str, asks: list[str]):
-        conv = NS(id="c0", title="Pane", asks=[NS(id=a, tool_call_id=None, push_title=None, push_line=None, kind="choice",
+        conv = NS(id="c0", title="Pane", asks=[NS(id=a, tool_call_id=None, title="Pick", body=None, push_title=None, push_line=None, kind="choice",
                                                      digest="d", shortened=False, answerable=True, options=[])
                                                   for a in asks])
         return NS(name=name, conversations={"c0": conv})

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from lead.devices import TICKET_TTL, CODE_TTL, Devices, PairingRefused, clean_name
+from lead.devices import TICKET_TTL, TICKETS_PER_DEVICE, CODE_TTL, Devices, PairingRefused, clean_name
 from lead.pairing import Door, split_host
 from lead.events import EventLog, diff_rows
 from lead.tls import covered, fingerprint_pem, make_certificate
@@ -344,6 +344,19 @@ def test_both_halves_of_one_device_are_needed_and_a_planted_cookie_does_not_shad
     devices.db.execute("UPDATE devices SET key_hash=NULL WHERE id=?", (d2.id,))
     devices.by_hash[d2.hash].key_hash = None
     assert devices.device_for([c2], k2) is None and devices.paired_before_keys([c2])
+
+
+def test_one_phone_asking_for_tickets_again_and_again_drops_only_its_own(devices):
+    """Issue 42.9 (found from outside): 256 tickets were kept for all phones together, oldest dropped first, so
+    300 requests by phone A made phone B's fresh ticket 401. Now a phone keeps at most TICKETS_PER_DEVICE open
+    tickets (its own oldest goes); another phone's ticket is never dropped for it."""
+    (d1, c1, _k1), (d2, c2, _k2) = (devices.redeem(devices.new_code(T0)[0], name, T0) for name in ("one", "two"))
+    theirs = devices.new_ticket(d2, T0)
+    mine = [devices.new_ticket(d1, T0 + i / 100) for i in range(300)]
+    assert devices.device_for_ticket([c2], theirs, T0 + 4) is d2
+    assert len(devices.tickets) == 1 + TICKETS_PER_DEVICE  # bounded, whatever the flood
+    assert all(devices.device_for_ticket([c1], t, T0 + 4) is d1 for t in mine[-TICKETS_PER_DEVICE:])
+    assert devices.device_for_ticket([c1], mine[-TICKETS_PER_DEVICE - 1], T0 + 4) is None  # its own oldest went
 
 
 def test_a_refused_link_names_the_command_the_lead_was_given(tmp_path):

@@ -236,7 +236,8 @@ def test_an_ask_pushes_once_encrypted_end_to_end_and_not_again_after_a_restart(p
     assert Vapid02.verify(auth) and f"k={key}" in auth
     payload = phone.decrypt(got["body"])
     assert payload["title"] == "Permission needed in Deploy"
-    assert payload["body"] == "Deploy — staging, 3 services"
+    assert payload["body"] == "Deploy to staging? — 3 services will restart."  # the card's text: Allow (B5)
+    assert payload["ask"]["allow"] == "yes"
     assert payload["url"] == "/#/c/local/desk/deploy"
     service.wait(lambda r: r["path"] == "/gone/old" and r["status"] == 410)
     wait_for(lambda: control_live(paths)["push"]["subscriptions"] == 1)

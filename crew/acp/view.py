@@ -44,6 +44,7 @@ from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX, LABEL_MAX
 
 OUTPUT_MAX = 8000
 TITLE_MAX = 200
+PUSH_TITLE_MAX, PUSH_LINE_MAX = 60, 120  # features P2: what a notification shows of an ask
 DIFF_CONTEXT = 1
 DIFF_LINES_MAX = 2000
 CALLS_KEPT = 256
@@ -497,4 +498,14 @@ def permission_ask(request: schema.RequestPermissionRequest, tool_name: str | No
     body = permission_body(call, known)
     if body:
         spec["body"] = body
+    # the notification shows what the card shows: the title and the command or change, on one line, within
+    # P2's limits — whole, it offers Allow (B5, issue 42.4); cut or spread over lines, only Open
+    spec["push"] = {"title": _one_line(title, PUSH_TITLE_MAX)}
+    if body:
+        spec["push"]["line"] = _one_line(body, PUSH_LINE_MAX)
     return spec, back
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -29,7 +29,9 @@ const readKey = () => deviceKey || (deviceKey = stored("key").then((k) => k || "
 
 // A neighbour on another port of the host can replace the cookie (same name and Path): the page then
 // renews it with the signing key the pairing page made, which script can use here but never read out
-// (docs/threat-model.md). One renewal at a time; false when this phone must pair again.
+// (docs/threat-model.md). One renewal at a time; false when this phone must pair again. A neighbour that
+// replaces it again and again (a tab doing so every few ms) is met by renewing again: RENEWALS times a request.
+const RENEWALS = 8;
 let renewing = null;
 function renew() {
   return renewing || (renewing = readKey().then((key) => globalThis.collieDevice.renew(key))
@@ -99,7 +101,7 @@ function recall(path) {
   catch (_) { return null; }
 }
 
-export async function api(path, { method = "GET", body, anyway = false } = {}, again = true) {
+export async function api(path, { method = "GET", body, anyway = false } = {}, again = RENEWALS) {
   let r, text;
   if (method !== "GET" && navigator.onLine === false) throw new Offline(true);
   if (method !== "GET" && !anyway && net.silentSince !== null) throw new Offline(false);
@@ -111,7 +113,7 @@ export async function api(path, { method = "GET", body, anyway = false } = {}, a
   waiting.add(stop);
   try {
     const key = await readKey();
-    const first = early.path === path && method === "GET" && again ? early.response : null;
+    const first = early.path === path && method === "GET" && again === RENEWALS ? early.response : null;
     early.path = null;  // boot.js's request answers the first read of its path only
     r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: "no-store",
       headers: headers(method, body !== undefined, key), signal: stop.signal,
@@ -129,7 +131,8 @@ export async function api(path, { method = "GET", body, anyway = false } = {}, a
     throw new Unreachable(String(e));
   } finally { waiting.delete(stop); }
   if (r.status === 401) {
-    if (again && await renew()) return api(path, { method, body, anyway }, false);  // the same request once more
+    // renew() is true, false (pair again) or null (it did not reach the lead: try again, within the bound)
+    if (again > 0 && await renew() !== false) return api(path, { method, body, anyway }, again - 1);  // the same request again
     deviceKey = null; throw new Unpaired();
   }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }

@@ -20,7 +20,8 @@ globalThis.collieDevice = (() => {
   }
   const b64url = (buf) => btoa(String.fromCharCode(...new Uint8Array(buf))).replace(/[+]/g, "-").replace(/[/]/g, "_").replace(/=+$/, "");
   // POST /pair/renew twice: a challenge for the device key, then the signature over it for a new cookie.
-  // True when the lead set one; false when this phone must pair again (no signing key, revoked, refused).
+  // True when the lead set one; false when this phone must pair again (no signing key, revoked, refused);
+  // null when a request did not reach the lead (a network error: nothing says the phone is not paired).
   async function renew(key) {
     try {
       const sign = await stored("sign");
@@ -34,7 +35,7 @@ globalThis.collieDevice = (() => {
       const data = new TextEncoder().encode(`collie-renew-v1\n${challenge}`);
       const sig = await crypto.subtle.sign({ name: "ECDSA", hash: "SHA-256" }, sign.privateKey, data);
       return (await post({ challenge, signature: b64url(sig) })).ok;
-    } catch (_) { return false; }
+    } catch (e) { return e instanceof TypeError ? null : false; }  // fetch's network errors are TypeErrors
   }
   return { stored, renew };
 })();
