@@ -22,7 +22,8 @@ restarted or the log no longer reaches back that far — a fresh `snapshot`. Not
 Viewing: a channel says what it views (`?machine=&agent=&conversation=` or `POST
 /api/events/<channel>/view`). While at least one channel views an agent, its owner polls it every 2 s
 (W5); the count drops when the channel closes, so an abandoned phone never keeps an agent on fast
-polling. A comment line every 25 s keeps proxies and phone radios from cutting an idle channel.
+polling. A `beat` event keeps proxies and phone radios from cutting an idle channel: every 25 s on an idle
+page, every 2 s while the user is using it (the page says so), so the phone tells a silent lead within seconds.
 
 Bounds: a channel holds at most `QUEUE` events; a phone too slow to take them gets a fresh snapshot
 instead of an ever-growing queue. At most `MAX_CHANNELS` channels are open at once. A write the phone
@@ -77,6 +78,7 @@ class Channel:
     receive: trio.MemoryReceiveChannel
     view: tuple | None = None  # (machine, agent, conversation or None)
     visible: bool = True  # the page is on screen (it says so on visibilitychange; issue 37: no turn-end push then)
+    active: bool = False  # the user is using the page (a tap, a key, a scroll in the last minute): beats every 2 s
     overflowed: bool = False
     closed: trio.Event = attrs.Factory(trio.Event)
     close_reason: str | None = None

@@ -1,14 +1,14 @@
 """The live channel's routes: `GET /api/events` (the stream) and `POST /api/events/<channel>/view`.
 
 The stream only moves bytes: hello, the snapshot or the missed events, then what the feed queued for the
-channel (at most `BATCH` events a write) and a comment line when nothing came for `HEARTBEAT` seconds.
+channel (at most `BATCH` events a write) and a `beat` event when nothing came for `HEARTBEAT` seconds.
 """
 
 from __future__ import annotations
 
 import trio
 
-from lead.feed_core import BATCH, HEARTBEAT, PING, SEND_STALL, UNAUTHORIZED, hello, replay
+from lead.feed_core import BATCH, HEARTBEAT, HEARTBEAT_ACTIVE, PING, SEND_STALL, UNAUTHORIZED, hello, replay
 from lead.packing import accepts_gzip, packed_stream
 
 
@@ -70,6 +70,10 @@ def install_events(app, feed: Feed, *, owner_check) -> None:
         if type(visible) is not bool:
             return error(400, "bad_request", "visible must be true or false (is the page on screen?)")
         ch.visible = visible
+        active = data.get("active", False)
+        if type(active) is not bool:
+            return error(400, "bad_request", "active must be true or false (is the user using the page?)")
+        ch.active = active
         await feed.set_view(ch, view)
         for ev in await feed.view_events(ch):
             ch.offer(ev)
@@ -113,6 +117,7 @@ async def _stream(feed: Feed, ch: Channel, missed):
                 yield ev.encode()
             for ev in await feed.view_events(ch):
                 yield ev.encode()
+        wrote = trio.current_time()  # when the last bytes went: an idle channel's beat comes HEARTBEAT after
         while True:
             if ch.overflowed:
                 while True:
@@ -125,7 +130,7 @@ async def _stream(feed: Feed, ch: Channel, missed):
             if ch.closed.is_set():
                 break
             got = None
-            with trio.move_on_after(HEARTBEAT):
+            with trio.move_on_after(HEARTBEAT_ACTIVE):  # looked at every 2 s; a beat written as `active` says
                 try:
                     got = await ch.receive.receive()
                 except (trio.EndOfChannel, trio.ClosedResourceError):
@@ -133,8 +138,11 @@ async def _stream(feed: Feed, ch: Channel, missed):
             if ch.closed.is_set():
                 break
             if got is None:
-                yield PING
+                if ch.active or trio.current_time() - wrote >= HEARTBEAT:
+                    wrote = trio.current_time()
+                    yield PING
                 continue
+            wrote = trio.current_time()
             batch = [got.encode()]
             while len(batch) < BATCH:  # what queued up meanwhile goes in the same write
                 try:

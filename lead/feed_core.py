@@ -23,6 +23,7 @@ MAX_CHANNELS = 200
 PER_DEVICE = 16  # a phone's own channels: one more ends its oldest (a client that abandons streams)
 BATCH = 64  # events already queued for a channel go out in one write (one chunk, one TLS record)
 HEARTBEAT = 25.0  # issue 39: an idle visible page gets at most 144 small writes an hour (proxies keep 30 s+)
+HEARTBEAT_ACTIVE = 2.0  # issue 36: while the user is using the page (it says so), a `beat` after 2 s without an event
 SEND_STALL = 60.0  # a write of the channel the phone takes nothing of for this long ends the channel (lead.http)
 LEASE = 60.0  # `POST …/viewing {"on": true}` keeps an agent viewed this long unless renewed
 COALESCE = 0.02  # after the first change is sent at once, at most one pass per 20 ms
@@ -235,7 +236,7 @@ def snapshot_bytes(last_id: str, data: dict, dashboard: str | None = None) -> by
     return f"id: {last_id}\nevent: snapshot\ndata: {body}\n\n".encode()
 
 
-PING = b": ping\n\n"
+PING = b"event: beat\ndata: {}\n\n"  # no id: a resume is not moved by it
 UNAUTHORIZED = b"event: unauthorized\ndata: {\"error\":\"unauthorized\",\"message\":\"this phone was revoked\"}\n\n"
 
 

@@ -222,7 +222,7 @@ def test_a_lost_reply_shows_not_certain_and_retry_applies_it_once(page, crew):
     page.locator(".card button:has-text('Not now')").click()
     page.get_by_text("Not certain the answer arrived. Retry sends it once more.").wait_for()
     page.get_by_role("button", name="Retry").click()
-    page.wait_for_selector(".card[data-ask]", state="detached")
+    page.locator(".card.answered", has_text="You denied · deploy").wait_for()  # issue 36: the card collapses to the choice
     time.sleep(1)
     replies = [i for i in agent_items(crew, "workshop", "lab", "deploy") if i.get("kind") == "reply"]
     assert [r["text"] for r in replies].count("Not deployed (accepted).") == 1
@@ -880,7 +880,8 @@ def test_an_unconfirmed_send_is_sent_again_under_the_same_request_id(page, crew)
     editor; Send again retries under the same request id, and when the agent's copy arrives it takes my
     line's place — the agent has the text once."""
     chat(page, "local", "writer", "chat")
-    page.route("**/api/events**", lambda route: route.abort())  # no live channel: no echo either
+    stream = re.compile(r"/api/events\?")  # the live channel's stream (its ticket is a plain request)
+    page.route(stream, lambda route: route.abort())  # no live channel: no echo either
     page.reload()
     page.wait_for_selector("main h1")
     ids: list = []
@@ -899,11 +900,12 @@ def test_an_unconfirmed_send_is_sent_again_under_the_same_request_id(page, crew)
     page.locator(".editor button:has-text('Send')").click()
     page.locator(".item.mine", has_text=text).get_by_text("Sending, not confirmed").wait_for()
     assert page.get_by_label("Message").input_value() == text
+    page.locator("#banner").wait_for(state="hidden")  # the page asked again: the lead answers (issue 36)
     page.locator(".editor button:has-text('Send')").click()
     pump_until(page, lambda: len(ids) == 2, what="the second send")
     assert ids[0] == ids[1]
     page.unroute("**/api/send")
-    page.unroute("**/api/events**")  # the channel comes back, with the agent's copy
+    page.unroute(stream)  # the channel comes back, with the agent's copy
     page.locator(".item.mine", has_text=text).wait_for(state="detached", timeout=15000)
     page.locator(".item.user", has_text=text).wait_for()
     users = [i for i in agent_items(crew, "local", "writer", "chat") if i.get("kind") == "user" and i.get("text") == text]

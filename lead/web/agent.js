@@ -90,12 +90,12 @@ async function renderClosed(r) {
   const reopen = caps.includes("reopen") && caps.includes("history") ? h("button", { onclick: async () => {
     let rec;
     try { rec = await write(`${base}/conversations/${enc(r.conversation)}/reopen`, { request_id: rid() }); }
-    catch (e) { note.textContent = e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead; return; }
+    catch (e) { note.textContent = e instanceof Offline ? e.nothing : S.uncertainNoLead; return; }
     if (rec.outcome === "done") location.hash = `#/c/${enc(r.machine)}/${enc(r.agent)}/${enc(r.conversation)}`;
     else note.textContent = rec.text || rec.outcome;
   }, text: S.reopen }) : null;
   show(h("h1", {}, (row && row.title) || S.untitled, h("span", { class: "badge", text: S.experimental })),
     row && row.subtitle ? h("p", { class: "header2", text: row.subtitle }) : null, reopen, note,
     got.footer ? h("p", { class: "footer", text: got.footer }) : null,
-    h("div", { class: "items" }, (got.items || []).map(itemNode)));
+    h("div", { class: "items" }, (got.items || []).map((it) => itemNode(it, true))));
 }

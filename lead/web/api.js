@@ -8,7 +8,15 @@ import "./device.js";  // globalThis.collieDevice: the keys in IndexedDB, and th
 
 export class Unpaired extends Error {}
 export class Unreachable extends Error {}  // no answer came: the request may or may not have arrived
-export class Offline extends Unreachable {}  // the phone is offline: the request was never sent
+// The request was never sent: the phone is offline, or the lead is known out of reach or silent (then no
+// write is tried: it would hang, or land later unseen). `nothing` and `notSent` say so in the user's words.
+export class Offline extends Unreachable {
+  constructor(phone) {
+    super(phone ? "the phone is offline" : "the lead is not answering");
+    this.nothing = phone ? S.nothingDoneOffline : S.nothingDoneNoLead;
+    this.notSent = phone ? S.notSentOffline : S.notSentNoLead;
+  }
+}
 
 // The device key (issue 25.1): the pairing page keeps it in this origin's IndexedDB ("collie", store
 // "device", key "key"); every request carries it, with the cookie, as X-Collie-Device-Key. Browsers send
@@ -40,24 +48,70 @@ function headers(method, json, key) {
   return out;
 }
 
-// ---- reachability: the phone offline, the lead out of reach, or fine ----------------------------------
-export const net = { leadDown: false, staleAt: null, listeners: [] };
+// ---- reachability: the phone offline, the lead out of reach or silent, or fine -------------------------
+// The lead's live channel carries a `beat` every 2 s (docs/phone-api.md): no byte on it for SILENT ms means
+// the lead is not answering — hung, its machine asleep, the network black-holed — though its connection
+// stands. Within 5 s the banner (fixed under the header on every screen) says so and counts the seconds;
+// what waits for an answer meanwhile is given up (a write then says it may not have arrived), and every
+// write tapped while the lead is silent or out of reach is not sent at all, and says so.
+// The lead beats every 2 s only while the user is using the page (a tap, a key, a scroll in the last
+// minute: it tells the lead so with its view), else every 25 s (issue 39: a page nobody touches costs the
+// phone's radio at most 144 small writes an hour). So silence means 4 s of none while in use (counted from
+// when use began, as the lead may not have heard yet), 30 s on an idle page.
+const SILENT = 4000, SILENT_IDLE = 30000, ACTIVE_MS = 60000;
+export const net = { leadDown: false, staleAt: null, listeners: [], heardAt: null, silentSince: null };
+let touchedAt = 0, activeFrom = null;
+const activity = [];
+export const userActive = () => Date.now() - touchedAt < ACTIVE_MS;
+export function onActivity(fn) { activity.push(fn); }
+function touched() {
+  const was = userActive();
+  touchedAt = Date.now();
+  if (!was) { activeFrom = touchedAt; for (const fn of activity) fn(); }
+}
+for (const kind of ["pointerdown", "keydown", "scroll", "wheel", "touchstart"]) {
+  addEventListener(kind, touched, { capture: true, passive: true });
+}
+setInterval(() => {
+  if (activeFrom !== null && !userActive()) { activeFrom = null; for (const fn of activity) fn(); }
+}, 5000);
 export function connectivity() {
   if (navigator.onLine === false) return S.offline;
   if (net.leadDown) return S.leadDown;
-  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
+  if (net.silentSince) return S.leadSilent(Math.floor((Date.now() - net.silentSince) / 1000));
+  if (net.staleAt) return S.lastLoaded(new Date(net.staleAt).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hourCycle: "h23" }));
   return "";
 }
+const tell = () => { for (const fn of net.listeners) fn(); };
 function setLead(down) {
   const was = connectivity();
   net.leadDown = down;
   if (!down) net.staleAt = null;
-  if (connectivity() !== was) for (const fn of net.listeners) fn();
+  if (connectivity() !== was) tell();
 }
-export function phoneChanged() { for (const fn of net.listeners) fn(); if (navigator.onLine) probe(); }
+export function phoneChanged() { tell(); if (navigator.onLine) probe(); }
+export const leadOut = () => net.leadDown || net.silentSince !== null;
+function heard() {
+  net.heardAt = Date.now();
+  if (net.silentSince !== null) { net.silentSince = null; tell(); }
+}
+const waiting = new Set();  // AbortControllers of the requests on their way
+setInterval(() => {
+  if (!es || net.heardAt === null || document.hidden) return;
+  const since = userActive() && activeFrom !== null ? Math.max(net.heardAt, activeFrom) : net.heardAt;
+  const quiet = Date.now() - since;
+  if (quiet < (userActive() ? SILENT : SILENT_IDLE)) return;
+  if (net.silentSince === null) {
+    net.silentSince = since;
+    for (const c of waiting) c.abort();  // no answer will come while it is silent
+  }
+  tell();  // the banner counts the seconds
+}, 500);
 
 // ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
-const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items)?)?|inbox|starters))(\?closed=1)?$/;
+const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items(\?limit=\d+)?)?)?|inbox|starters))(\?closed=1)?$/;
+// What a read answered from the kept copy is marked so: the chat reads it again once the lead answers.
+export const STALE = Symbol("stale");
 const KEEP_MAX = 256 * 1024;
 function remember(path, text) {
   if (!KEEP.test(path) || text.length > KEEP_MAX) return;
@@ -68,28 +122,40 @@ function recall(path) {
   catch (_) { return null; }
 }
 
-export async function api(path, { method = "GET", body } = {}, again = RENEWALS) {
+export async function api(path, { method = "GET", body, anyway = false } = {}, again = RENEWALS) {
   let r, text;
-  if (method !== "GET" && navigator.onLine === false) throw new Offline("the phone is offline");
+  if (method !== "GET" && navigator.onLine === false) throw new Offline(true);
+  if (method !== "GET" && !anyway && net.silentSince !== null) throw new Offline(false);
+  if (method !== "GET" && !anyway && net.leadDown) {  // is it back? else nothing is sent
+    await probe();
+    if (leadOut()) throw new Offline(false);
+  }
+  const stop = new AbortController();
+  waiting.add(stop);
   try {
     const key = await readKey();
     const first = method === "GET" && again === RENEWALS ? earlyReads[path] : null;
     delete earlyReads[path];  // boot.js's request answers the first read of its path only
     // a read is kept by the browser and asked again each time with its ETag: an unchanged one is a 304 (issue 39)
     r = first ? await first : await fetch(path, { method, credentials: "same-origin", cache: method === "GET" ? "no-cache" : "no-store",
-      headers: headers(method, body !== undefined, key),
+      headers: headers(method, body !== undefined, key), signal: stop.signal,
       body: body !== undefined ? JSON.stringify(body) : undefined });
     text = await r.text();
     if (method === "GET") tags.set(path, (r.headers.get("ETag") || "").replace(/^W\//, "").replace(/"/g, "").replace(/-gz$/, ""));
   } catch (e) {
-    setLead(navigator.onLine !== false);
+    if (!stop.signal.aborted) setLead(navigator.onLine !== false);
+    if (method !== "GET" && net.leadDown) setTimeout(probe, 0);  // is it back? (writes wait until it is)
     const last = method === "GET" ? recall(path) : null;
-    if (last) { net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; for (const fn of net.listeners) fn(); return last.data; }
+    if (last) {
+      net.staleAt = net.staleAt ? Math.min(net.staleAt, last.at) : last.at; tell();
+      if (last.data && typeof last.data === "object") last.data[STALE] = last.at;
+      return last.data;
+    }
     throw new Unreachable(String(e));
-  }
+  } finally { waiting.delete(stop); }
   if (r.status === 401) {
     // renew() is true, false (pair again) or null (it did not reach the lead: try again, within the bound)
-    if (again > 0 && await renew() !== false) return api(path, { method, body }, again - 1);  // the same request again
+    if (again > 0 && await renew() !== false) return api(path, { method, body, anyway }, again - 1);  // the same request again
     deviceKey = null; throw new Unpaired();
   }
   if (r.status >= 502 && r.status <= 504) { setLead(true); throw new Unreachable(`HTTP ${r.status}`); }
@@ -128,7 +194,8 @@ export function connect(view, on, held = () => ({})) {
   connect.args = [view, on, held];
   if (es || asleep) return;
   const pending = es = { close() { this.closed = true; }, pending: true };
-  write("/api/events/ticket", {}).then((t) => {
+  // the ticket is asked for even while the lead is silent or out of reach: the channel is how the page hears it is back
+  api("/api/events/ticket", { method: "POST", body: {}, anyway: true }).then((t) => {
     if (es === pending && !pending.closed) open(view, on, t && t.ticket, held);
   }, (e) => {
     if (es !== pending) return;
@@ -140,16 +207,19 @@ function later(fn) { clearTimeout(again); again = setTimeout(fn, 2000); }
 function open(view, on, ticket, held) {
   const opened = view();
   const src = es = new EventSource(channelUrl(opened, ticket, { ...held(), last_event_id: lastId }));
+  net.heardAt = Date.now();
   for (const [name, fn] of Object.entries(on)) {
     if (name === "unauthorized") continue;
     src.addEventListener(name, (e) => {
+      heard();
       if (e.lastEventId) lastId = e.lastEventId;
       const data = JSON.parse(e.data);
       if (name === "hello") data.opened = opened;  // the view the lead was told in the address
       fn(data);
     });
   }
-  src.addEventListener("open", () => setLead(false));
+  src.addEventListener("beat", heard);
+  src.addEventListener("open", () => { heard(); setLead(false); });
   src.addEventListener("unauthorized", () => { src.close(); es = null; on.unauthorized(); });
   src.onerror = () => {
     probe();

@@ -2,11 +2,11 @@
 // It opens at the newest item, follows new ones while the user is at the bottom (else offers `New items`),
 // and a Needs you tap (#/c/…/<ask id>) lands on that ask's card.
 import { S } from "./strings.js";
-import { h, show, redraw, $view, where, enc, rid } from "./dom.js";
-import { api, write, Unreachable, Offline } from "./api.js";
-import { app, setItems, olderItems, agentNotice, pushView } from "./state.js";
+import { h, show, redraw, $view, where, enc, rid, clock } from "./dom.js";
+import { api, write, Unreachable, Offline, STALE } from "./api.js";
+import { app, setItems, olderItems, agentNotice, pushView, offlineSection } from "./state.js";
 import { itemNode } from "./items.js";
-import { askCard } from "./askcard.js";
+import { askCard, keptCard } from "./askcard.js";
 import { icon } from "./icons.js";
 import { setTurns, turnsOn } from "./push.js";
 
@@ -15,7 +15,8 @@ import { setTurns, turnsOn } from "./push.js";
 // read does not slide away under new items, which wait behind `New items`). `Show earlier messages` widens
 // it by a page above, keeping what is on screen in place.
 const WINDOW = 200;
-const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null });
+const fresh = () => ({ opened: false, landed: null, seen: 0, newest: 0, more: false, window: WINDOW, first: null, above: null,
+  whole: false, reading: false, triedAt: 0 });
 const scroll = { conv: null, ...fresh() };
 export async function load(r) {
   const key = `${r.machine}/${r.agent}/${r.conversation}`;
@@ -30,22 +31,43 @@ export async function load(r) {
 // Issue 39: a chat opens with one read of its newest page (what the screen draws); the pages above it are
 // read when the user asks (`Show earlier messages`). The live channel is told the view once this read is in,
 // with the revision it holds the items up to: it then sends only what changed since.
+// Issue 36: the history is whole once such a read went through: a read the lead could not make (its machine
+// asleep: `reason`, or the kept offline copy) leaves it to be read again once the machine is back.
+const readable = (page) => page && !page.error && !page.reason && !page[STALE];
+function addMissing(items) {  // what the channel already sent is as new as what a read finds, or newer
+  setItems((items || []).filter((it) => !app.items.has(`${it.kind === "gap" ? "g" : ""}${it.seq}`)), false);
+}
 async function read(r) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   try {
     const [pane, items] = await Promise.all([api(base), api(`${base}/items?newest=${WINDOW}`)]);
     // The live channel sends this view's pane and items too, then every change after them. Once it has,
     // what these requests read may be older than what it sent: keep the channel's (else a change that came
-    // between would be lost until the next one).
+    // between would be lost until the next one), adding only what it did not send.
     if (!app.fromChannel.pane) app.pane = pane && pane.error ? null : pane;
-    if (!app.fromChannel.items && items && Array.isArray(items.items)) setItems(items.items, true, items.earlier ?? null);
+    if (items && Array.isArray(items.items)) {
+      if (!app.fromChannel.items) setItems(items.items, true, items.earlier ?? null);
+      else addMissing(items.items);
+    }
     if (items && Number.isInteger(items.next_since) && (app.itemsSince === null || items.next_since > app.itemsSince)) app.itemsSince = items.next_since;
+    if (app.route === r) scroll.whole = readable(items);
   } finally { if (app.route === r) pushView(); }
 }
 async function readEarlier(r) {
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const page = await api(`${base}/items?newest=${WINDOW}&before=${app.itemsEarlier}`);
   if (app.route === r && page && Array.isArray(page.items)) olderItems(page);
+}
+// Read the history again when it was not whole and the conversation's machine answers (at most every 2 s).
+function readAgain(r, p) {
+  if (scroll.whole || scroll.reading || p.online === false || Date.now() - scroll.triedAt < 2000) return;
+  const conv = scroll.conv;
+  scroll.reading = true; scroll.triedAt = Date.now();
+  read(r).catch(() => {}).finally(() => {
+    if (scroll.conv !== conv) return;
+    scroll.reading = false;
+    if (app.route === r) { render(); if (!scroll.whole) setTimeout(() => { if (app.route === r && app.pane) readAgain(r, app.pane); }, 2000); }
+  });
 }
 function mineNode(m) {
   // C3: the clock while sending and once sent (the editor says `Sent`), until the agent's copy takes its place
@@ -77,7 +99,7 @@ async function sendText(kind) {
   try {
     rec = kind === "send" ? await write("/api/send", base)
       : await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/steer`, base);
-  } catch (e) { rec = { outcome: e instanceof Offline ? "offline" : "unknown", lead: e instanceof Unreachable }; }
+  } catch (e) { rec = { outcome: e instanceof Offline ? "offline" : "unknown", lead: e instanceof Unreachable, notSent: e.notSent }; }
   const m = app.mine.get(requestId);
   const editor = () => document.getElementById("editor");
   if (rec.outcome === "refused" || rec.outcome === "offline") {
@@ -85,19 +107,26 @@ async function sendText(kind) {
     if (editor()) editor().value = text;             // …and the text goes back into the editor
     if (rec.reason === "turn_moved") app.movedOn = true;
     if (rec.reason === "ask_open" && app.pane && app.pane.ask) blockedBy = app.pane.ask.id;
-    setEditorNote(rec.outcome === "offline" ? S.notSentOffline : `${S.notSent}: ${rec.text || rec.message || rec.reason}`);
+    setEditorNote(rec.outcome === "offline" ? rec.notSent : `${S.notSent}: ${rec.text || rec.message || rec.reason}`);
   } else if (rec.outcome === "unknown") {
     if (m) m.state = "not_confirmed";
     unconfirmed = { kind, text, requestId, conv: r.conversation };
     if (editor() && !editor().value) editor().value = text;
     setEditorNote(rec.lead ? S.notConfirmedNoLead : S.notConfirmed);
-  } else { if (m) m.state = rec.outcome === "queued" ? "queued" : "sent"; setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent)); }
+  } else {
+    if (m) m.state = rec.outcome === "queued" ? "queued" : "sent";
+    // issue 36: `queued, machine offline since 08:28` in the phone's zone, and gone once the machine is back
+    const away = rec.outcome === "queued" ? offlineSection(r.machine) : null;
+    if (away) setEditorNote(S.queuedOffline(clock(away.offline_since)), r.machine);
+    else setEditorNote(rec.message || (rec.outcome === "queued" ? rec.text || S.queued : S.sent));
+  }
   render();
 }
-let editorNote = "", noteTimer = null;
-// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale
-function setEditorNote(t) {
-  editorNote = t || "";
+let editorNote = "", noteTimer = null, noteOffline = null;
+// The status line speaks of the last tap; a plain `Sent` or `queued` goes after a while so it never goes stale,
+// and one that says the machine is offline goes when it is back (`offline`: that machine)
+function setEditorNote(t, offline = null) {
+  editorNote = t || ""; noteOffline = offline;
   const n = document.getElementById("editor-note");
   if (n) n.textContent = editorNote;
   clearTimeout(noteTimer);
@@ -109,7 +138,7 @@ async function sessionWrite(op, extra = {}) {
   const path = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}/${op}`;
   let rec;
   try { rec = await write(path, { request_id: rid(), turn: p.turn, ...extra }); }
-  catch (e) { setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); render(); return null; }
+  catch (e) { setEditorNote(e instanceof Offline ? e.nothing : S.uncertainNoLead); render(); return null; }
   if (rec.outcome === "refused" && rec.reason === "turn_moved") { app.movedOn = true; setEditorNote(S.movedOn); }
   else setEditorNote(rec.message || rec.text || rec.outcome);
   render();
@@ -171,12 +200,24 @@ function actionBar(r, p) {
       h("button", { class: "primary", disabled: !c.send, hidden: !sendable, onclick: () => sendText("send"), text: S.send })),
     h("div", { id: "editor-note", class: "note", role: "status" }, editorNote, jump))), editor];
 }
+// The first item wholly or partly below the header: the one the user is reading.
+function readingNode() {
+  const top = document.querySelector("header.top").getBoundingClientRect().bottom;
+  for (const el of document.querySelectorAll(".items > *")) if (el.getBoundingClientRect().bottom > top) return el;
+  return null;
+}
 function keyed(node, key) { node.dataset.key = key; return node; }
 function grow(box) { box.style.height = "auto"; box.style.height = `${Math.min(box.scrollHeight + 2, 160)}px`; }
+const menus = new Map();  // conversation -> {rename, close}: the header's buttons it had, kept while its machine is offline
 function menu(r, p) {
   const c = p.controls || {};
+  // like the action bar (C7), a button that cannot act now (its machine asleep) is dimmed in place: the
+  // row does not come and go, so the chat does not jump when a machine sleeps or wakes (issue 36)
+  const had = menus.get(scroll.conv) || {};
+  if (c.rename || c.close) menus.set(scroll.conv, { rename: !!c.rename || had.rename, close: !!c.close || had.close });
   const base = `/api/agents/${enc(r.machine)}/${enc(r.agent)}/conversations/${enc(r.conversation)}`;
   const kids = [];
+  if (!c.rename && had.rename) kids.push(h("button", { class: "dim", disabled: true, text: S.rename }));
   if (c.rename && !renaming) kids.push(h("button", { onclick: () => { renaming = true; render(); }, text: S.rename }));
   if (c.rename && renaming) {
     const box = h("input", { type: "text", "aria-label": S.renameTo, maxlength: 200, value: p.title || "" });
@@ -200,9 +241,10 @@ function menu(r, p) {
       confirmClose = false;
       let rec;
       try { rec = await write(`${base}/close`, { request_id: rid() }); }
-      catch (e) { return setEditorNote(e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead); }
+      catch (e) { return setEditorNote(e instanceof Offline ? e.nothing : S.uncertainNoLead); }
       if (rec.outcome === "done") location.hash = `#/a/${enc(r.machine)}/${enc(r.agent)}`; else setEditorNote(rec.text || rec.outcome);
     } }));
+  else if (had.close) kids.push(h("button", { class: "dim", disabled: true, text: S.closeConversation }));
   return h("div", { class: "menu" }, kids);
 }
 export function render() {
@@ -210,6 +252,8 @@ export function render() {
   if (!r || r.name !== "chat") return;
   if (!p && app.loading) return;  // the pane of this view is on its way
   const notice = agentNotice(r.machine, r.agent);
+  if (noteOffline && !offlineSection(noteOffline)) setEditorNote("");
+  if (p && !app.loading) readAgain(r, p);
   if (!p) {
     where(r.agent);
     return show(notice ? h("p", { class: "warning", role: "status", text: notice }) : null,
@@ -223,8 +267,15 @@ export function render() {
   where(`${r.agent}${r.machine !== "local" ? " · " + r.machine : ""}`);
   if (r.ask && scroll.landed !== r.ask && (p.asks_more || []).some((a) => a.id === r.ask)) app.allAsks = true;
   const asks = (p.asks || []).concat(app.allAsks ? p.asks_more || [] : []);  // Q8: first 5, the rest on a tap
+  // A card stays while it has something to say (on its way, Retry, the agent's word, what the user chose:
+  // askcard.keptCard) and, Q3, after its ask expired: the buttons stay, and a late tap is answered
+  // `Timed out before an answer.` Each is drawn where its ask was, under its tool call.
+  const open = new Set(asks.concat(p.asks_more || []).map((a) => a.id));
+  const gone = [];
+  for (const [id, st] of app.cards) if (!open.has(id) && keptCard(st)) gone.push(st.ask);
+  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) gone.push(a);
   const byItem = new Map();
-  for (const a of asks) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
+  for (const a of asks.concat(gone)) { const k = a.item_id || `tool:${a.tool_call_id}`; if (!byItem.has(k)) byItem.set(k, []); byItem.get(k).push(a); }
   const placed = new Set();
   const all = [...app.items.values()].sort((a, b) => (a.seq - b.seq) || (a.kind === "gap" ? -1 : 1));
   let start = follow || scroll.first === null ? -1 : all.findIndex((i) => i.seq >= scroll.first);
@@ -237,20 +288,15 @@ export function render() {
   if (earlier > 0 || app.itemsEarlier !== null) list.push(h("button", { class: "row earlier", "data-key": "earlier", onclick: showEarlier,
     text: earlier > 0 ? S.showEarlier(Math.min(earlier, WINDOW)) : S.showEarlierMore }));
   const cardFor = (a) => { placed.add(a.id); return keyed(askCard(a), `a:${a.id}`); };
+  // C2: a reply still growing has a cursor; one whose turn ended since (`stopped`) has none
+  const lastEnd = all.reduce((m, it) => (it.kind === "turn_end" ? Math.max(m, it.seq) : m), -1);
   for (const it of items) {
-    const node = itemNode(it);
+    const node = itemNode(it, it.seq < lastEnd);
     if (node) list.push(keyed(node, `i:${it.id}`));
     const here = (byItem.get(it.id) || []).concat(it.kind === "tool" ? byItem.get(`tool:${it.tool_call_id}`) || [] : []);
     for (const a of here) if (!placed.has(a.id)) list.push(cardFor(a));
   }
-  for (const a of asks) if (!placed.has(a.id)) list.push(cardFor(a));
-  // A card stays while it has something to say (an uncertain answer with Retry, an outcome) and, Q3,
-  // after its ask expired: the buttons stay, and a late tap is answered `Timed out before an answer.`
-  const open = new Set(asks.map((a) => a.id));
-  for (const [id, st] of app.cards) {
-    if (!open.has(id) && st.ask && (st.pending || st.retry || (st.text && st.outcome !== "accepted"))) list.push(cardFor(st.ask));
-  }
-  for (const [id, a] of app.expired) if (!open.has(id) && !app.cards.has(id)) list.push(cardFor(a));
+  for (const a of asks.concat(gone)) if (!placed.has(a.id)) list.push(cardFor(a));
   if (p.more_asks && !app.allAsks) list.push(h("button", { class: "row more-asks", "data-key": "more-asks", onclick: () => { app.allAsks = true; render(); },
     text: S.showMore(p.more_asks) }));
   if (blockedBy && !open.has(blockedBy)) blockedBy = null;
@@ -287,6 +333,9 @@ export function render() {
   // This chat already on screen is drawn over in place: what draws the same stays the same node (dom.js keep)
   const screen = `chat:${scroll.conv}`, view = $view();
   const oldEditor = view.dataset.screen === screen && document.getElementById("editor");
+  // what the user reads stays where it is when something comes or goes above it (a notice, the menu row)
+  const anchor = !follow && keepFromBottom === null && view.dataset.screen === screen ? readingNode() : null;
+  const anchorTop = anchor && anchor.getBoundingClientRect().top;
   if (oldEditor) editor.style.height = oldEditor.style.height;  // grow() sets it once drawn
   const drawn = redraw(screen, [keyed(h("h1", {}, p.title || S.untitled, h("span", { class: "badge", text: S.experimental })), "title"),
     p.line2 ? h("p", { class: "header2", "data-key": "line2", text: p.line2 }) : null,
@@ -298,6 +347,10 @@ export function render() {
   grow(ed);
   document.documentElement.style.setProperty("--bar", `${view.querySelector(":scope > .bar").offsetHeight}px`);
   if (focused && document.activeElement !== ed) ed.focus({ preventScroll: true });
+  if (anchor && anchor.isConnected) {
+    const moved = anchor.getBoundingClientRect().top - anchorTop;
+    if (Math.abs(moved) >= 1) window.scrollBy(0, moved);
+  }
   if (keepFromBottom !== null) {  // the earlier page went in above: what was on screen stays where it was
     window.scrollTo(0, document.documentElement.scrollHeight - keepFromBottom);
     keepFromBottom = null;

@@ -16,7 +16,8 @@ function agentRow(machine, a) {
       a.waiting ? h("span", { class: "count-needs", "aria-label": S.waitingLabel(a.waiting) }, String(a.waiting)) : null, pending)
     : h("span", { class: "right status" }, a.status_label || a.status || "", pending);
   // D1: why an agent does not answer, in the user's words (the bridge's detail is for `collie doctor`)
-  const reason = a.status === "unreachable" ? h("div", { class: "l2", text: S.unreachableWhy(a.name, a.reason) }) : null;
+  // (not for a machine that sleeps: its section says so, and its rows keep their height — issue 36)
+  const reason = a.status === "unreachable" && a.reason !== "machine-offline" ? h("div", { class: "l2", text: S.unreachableWhy(a.name, a.reason) }) : null;
   return h("li", { "data-key": `a:${a.name}` }, h("a", { class: "row", href: `#/a/${enc(machine)}/${enc(a.name)}` },
     h("span", { class: "main" }, h("div", { class: "l1" }, a.name, h("span", { class: "badge", text: S.experimental })),
       h("div", { class: "l2", text: a.line2 || "" }), reason), right));
@@ -59,7 +60,9 @@ export function render() {
     if (!rows.length) continue;
     const title = s.label ? `${S.durableAgents} · ${s.label}` : S.durableAgents;
     nodes.push(h("section", { class: s.waiting ? "section-needs" : "", "data-machine": s.machine, "data-key": `m:${s.machine}`, "data-deep": "" },
-      h("h2", { "data-key": "h2" }, title, s.online === false ? h("span", { class: "note", text: ` · ${S.machineOffline(clock(s.offline_since))}` }) : null),
+      // a member's section always has its state line (`online` / `offline since 08:28`): nothing moves when it sleeps or wakes
+      h("h2", { "data-key": "h2" }, title, s.machine !== "local" ? h("span", { class: "note machine-state",
+        text: s.online === false ? S.machineOffline(clock(s.offline_since)) : S.machineOnline }) : null),
       h("ul", { class: "rows", "data-key": "rows", "data-deep": "" }, rows.map((a) => agentRow(s.machine, a)))));
   }
   if (!app.dash.sections.length) nodes.push(h("p", { class: "muted", text: S.noAgents }));

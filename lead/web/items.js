@@ -2,8 +2,9 @@
 import { S } from "./strings.js";
 import { h } from "./dom.js";
 
-export function itemNode(it) {
-  const growing = it.final === false;
+// `ended`: a turn ended (`stopped`) after the item: a reply left unfinished shows no cursor (C2)
+export function itemNode(it, ended = false) {
+  const growing = it.final === false && !ended;
   const cls = `item ${it.kind}${growing ? " cursor" : ""}`;
   switch (it.kind) {
     case "gap": return h("div", { class: "item gap", text: S.leftOut });

@@ -12,7 +12,7 @@ export async function render(r) {
   const rows = (got.starters || []).map((s) => h("li", {}, h("button", { class: "row", onclick: async () => {
     let rec;
     try { rec = await write(`/api/agents/${enc(r.machine)}/${enc(r.agent)}/starters/${enc(s.id)}`, { request_id: rid() }); }
-    catch (e) { note.textContent = e instanceof Offline ? S.nothingDoneOffline : S.uncertainNoLead; return; }
+    catch (e) { note.textContent = e instanceof Offline ? e.nothing : S.uncertainNoLead; return; }
     if (rec.outcome === "started" && rec.conversation) location.hash = `#/c/${enc(r.machine)}/${enc(r.agent)}/${enc(rec.conversation)}`;
     else note.textContent = rec.text || rec.message || rec.outcome || "";
   } }, h("span", { class: "main" }, h("div", { class: "l1", text: s.label || s.id || "" })))));

@@ -1,6 +1,6 @@
 // The page's state and its routing: what the live channel and the API told us, which screen shows, and
 // which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
-import { api, connect as openChannel, tellView, tags, Unpaired } from "./api.js";
+import { api, connect as openChannel, tellView, tags, Unpaired, userActive, onActivity } from "./api.js";
 import { h, $view, show, where, clock } from "./dom.js";
 import { S } from "./strings.js";
 
@@ -45,6 +45,7 @@ export function parseRoute() {
   return { name: "dash" };
 }
 export const isRoute = (n) => app.route && app.route.name === n;
+let lastHash = null;  // the screen shown before this one (kept in history.state.prev of each entry)
 export async function navigate() {
   const r = app.route = parseRoute();
   const view = r.name === "chat" ? { machine: r.machine, agent: r.agent, conversation: r.conversation }
@@ -56,11 +57,22 @@ export async function navigate() {
     app.fromChannel = { pane: false, items: false }; app.allAsks = false; app.itemsSince = null; app.itemsEarlier = null;
     if (r.name !== "chat") pushView();  // a chat tells its view once its first read is in (chat.js), with what it holds
   }
-  // an installed web app has no browser back button: the header's Back goes up one screen
+  // an installed web app has no browser back button: the header's Back goes up one screen, and adds no
+  // history entry — when the screen before is that one it is history.back(), else this entry is replaced —
+  // so the phone's own Back afterwards never goes forward into the screen just left (issue 36)
+  const here = location.hash || "#/";
+  const st = history.state;
+  if (!st || typeof st.prev !== "string") history.replaceState({ prev: lastHash }, "");
+  lastHash = here;
   const back = document.getElementById("back");
   back.hidden = r.name === "dash";
   back.textContent = S.back;
   back.href = r.name === "agent" || !r.agent ? "#/" : `#/a/${encodeURIComponent(r.machine)}/${encodeURIComponent(r.agent)}`;
+  back.onclick = (e) => {
+    e.preventDefault();
+    const up = back.getAttribute("href"), prev = history.state && history.state.prev;
+    if (prev === up || (up === "#/" && ["", "#", "#/"].includes(prev))) history.back(); else location.replace(up);
+  };
   const main = $view(), gen = app.navigations = (app.navigations || 0) + 1;
   main.setAttribute("aria-busy", "true");  // until the newest screen's first reads are in
   try {
@@ -74,7 +86,12 @@ export async function navigate() {
     }
     if (screen.drawsItself) return;
     rerender();
-  } catch (e) { if (e instanceof Unpaired) showUnpaired(); } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
+  } catch (e) {
+    if (e instanceof Unpaired) showUnpaired();
+    // never `Loading…` for ever: what can be drawn is, else the screen says it could not be read
+    else if (gen === app.navigations) { try { rerender(); } catch (_) { /* drawn below */ }
+      if (main.dataset.route !== (location.hash || "#/")) show(h("p", { class: "warning", role: "status", text: S.notLoaded })); }
+  } finally { if (gen === app.navigations) main.removeAttribute("aria-busy"); }
 }
 // Redraw the current screen from the state (screens that read on every draw are left alone).
 export function rerender() {
@@ -186,6 +203,7 @@ export function connect() {
 }
 // A failed telling is tried again while the same channel is open: else the chat would stay silent.
 let viewRetry = null;
+onActivity(() => pushView());  // the user began or stopped using the page: the lead beats every 2 s, or 25 s
 export async function pushView() {
   clearTimeout(viewRetry);
   const channel = app.channel, view = JSON.stringify(app.view);
@@ -193,7 +211,7 @@ export async function pushView() {
   // issue 37: whether the page is on screen goes with the view (a phone viewing a chat gets no turn-end push for it);
   // issue 39: with the revision it holds the chat's items up to
   const held = app.view && app.view.conversation && app.itemsSince !== null ? { items_since: app.itemsSince } : {};
-  try { await tellView(channel, { ...(app.view || {}), ...held, visible: document.visibilityState !== "hidden" }); }
+  try { await tellView(channel, { ...(app.view || {}), ...held, visible: document.visibilityState !== "hidden", active: userActive() }); }
   catch (e) {
     if (e instanceof Unpaired) return;
     viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
@@ -208,6 +226,11 @@ function refreshList(row) {
   listTimer = setTimeout(() => { if (isRoute("agent") && screens.agent && screens.agent.refresh) screens.agent.refresh(app.route, row); }, 100);
 }
 
+// The section of `machine` while it is offline (its label, offline_since), else null.
+export function offlineSection(machine) {
+  const s = app.dash && app.dash.sections.find((x) => x.machine === machine);
+  return s && s.online === false ? s : null;
+}
 // What stands between the user and this agent, in the user's words: its machine offline, or the agent
 // not answering (D1, C7). Null when nothing does.
 export function agentNotice(machine, agent) {

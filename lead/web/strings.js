@@ -41,7 +41,7 @@ export const S = {
   newConversation: "New conversation",                            // N1
   noStarters: "This machine's durable agent offers no starters yet.",  // N3
   inbox: "Inbox",
-  approve: "Approve", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
+  approve: "Approve", approved: "Approved", cancel: "Cancel", moveUp: "Move up", moveDown: "Move down",   // I3, I7, I9
   addMessage: "Add a message", messageToAdd: "Message to add", add: "Add",           // I7
   clearInbox: "Clear the inbox", inboxEmpty: "Nothing waits here.", inboxDone: "Running and finished",  // I9
   noAgents: "No durable agents are attached yet: see `collie durable attach`.",
@@ -49,13 +49,23 @@ export const S = {
   offline: "This phone is offline: showing what was last loaded.",
   leadDown: "Can't reach the lead: showing what was last loaded.",
   lastLoaded: (t) => `Showing what was last loaded at ${t}.`,
+  leadSilent: (n) => `The lead is not answering (${n} s): showing what was last loaded.`,  // issue 36: hung or asleep
+  // issue 36: an answered card collapses to what the user chose (not a receipt line, R4)
+  youDid: (verb, what) => what ? `${verb} · ${what}` : verb,
+  didRole: { allow: "You allowed", always_allow: "You always allowed", deny: "You denied", cancel: "You cancelled",
+    other: "You answered", chose: "You chose", answered: "You answered", sent: "You sent" },
+  nothingPicked: "none",
+  machineIsOffline: (m, t) => t ? `The machine is offline: ${m} since ${t}` : `The machine is offline: ${m}`,  // crew/receipts.py's words
+  notLoaded: "This screen could not be read: the lead can't be reached, and this phone kept no copy of it.",
+  notSentNoLead: "Not sent: the lead is out of reach.",
+  nothingDoneNoLead: "Nothing was done: the lead is out of reach.",
   notSentOffline: "Not sent: this phone is offline.",
   notConfirmedNoLead: "Sending, not confirmed: the lead could not be reached. Send again to retry it once.",
   nothingDoneOffline: "Nothing was done: this phone is offline.",
   uncertainNoLead: "Not certain it was done: the lead could not be reached.",
   memberOffline: (m, t) => t ? `${m} is offline since ${t}: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`
     : `${m} is offline: sends wait in the inbox; Steer, Stop and the agent's buttons come back when it is online.`,
-  machineOffline: (t) => t ? `offline since ${t}` : "offline",
+  machineOffline: (t) => t ? `offline since ${t}` : "offline", machineOnline: "online",
   queuedOffline: (t) => `queued, machine offline since ${t}`,    // I7 (crew.md: the sender's words)
   // D1: an agent that does not answer, in the user's words (by the bridge's reason code)
   unreachableWhy: (agent, reason) => `${agent} is not answering: ${({
