@@ -334,3 +334,30 @@ def test_the_page_names_every_module_it_imports_for_preloading(crew, browser):
     assert loaded and loaded <= preloaded | {"app.js"}
     assert page.errors == []
     page.context.close()
+
+
+def test_an_idle_page_gets_a_beat_every_25_s_and_one_in_use_every_2_s(crew):
+    """Issues 39 and 36: a channel nobody uses gets its first beat only after 25 s without an event (at
+    most 144 small writes an hour to a phone on the table), and once the page says the user is using it
+    (`active: true` with its view) beats come every 2 s, so the page can tell a silent lead within
+    seconds: three of them before an idle channel could have had one more."""
+    beats: list[float] = []
+    state = {"snapshot": None, "told": False}
+    with crew.client() as c, crew.client() as teller:
+        def until(ev):
+            now = time.monotonic()
+            kinds = [k for k, _, _ in ev]
+            if state["snapshot"] is None and "snapshot" in kinds:
+                state["snapshot"] = now
+            while len(beats) < kinds.count("beat"):
+                beats.append(now)
+            if beats and not state["told"]:
+                channel = next(d for k, d, _ in ev if k == "hello")["channel"]
+                assert teller.post(f"/api/events/{channel}/view", json={"active": "yes"}).status_code == 400
+                got = teller.post(f"/api/events/{channel}/view", json={"active": True})
+                assert got.status_code == 200, got.text
+                state["told"] = now
+            return len(beats) >= 4
+        sse_events(c, "/api/events", until)
+    assert beats[0] - state["snapshot"] >= 20  # idle: nothing for 25 s (a later beat only: load delays it)
+    assert beats[3] - state["told"] < 25  # in use: three beats where an idle channel gets none
