@@ -76,5 +76,21 @@ def test_asks_keep_their_age_across_a_lead_restart_and_a_gone_agents_ask_is_not_
         # the ages survived, the lead's own agent's and the member's; the gone agent's ask is not counted
         assert by_agent(after["asks"]) == {"desk": seen["desk"], "lab": seen["lab"]}
         assert by_agent(after["unreachable"]) == {"gone": seen["gone"]}
+        # on the phone: Needs you counts the two asks somebody can answer; the gone agent's is listed apart, with why
+        from playwright.sync_api import sync_playwright
+
+        from tests.browser import launch
+        from tests.test_phone_app import paired_page
+        with sync_playwright() as pw:
+            browser = launch(pw)
+            try:
+                page = paired_page(crew, browser)
+                page.locator("#needs-h").get_by_text("Needs you (2)").wait_for()
+                gone_rows = page.locator("section.section-gone li")
+                gone_rows.first.wait_for()
+                assert gone_rows.count() == 1 and "gone is not answering" in gone_rows.inner_text()
+                assert page.errors == [], page.errors
+            finally:
+                browser.close()
     finally:
         crew.stop()

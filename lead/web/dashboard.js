@@ -41,6 +41,16 @@ export function render() {
         h("span", { class: "main" }, h("div", { class: "l1", text: S.approvals(a.count, a.agent) }),
           h("div", { class: "l2", text: `${S.inbox} · ${where2(a)}` }))))))));
   }
+  // Issue 36: asks of an agent that is gone (exited, unreachable) wait for nobody: listed apart, not counted
+  const gone = app.needsGone || [];
+  if (gone.length) {
+    nodes.push(h("section", { class: "section-gone", "aria-labelledby": "gone-h", "data-key": "gone", "data-deep": "" },
+      h("h2", { id: "gone-h", "data-key": "h2", text: S.needsGone }),
+      h("ul", { class: "rows", "data-key": "rows", "data-deep": "" }, gone.map((n) => h("li", { "data-key": `g:${n.machine}/${n.ask}` }, h("a", {
+        class: "row", href: `#/c/${enc(n.machine)}/${enc(n.agent)}/${enc(n.conversation)}` },
+        h("span", { class: "main" }, h("div", { class: "l1", text: n.title || "" }),
+          h("div", { class: "l2", text: S.unreachableWhy(n.agent, n.reason) }))))))));
+  }
   const toggle = h("input", { type: "checkbox", id: "only", checked: app.onlyNeeds,
     onchange: (e) => { app.onlyNeeds = e.target.checked; localStorage.setItem("onlyNeeds", app.onlyNeeds ? "1" : "0"); render(); } });
   nodes.push(h("label", { class: "toggle", for: "only", "data-key": "only" }, toggle, S.onlyNeedsYou));

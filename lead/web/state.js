@@ -5,7 +5,7 @@ import { h, $view, show, where, clock } from "./dom.js";
 import { S } from "./strings.js";
 
 export const app = {
-  dash: null, needs: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
+  dash: null, needs: [], needsGone: [], onlyNeeds: localStorage.getItem("onlyNeeds") === "1",
   channel: null, view: null, pane: null, items: new Map(), route: null,
   // issue 39: what the page holds, told to the lead so that it sends only the rest: the dashboard's tag as
   // read (null once an event changed it), the viewed chat's items up to a revision, and the `before` of the
@@ -106,12 +106,16 @@ export async function loadDashboard() { app.dash = await api("/api/dashboard"); 
 let needsTimer = null;
 export const needsListeners = [];
 // The live channel's list (its `needs` event and snapshot): open asks only; approvals come with GET /api/needs.
-function setNeeds(asks) { app.needs = asks; const now = Date.now(); for (const fn of needsListeners) fn(now); }
+function setNeeds(asks, gone) {
+  app.needs = asks;
+  if (Array.isArray(gone)) app.needsGone = gone;  // asks of agents that are gone: shown apart, not counted (issue 36)
+  const now = Date.now(); for (const fn of needsListeners) fn(now);
+}
 export function refreshNeeds() {
   clearTimeout(needsTimer);
   needsTimer = setTimeout(async () => {
     const asked = Date.now();
-    try { const got = await api("/api/needs"); app.needs = got.asks || []; app.approvals = got.approvals || []; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
+    try { const got = await api("/api/needs"); app.needs = got.asks || []; app.needsGone = got.unreachable || []; app.approvals = got.approvals || []; for (const fn of needsListeners) fn(asked); if (isRoute("dash")) rerender(); }
     catch (_) { /* keep */ }
   }, 50);
 }
@@ -158,11 +162,11 @@ const events = {
       keepExpired(app.pane, d.pane);  // Q3: a reconnect must not drop a card whose ask expired
       app.pane = d.pane; setItems(d.items || [], d.items_full !== false, d.earlier ?? null); app.fromChannel = { pane: true, items: true };
     }
-    if (Array.isArray(d.needs)) setNeeds(d.needs); else refreshNeeds();
+    if (Array.isArray(d.needs)) setNeeds(d.needs, d.needs_unreachable || []); else refreshNeeds();
     rerender();
   },
   // the whole Needs you list whenever it changes (an ask swapped for another changes no row)
-  needs(d) { if (Array.isArray(d.asks)) { setNeeds(d.asks); if (isRoute("dash")) rerender(); } },
+  needs(d) { if (Array.isArray(d.asks)) { setNeeds(d.asks, d.unreachable || []); if (isRoute("dash")) rerender(); } },
   row(d) {
     if (!app.dash) return;
     app.dashTag = null;

@@ -7,6 +7,7 @@ export const S = {
   starting: "Starting", unreachable: "Unreachable", versionMismatch: "Version mismatch",  // D1, W2
   onlyNeedsYou: "Show only panes that need you",                 // D3
   needsYou: "Needs you",
+  needsGone: "Asked by agents that are gone",                    // issue 36: not counted in Needs you
   untitled: "Untitled conversation",                              // L2
   closed: "Closed",                                               // L1
   loadMore: "Load more",                                          // L5
