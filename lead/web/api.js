@@ -109,7 +109,7 @@ setInterval(() => {
 }, 500);
 
 // ---- the last answer of each read, for a page opened without the lead (bounded) ------------------------
-const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items(\?limit=\d+)?)?)?|inbox|starters))(\?closed=1)?$/;
+const KEEP = /^\/api\/(dashboard|needs|agents\/[^?]+\/(conversations(\/[^/?]+(\/items(\?(limit|newest)=\d+)?)?)?|inbox|starters))(\?closed=1)?$/;
 // What a read answered from the kept copy is marked so: the chat reads it again once the lead answers.
 export const STALE = Symbol("stale");
 const KEEP_MAX = 256 * 1024;
