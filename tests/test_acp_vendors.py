@@ -50,6 +50,11 @@ class Conv(Phone):
         return super().items(conv or self.conv)
 
     def send(self, text: str, conv: str | None = None) -> dict:
+        # the inbox runs one request of an agent at a time (crew.md §4): the previous test's last turn may
+        # still be ending (a slow agent on a loaded machine), and then this send would wait `queued`
+        wait_for(lambda: not any(i.get("state") in ("running", "approved") for i in
+                                 self.c.get(f"/api/agents/local/{self.agent}/inbox").json().get("items", [])),
+                 timeout=SLOW, what="the agent's earlier requests ended")
         return super().send(text, conv or self.conv)
 
     def stop(self, conv: str | None = None) -> dict:
