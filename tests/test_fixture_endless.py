@@ -37,7 +37,7 @@ class Stand:
 
 async def flood(rate: float, seconds: float) -> list[float]:
     stand = Stand()
-    args = argparse.Namespace(conversations=1, size=10, rate=rate, ask=False)
+    args = argparse.Namespace(conversations=1, size=10, rate=rate, ask=False, asks=False)
     start = trio.current_time()
     with trio.move_on_after(seconds + 0.005):
         await endless(stand, args)
