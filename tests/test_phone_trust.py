@@ -305,7 +305,7 @@ def test_always_allow_takes_its_second_tap_on_the_same_spot_and_disarms(page, cr
     pump_until(page, lambda: "Tap again" in armed.inner_text(), timeout=5, what="armed again")
     page.mouse.click(x, y)
     line = page.locator(".card.answered", has_text="You always allowed · deploy")
-    line.wait_for(timeout=10000)
+    line.wait_for(timeout=30000)
     assert line.bounding_box()["height"] < 60
     look(page, "answered")
 
@@ -335,7 +335,7 @@ def test_a_stopped_reply_loses_its_typing_cursor(page):
     pump_until(page, lambda: page.locator(".item.notice", has_text=re.compile("^stopped$")).count() >= 1, timeout=10,
                what="the turn stopped")
     pump_until(page, lambda: growing.count() == 0, timeout=5, what="no cursor left")
-    assert page.locator(".items .item", has_text="Looking at it:").count() >= 1  # the unfinished reply stays
+    assert page.locator(".items .item.reply", has_text="Looking").count() >= 1  # the unfinished reply stays (Stop may come after its first word)
 
 
 def test_the_in_app_back_goes_back_without_adding_a_history_entry(page):
