@@ -78,13 +78,6 @@ def encode(msg: Any) -> str:
     return json.dumps(to_wire(msg) if attrs.has(type(msg)) else msg, separators=(",", ":"))
 
 
-def decode(text: str | bytes) -> dict:
-    msg = json.loads(text)
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-        raise ValueError("a crew frame is a JSON object with a string `type`")
-    return msg
-
-
 def shown(value: object, limit: int = 80) -> str:
     """A peer's value made safe for one log line or a terminal: control and format characters are
     shown escaped (`\\n`, `\\x1b`), and long values are cut."""

@@ -249,3 +249,35 @@ async def test_a_read_the_member_cannot_read_is_answered_at_once_with_the_fault(
                       "result": {"error": "read items: expected an integer, got str '5' @ args.since"}}
     assert got[1]["ok"] is False and 'no read "everything"' in got[1]["result"]["error"]
     assert got[2] == {"type": "read_result", "id": "c", "ok": False, "result": None}
+
+
+async def test_the_kits_fake_member_refuses_a_malformed_request_at_once_too(autojump_clock):
+    """The testing kit's fake member reads the lead's frames with the same models as member/link.py: a request
+    it cannot read gets the same `bad_request` refusal in the same instant; a good one is still answered."""
+    from fixtures.member.link import FakeMember
+
+    to_member_send, to_member_recv = trio.open_memory_channel(10)
+    to_lead_send, to_lead_recv = trio.open_memory_channel(10)
+    conn = Conn(Pipe(to_member_send, to_lead_recv), "laptop", "boot")
+    fake = FakeMember("ws://127.0.0.1:1", "laptop", TOKEN, agents=1, conversations=1)
+
+    async def lead_reader():
+        async for raw in to_lead_recv:
+            kind, frame = parse_member_frame(raw)
+            if kind in ("receipt", "read_result"):
+                conn.resolve(frame.id, frame)
+
+    async with trio.open_nursery() as n:
+        n.start_soon(fake._session, Pipe(to_lead_send, to_member_recv), None)
+        n.start_soon(lead_reader)
+        start = trio.current_time()
+        got = await conn.call({"type": "request", "id": "r1", "agent": "agent-1", "op": "rename",
+                               "args": {"conversation": "c1", "title": ["not", "text"]}}, FORWARD_TIMEOUT)
+        read = await conn.call({"type": "read", "id": "q1", "agent": "agent-1", "what": "recent_sends",
+                                "args": {"conversation": "c1"}}, FORWARD_TIMEOUT)
+        took = trio.current_time() - start
+        n.cancel_scope.cancel()
+    assert took == 0.0
+    assert got.receipt.outcome == "refused" and got.receipt.reason == "bad_request"
+    assert "expected a string" in got.receipt.text and "args.title" in got.receipt.text
+    assert read.ok is True and read.result == {"lines": []}
