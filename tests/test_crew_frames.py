@@ -156,6 +156,29 @@ def test_a_request_naming_its_write_only_in_the_envelope_is_read():
     assert (req.request_id, req.agent, req.op, req.conversation, req.text, req.turn) == ("r9", "lab", "send", "c", "hi", 4)
 
 
+@settings(max_examples=150, deadline=None)
+@given(kind=st.sampled_from(sorted(crewwire.LEAD_FRAMES)), rid=json_values, fields=objects, args=json_values)
+def test_whatever_a_lead_sends_the_member_reads_it_or_knows_what_to_answer(kind, rid, fields, args):
+    """Any JSON object of a lead frame's type is a model or a FrameError (never another exception, which would
+    end the member's link); a request or read that names a string id and cannot be read gets its answer."""
+    frame = {**fields, "type": kind, "id": rid, "agent": "lab", "op": "send", "what": "items", "args": args}
+    try:
+        _, model = parse_lead_frame(json.dumps(frame))
+        if kind == "request":
+            crewwire.request_structured(model, WriteRequest)
+        elif kind == "read":
+            crewwire.read_args(model)
+    except FrameError as exc:
+        answer = crewwire.refusal_of(exc) or crewwire.read_failure(exc)
+        if kind in ("request", "read") and isinstance(rid, str):
+            assert answer is not None and answer.id == rid
+            if kind == "request":
+                assert (answer.receipt.request_id, answer.receipt.outcome, answer.receipt.reason) == (
+                    rid, "refused", "bad_request")
+        else:
+            assert answer is None
+
+
 class Pipe:
     """One end of an in-memory WebSocket: what the lead's Conn and the member's Link call on theirs."""
 
