@@ -64,6 +64,7 @@ GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (lead.
 RESTART_RETRY = 1.0  # after a lead went away, a try this often (jittered ×0.5–1.5) ...
 RESTART_WINDOW = 120.0  # ... for this long; then the backoff grows again
 CONNECT_TIMEOUT = 10.0
+BAD_LINES, BAD_LINES_EVERY = 10, 60.0  # lines about the lead's bad frames logged in a minute at most
 FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
 
 
@@ -308,6 +309,7 @@ class Link:
         self.rng = random.Random()
         self.authority: bytes | None = None  # the lead's own authority (DER), once its SHA-256 matched the pin
         self.up_at: float | None = None  # trio time the current link was welcomed (None: not up)
+        self.bad_lines: tuple[float, int] = (-math.inf, 0)  # bad frames from the lead logged: since when, how many
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -455,8 +457,12 @@ class Link:
         once with what was wrong (a request refused `bad_request`: nothing reached the agent), so the lead
         never waits out its time limit; any other is logged (escaped) and dropped."""
         answer = crewwire.refusal_of(exc) or crewwire.read_failure(exc)
-        log.info("[crew] a frame from the lead does not fit the crew wire (%s)%s", exc.args[0],
-                 "; answered" if answer is not None else "; ignored")
+        now = trio.current_time()
+        start, logged = self.bad_lines if now - self.bad_lines[0] < BAD_LINES_EVERY else (now, 0)
+        self.bad_lines = (start, logged + 1)
+        if logged < BAD_LINES:
+            log.info("[crew] a frame from the lead does not fit the crew wire (%s)%s", exc.args[0],
+                     "; answered" if answer is not None else "; ignored")
         if answer is not None:
             await send(answer)
 

@@ -304,3 +304,28 @@ async def test_the_kits_fake_member_refuses_a_malformed_request_at_once_too(auto
     assert got.receipt.outcome == "refused" and got.receipt.reason == "bad_request"
     assert "expected a string" in got.receipt.text and "args.title" in got.receipt.text
     assert read.ok is True and read.result == {"lines": []}
+
+
+async def test_a_lead_sending_bad_frames_in_a_loop_adds_ten_lines_a_minute_to_the_members_log(autojump_clock, caplog):
+    """Bound what a peer makes us keep: the member logs at most ten lines a minute about the lead's bad frames
+    (each still answered when it names a request), then logs again after the minute."""
+    link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "laptop"), bridge=QuietBridge(), writer=None)
+    sent: list = []
+
+    async def send(frame) -> None:
+        sent.append(frame)
+
+    caplog.set_level(logging.INFO, logger="collie.crew")
+    bad = '{"type":"request","id":"r","agent":"lab","op":"send","args":[]}'
+    for _ in range(15):
+        try:
+            parse_lead_frame(bad)
+        except FrameError as exc:
+            await link._bad_frame(send, exc)
+    await trio.sleep(60)
+    try:
+        parse_lead_frame(bad)
+    except FrameError as exc:
+        await link._bad_frame(send, exc)
+    assert len([r for r in caplog.records if "does not fit the crew wire" in r.getMessage()]) == 11
+    assert len(sent) == 16 and all(f.receipt.reason == "bad_request" for f in sent)
