@@ -66,12 +66,21 @@ keep-alive timer, which runs while the body drains.
    the lead stopped listening (a phone whose cookie a neighbour replaced did it, issue 42.10). Such DATA is
    dropped, its flow control credited; and one connection's error ends that connection only (`lead.http`).
 
+11. **A write whose task is cancelled while it waits for the socket is lost.** The protocol takes its
+   bytes out of h2's (or h11's) buffer, then waits for the connection's send lock — and hypercorn shields
+   only the write, not that wait. When the client resets a stream (a browser leaving the page), its
+   request task is cancelled; if another write held the lock just then, the bytes it had taken were
+   dropped: a HEADERS block the HPACK encoder had already counted, so the browser failed to decode every
+   later answer on the connection (`ERR_HTTP2_COMPRESSION_ERROR`), or DATA its flow control had counted
+   (`ERR_HTTP2_PROTOCOL_ERROR`). Now the wait is shielded too; it is bounded by the writes ahead of it,
+   each bounded by fix 5.
+
 `install()` puts them in place (before serving); `lead.http` passes its own subclass of
 `FixedTCPServer`. They replace private internals of the versions in `WRITTEN_FOR` (pyproject.toml pins
 those series, `~=`), so `install()` refuses any other version with a message naming both, rather than
 patching code it was not written for. `tests/test_http_server.py` fails without each of parts 1-4, and
 `tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7,
-`tests/test_door_jar.py` without parts 8-10.
+`tests/test_door_jar.py` without parts 8-10, `tests/test_http_server.py` without part 11.
 """
 
 from __future__ import annotations
@@ -281,16 +290,16 @@ class FixedTCPServer(TCPServer):
         await self.idle_task.stop()  # the client is gone: nothing is left for the keep-alive timer to end
 
     async def protocol_send(self, event) -> None:
-        if isinstance(event, RawData):  # hypercorn's write, bounded (fix 5)
-            async with self.send_lock:
-                try:
-                    with trio.CancelScope(shield=True):  # as hypercorn's: a write is never left half done
+        if isinstance(event, RawData):  # hypercorn's write, bounded (fix 5), never dropped (fix 11)
+            with trio.CancelScope(shield=True):  # the wait for the lock too, not only the write (fix 11)
+                async with self.send_lock:
+                    try:
                         if await send_bounded(self.stream, event.data):
                             return
                         await self._abort()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-                await self.protocol.handle(Closed())
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+            await self.protocol.handle(Closed())
         elif isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
             with trio.CancelScope(shield=True, deadline=trio.current_time() + RECYCLE_SECONDS):
                 await super().protocol_send(event)
