@@ -285,8 +285,7 @@ class _SlowWire:
 async def _writes_when_a_waiting_writer_is_cancelled(server_class) -> list[bytes]:
     """Two writes on one connection: the first holds the socket; the second's task (a request whose client
     reset its stream) is cancelled while it waits. What reaches the wire, in order."""
-    server = object.__new__(server_class)
-    server.send_lock, server.stream = trio.Lock(), _SlowWire()
+    server = server_class(None, None, None, None, _SlowWire())
 
     class Protocol:
         async def handle(self, event) -> None:
