@@ -33,7 +33,7 @@ import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
 from crew.convert import describe, lenient_converter
-from crew.receipts import Receipt, refused
+from crew.receipts import Reason, Receipt, refused
 from crew.sources import NAME_RULE
 from crew.views import keep_conversations
 from crew.wire import WireRange
@@ -452,16 +452,13 @@ def request_structured(frame: Request, cls: type):
     raise err
 
 
-BAD_REQUEST = "bad_request"  # the member's refusal of a request it cannot read (docs/crew.md, "The link")
-
-
 def refusal_of(exc: FrameError) -> ReceiptFrame | None:
     """The member's answer, at once, to a `request` it could not read: refused `bad_request` (nothing reached
     the agent) with what was wrong; None when the frame named no request id to answer."""
     if frame_kind(exc) != "request" or frame_id(exc) is None:
         return None
     rid = frame_id(exc)
-    return ReceiptFrame(rid, refused(rid, exc.op or "", BAD_REQUEST,
+    return ReceiptFrame(rid, refused(rid, exc.op or "", Reason.BAD_REQUEST,
                                      text=f"The member could not read the request: {exc.args[0]}"))
 
 

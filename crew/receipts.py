@@ -88,7 +88,7 @@ class Reason(enum.StrEnum):
     # final: the request id was used with another body (B2); right after a holding refusal of the same
     # item the item fails with that earlier refusal instead; at entry: refused, not kept
     CONFLICT = "conflict"
-    # final: the agent could not read the request
+    # final: the agent could not read the request, or the member the lead's (docs/crew.md, "The link")
     BAD_REQUEST = "bad_request"
     # final: the agent refused Collie (its token, or this caller)
     UNAUTHORIZED = "unauthorized"
