@@ -20,9 +20,11 @@ import pytest
 import trio
 
 from crew.sdk import open_collie
-from tests.browser import launch
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import pair_link
+from tests.phonelab import paired as paired_from
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 390, "height": 844}
@@ -202,27 +204,8 @@ def test_the_live_channel_sends_only_what_the_phone_does_not_hold(crew):
 
 
 # --- in Chromium ----------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
-
 def paired(crew: Crew, browser):
-    out = crew.lead.collie("pair", "--no-qr")
-    link = re.search(r"(https?://\S+/pair#\S+)", out.stdout).group(1)
-    ctx = browser.new_context(viewport=PHONE, service_workers="block")
-    page = ctx.new_page()
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.goto(link)
-    page.wait_for_selector("main section")
-    page.base = link.split("/pair#")[0]
-    return page
+    return paired_from(browser, pair_link(crew.lead.collie("pair", "--no-qr")), viewport=PHONE)
 
 
 def test_a_long_chat_opens_with_one_read_of_its_newest_page(crew, browser):
