@@ -305,7 +305,7 @@ def test_always_allow_takes_its_second_tap_on_the_same_spot_and_disarms(page, cr
     pump_until(page, lambda: "Tap again" in armed.inner_text(), timeout=5, what="armed again")
     page.mouse.click(x, y)
     line = page.locator(".card.answered", has_text="You always allowed · deploy")
-    line.wait_for(timeout=30000)
+    line.wait_for(timeout=10000)
     assert line.bounding_box()["height"] < 60
     look(page, "answered")
 
