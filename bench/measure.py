@@ -1,9 +1,40 @@
-"""Small helpers the benchmarks share: a process's CPU time and RSS from /proc, and percentiles."""
+"""Small helpers the benchmarks share: a process's CPU time and RSS from /proc, percentiles, the lead's own
+round trip (a floor), and a phone paired in Chromium."""
 
 from __future__ import annotations
 
 import os
+import re
+import time
 from pathlib import Path
+
+LINK = re.compile(r"(https?://\S+/pair#\S+)")
+
+
+def round_trips(client, n: int = 200) -> list[float]:
+    """`n` loopback round trips to the lead's `/healthz` over `client` (an httpx client on the lead), in seconds:
+    the floor of a latency the lead answers."""
+    floor = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.get("/healthz")
+        floor.append(time.perf_counter() - t0)
+    return floor
+
+
+def pair_link(crew) -> str:
+    """A fresh pairing link of `crew`'s lead (`collie pair`)."""
+    return LINK.search(crew.lead.collie("pair", "--no-qr").stdout).group(1)
+
+
+def paired_phone(browser, link: str, viewport: dict, **context) -> tuple:
+    """A new browser context (`viewport`, more options in `context`) paired from `link` (its cookie, its keys),
+    and its page, on the dashboard drawn."""
+    ctx = browser.new_context(viewport=viewport, **context)
+    page = ctx.new_page()
+    page.goto(link)
+    page.wait_for_selector("main section")
+    return ctx, page
 
 
 def check_writable(parser, path, what: str) -> None:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -62,11 +61,33 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from measure import pct  # noqa: E402
+from measure import pair_link, paired_phone, pct, round_trips  # noqa: E402
 
 from crew.sdk import open_collie  # noqa: E402
 from tests.browser import launch  # noqa: E402
 from tests.crewlab import Crew, invite_sims, start_fake_members, wait_for  # noqa: E402
+
+PHONE = {"width": 390, "height": 844}  # --page's phone
+SMALL = {"width": 360, "height": 780}  # the asks' and the big dashboard's
+
+
+def sims_running(crew: Crew, sims, stop: threading.Event, **kw) -> threading.Event:
+    """Run the simulated members `sims` (`start_fake_members(..., **kw)`) in a thread of their own until `stop`
+    is set; the event returned is set once they are started."""
+    up = threading.Event()
+
+    def sim_thread():
+        async def run():
+            async with trio.open_nursery() as n:
+                await start_fake_members(n, crew, sims, **kw)
+                up.set()
+                while not stop.is_set():
+                    await trio.sleep(0.2)
+                n.cancel_scope.cancel()
+        trio.run(run)
+    threading.Thread(target=sim_thread, daemon=True).start()
+    return up
+
 
 OBSERVE = """() => { window.__cards = {}; new MutationObserver(() => {
   for (const c of document.querySelectorAll('.card[data-ask]')) {
@@ -171,11 +192,8 @@ def long_chat(crew: Crew, browser, base: str, link: str, runs: int) -> dict:
     times, nodes, reads = [], [], []
     for i in range(runs):
         if i:
-            link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
-        ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
-        page = ctx.new_page()
-        page.goto(link)
-        page.wait_for_selector("main section")
+            link = pair_link(crew)
+        ctx, page = paired_phone(browser, link, PHONE, service_workers="block")
         page.goto(base + "/healthz")
         ctx.add_init_script("""(() => { window.__t = {}; const mo = new MutationObserver(() => {
           if (!window.__t.newest && [...document.querySelectorAll('.items .item')].some((e) => e.textContent.trim() === 'message 9999'))
@@ -228,10 +246,7 @@ def pocket(browser, base: str, link: str, say: list, idle: float, runs: int) -> 
     channel's requests: every write, heartbeats too); then the page shown again with a reply that came
     while it was hidden: shown -> that reply drawn (stamped in the page)."""
     out = {"visible": [], "hidden": [], "resume": [], "seconds": idle}
-    ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
-    page = ctx.new_page()
-    page.goto(link)
-    page.wait_for_selector("main section")
+    ctx, page = paired_phone(browser, link, PHONE, service_workers="block")
     cdp = ctx.new_cdp_session(page)
     cdp.send("Network.enable")
     channels: set = set()
@@ -273,19 +288,7 @@ def wire_only(machines: int, agents: int) -> None:
     try:
         crew.start_lead()
         sims = invite_sims(crew, machines)
-        up = threading.Event()
-
-        def sim_thread():
-            async def run():
-                async with trio.open_nursery() as n:
-                    await start_fake_members(n, crew, sims, agents=agents, conversations=5, beat=5)
-                    up.set()
-                    while not stop.is_set():
-                        await trio.sleep(0.2)
-                    n.cancel_scope.cancel()
-            trio.run(run)
-        threading.Thread(target=sim_thread, daemon=True).start()
-        up.wait(120)
+        sims_running(crew, sims, stop, agents=agents, conversations=5, beat=5).wait(120)
         token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
         with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}, timeout=60) as c:
             wait_for(lambda: sum(len(s["agents"]) for s in c.get("/api/dashboard").json()["sections"])
@@ -377,14 +380,11 @@ def page_only(runs: int, idle: float = 60.0) -> None:
         with sync_playwright() as pw:
             browser = launch(pw)
             for _ in range(runs):
-                link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+                link = pair_link(crew)
                 base = link.split("/pair#")[0]
                 # a phone paired as a person pairs it (its cookie, its keys in IndexedDB); no service worker, so
                 # what is measured is the network's, not the worker's cache
-                ctx = browser.new_context(viewport={"width": 390, "height": 844}, service_workers="block")
-                page = ctx.new_page()
-                page.goto(link)
-                page.wait_for_selector("main section")
+                ctx, page = paired_phone(browser, link, PHONE, service_workers="block")
                 page.goto(base + "/healthz")
                 nav_floor.append(page.evaluate("performance.getEntriesByType('navigation')[0].responseEnd"))
                 bare.append(wire_bytes(ctx, page, lambda: page.reload(), 300)["static"])
@@ -409,10 +409,8 @@ def page_only(runs: int, idle: float = 60.0) -> None:
                 repeat.append(wire_bytes(ctx, page, lambda: (page.goto(base + "/#/"), page.wait_for_selector("main section"))))
                 again.append(poll(page, "window.__t && window.__t.render", 30))
                 ctx.close()
-            link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
-            long = long_chat(crew, browser, base, link, runs)
-            link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
-            quiet = pocket(browser, base, link, say, idle, runs)
+            long = long_chat(crew, browser, base, pair_link(crew), runs)
+            quiet = pocket(browser, base, pair_link(crew), say, idle, runs)
             browser.close()
         stop.set()
         req = int(pct([f["static_requests"] for f in first], 50))
@@ -518,18 +516,12 @@ def main() -> None:
         with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}) as c:
             wait_for(lambda: any(a["status"] == "ready" for s in c.get("/api/dashboard").json()["sections"]
                                  if s["machine"] == "workshop" for a in s["agents"]), what="agent ready")
-            floor = []
-            for _ in range(200):
-                t0 = time.perf_counter()
-                c.get("/healthz")
-                floor.append(time.perf_counter() - t0)
-        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+            floor = round_trips(c)
+        link = pair_link(crew)
         base = link.split("/pair#")[0]
         with sync_playwright() as pw:
             browser = launch(pw)
-            page = browser.new_context(viewport={"width": 360, "height": 780}).new_page()
-            page.goto(link)
-            page.wait_for_selector("main section")
+            _, page = paired_phone(browser, link, SMALL)
             page.goto(f"{base}/#/c/workshop/bench/deploy")
             page.wait_for_selector("main h1")
             page.evaluate(OBSERVE)
@@ -543,20 +535,7 @@ def main() -> None:
                 page.wait_for_selector(".card[data-ask]", state="detached", timeout=10000)
             # part 2: a big dashboard
             sims = invite_sims(crew, args.machines)
-            sims_up = threading.Event()
-
-            def sim_thread():
-                async def run():
-                    async with trio.open_nursery() as n:
-                        await start_fake_members(n, crew, sims, agents=args.agents, conversations=args.conversations,
-                                                 beat=5)
-                        sims_up.set()
-                        while not stop.is_set():
-                            await trio.sleep(0.2)
-                        n.cancel_scope.cancel()
-                trio.run(run)
-            threading.Thread(target=sim_thread, daemon=True).start()
-            sims_up.wait(60)
+            sims_running(crew, sims, stop, agents=args.agents, conversations=args.conversations, beat=5).wait(60)
             sections = 1 + len(sims)  # the real member's section and every simulated one
             with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}) as c:
                 wait_for(lambda: sum(len(s["agents"]) for s in c.get("/api/dashboard").json()["sections"])
@@ -568,11 +547,8 @@ def main() -> None:
             stamps = STAMPS.replace("SECTIONS", str(sections))
             renders, interactive, taps, longs, sizes_all, nav_floor = [], [], [], [], [], []
             for _ in range(args.runs):
-                link2 = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
-                ctx = browser.new_context(viewport={"width": 360, "height": 780}, service_workers="block")
-                pg = ctx.new_page()
-                pg.goto(link2)  # pairs this context (its cookie), then measure a fresh navigation
-                pg.wait_for_selector("main section")
+                # pairs this context (its cookie), then measure a fresh navigation
+                ctx, pg = paired_phone(browser, pair_link(crew), SMALL, service_workers="block")
                 pg.goto(base + "/healthz")
                 nav_floor.append(pg.evaluate("performance.getEntriesByType('navigation')[0].responseEnd"))
                 ctx.add_init_script(stamps)

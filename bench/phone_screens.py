@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import queue
-import re
 import shutil
 import sys
 import tempfile
@@ -37,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from measure import pct  # noqa: E402
+from measure import pair_link, paired_phone, pct, round_trips  # noqa: E402
 
 from crew.sdk import open_collie  # noqa: E402
 from tests import crewlab  # noqa: E402
@@ -143,19 +142,13 @@ def run(asks: int = 10, wait: float = 5.0, repo: str | None = None) -> dict:
         with httpx.Client(base_url=crew.address, headers={"authorization": f"Bearer {token}"}) as c:
             wait_for(lambda: {a["name"] for s in c.get("/api/dashboard").json()["sections"] for a in s["agents"]
                               if a["status"] == "ready"} >= {"own", "far"}, timeout=60, what="agents ready")
-            floor = []
-            for _ in range(200):
-                t0 = time.perf_counter()
-                c.get("/healthz")
-                floor.append(time.perf_counter() - t0)
+            floor = round_trips(c)
         out["floor"] = {"p50": pct(floor, 50), "p99": pct(floor, 99)}
-        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        link = pair_link(crew)
         base = link.split("/pair#")[0]
         with sync_playwright() as pw:
             browser = launch(pw)
-            page = browser.new_context(viewport={"width": 360, "height": 780}).new_page()
-            page.goto(link)
-            page.wait_for_selector("main section")
+            _, page = paired_phone(browser, link, {"width": 360, "height": 780})
             page.goto(f"{base}/#/")
             page.wait_for_selector("main section")
             page.evaluate(EVENTS)

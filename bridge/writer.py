@@ -2,7 +2,8 @@
 
 For one write, in order:
 1. A request id seen before answers with its stored receipt (`replay`); the same id with another
-   body is a `conflict`; a request still in flight is waited for, never sent twice at once.
+   body is a `conflict`; a request still in flight is waited for, never sent twice at once
+   (`bridge.once`: the in-flight table and the repeat judgement, shared with the lead).
 2. The session lock (one per conversation, B7; an answer takes its ask's conversation's lock):
    any write while another holds it is refused `busy` at once — except Stop, which waits up to 10 s
    (`bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
@@ -11,7 +12,8 @@ For one write, in order:
    writer says hello itself first (bounded), and if the agent still has not answered it the write
    is refused `unreachable` (not ready), never `unsupported` (W3, W4).
 4. The request is written to the journal (fsync'd) *before* anything is sent. When that cannot be
-   done (the state folder's disk is full) the write is refused `disk_full`: nothing is sent.
+   done (the state folder's disk is full) the write is refused `disk_full` (`bridge.once.not_recorded`):
+   nothing is sent.
 5. It is sent once, within a total deadline. No answer → `unknown`; nothing was sent (connection
    refused, the socket's listener is another user) → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
    refusal with its own reason where the agent did nothing, `unknown` where that is not known).
@@ -43,10 +45,11 @@ from bridge.client import AgentRefused, AgentUnreachable
 from bridge.faults import crashpoint
 from bridge.journal import Journal, Row
 from bridge.locks import Busy, SessionLocks
+from bridge.once import InFlight, judge_repeat, not_recorded
 from bridge.writes import (AgentFacts, Call, RecentSends, WriteRequest, error_receipt, find_ask, lock_key, plan,
                            receipt)
 from crew import logs
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Receipt, not_recorded, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Reason, Receipt, refused
 from crew.views import READY, VERSION_MISMATCH
 from crew.wire import TEXT_MAX_DEFAULT
 
@@ -70,7 +73,7 @@ class Writer:
         self.journal = journal
         self.wall = wall
         self.locks = SessionLocks()
-        self.inflight: dict[str, trio.Event] = {}
+        self.inflight = InFlight()  # request ids being carried out (bridge.once)
         self.recent: dict[tuple[str, str], RecentSends] = {}
         self.counts: dict[str, int] = {}
         # Staleness, per conversation: each write that reached an agent gets the agent's next number;
@@ -157,8 +160,7 @@ class Writer:
         except (sqlite3.Error, OSError) as exc:
             log.warning("[durable] %s: %s %s: the refusal %s could not be journaled (%s: %s); refused, nothing "
                         "was sent", req.agent, req.op, req.request_id, rec.reason, type(exc).__name__, exc)
-            return not_recorded(req.request_id, req.op, exc, channel="program" if req.op == "answer" else None,
-                                digest=req.digest if req.op == "answer" else None)
+            return not_recorded(req, exc)
         return rec
 
     async def _record(self, req: WriteRequest, fn, *args) -> bool:
@@ -186,31 +188,25 @@ class Writer:
         session's lock; this bridge takes its own too (a write the lead gave up waiting for may still
         be in flight here), but a Stop does not wait for it a second time."""
         if req.agent not in self.bridge.readers:
-            return refused(req.request_id, req.op, "not_found", f"no durable agent named {req.agent!r}")
-        while req.request_id in self.inflight:  # a double tap: wait for the first, then replay it
-            await self.inflight[req.request_id].wait()
-        # claim the id before any await, so a second write of it waits instead of racing this one
-        done = self.inflight[req.request_id] = trio.Event()
-        try:
-            row = await self.journal.run(self.journal.get, req.request_id)
-            if row is not None:
-                if row.fingerprint != req.fingerprint():
-                    return self._count(refused(req.request_id, req.op, "conflict"))
-                if row.state == "done":
-                    return attrs.evolve(Receipt(**row.receipt), replay=True)
-            key = self.lock_key(req)
-            async with self.locks.hold(key, stop=req.op == "abort", wait=0 if caller_locked else None) as held:
-                if not held:
-                    log.info("[durable] %s: stop found a write in %s under way; sending it anyway", req.agent,
-                             req.conversation)
-                if row is not None:  # pending or unknown: a retry of the very same request
-                    return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True, key=key))
-                return self._count(await self._first(req, key))
-        except Busy:
-            return self._count(await self._keep_refusal(req, refused(req.request_id, req.op, "busy")))
-        finally:
-            del self.inflight[req.request_id]
-            done.set()
+            return refused(req.request_id, req.op, Reason.NOT_FOUND, f"no durable agent named {req.agent!r}")
+        # a double tap waits for the first, then is judged as a repeat (the id is claimed before any await)
+        async with self.inflight.claim(req.request_id):
+            try:
+                row = await self.journal.run(self.journal.get, req.request_id)
+                if row is not None:
+                    again = judge_repeat(req, row.fingerprint, row.receipt if row.state == "done" else None)
+                    if again is not None:  # a conflict is counted, a replay was counted the first time
+                        return again if again.replay else self._count(again)
+                key = self.lock_key(req)
+                async with self.locks.hold(key, stop=req.op == "abort", wait=0 if caller_locked else None) as held:
+                    if not held:
+                        log.info("[durable] %s: stop found a write in %s under way; sending it anyway", req.agent,
+                                 req.conversation)
+                    if row is not None:  # pending or unknown: a retry of the very same request
+                        return self._count(await self._send(req, row.wire_path, row.wire_body, retry=True, key=key))
+                    return self._count(await self._first(req, key))
+            except Busy:
+                return self._count(await self._keep_refusal(req, refused(req.request_id, req.op, Reason.BUSY)))
 
     async def _first(self, req: WriteRequest, key: tuple[str, str]) -> Receipt:
         reader = self.bridge.readers[req.agent]
@@ -219,13 +215,13 @@ class Writer:
             await self._fresh(req.agent, key)
             down = await self._greet(req.agent)
         if reader.status == VERSION_MISMATCH:
-            return await self._keep_refusal(req, refused(req.request_id, req.op, "version", reader.detail))
+            return await self._keep_refusal(req, refused(req.request_id, req.op, Reason.VERSION, reader.detail))
         answered = frozenset()
         if req.op == "answer" and req.ask_id:
             if await self.journal.run(self.journal.accepted_answer, req.agent, req.ask_id):
                 answered = frozenset({req.ask_id})
         if reader.hello is None and down is not None:  # not ready, and we know why (plan() would say "starting")
-            decision: Receipt | Call = refused(req.request_id, req.op, "unreachable", down.detail)
+            decision: Receipt | Call = refused(req.request_id, req.op, Reason.UNREACHABLE, down.detail)
         else:  # an inbox send quoting "the current turn" quotes it now, from the fresh view (crew.md §3)
             facts = self.facts(req.agent, answered)
             decision = plan(req.quoting(facts.conversations), facts)
@@ -242,8 +238,7 @@ class Writer:
         except (sqlite3.Error, OSError) as exc:  # not on disk: nothing may be sent (wire §8)
             log.warning("[durable] %s: %s %s: not recorded (%s: %s); refused, nothing was sent", req.agent, req.op,
                         req.request_id, type(exc).__name__, exc)
-            return not_recorded(req.request_id, req.op, exc, channel="program" if req.op == "answer" else None,
-                                digest=req.digest if req.op == "answer" else None)
+            return not_recorded(req, exc)
         if existing is not None:  # recorded between our look and now (cannot happen under the lock, but be sure)
             return await self._send(req, existing.wire_path, existing.wire_body, retry=True, key=key)
         crashpoint("after_begin")
@@ -275,7 +270,7 @@ class Writer:
                 # (the disk is full), the recovery would resend it: then it is `unknown`, resumed as recorded.
                 forgotten = await self._record(req, self.journal.forget, rid)
             if exc.reason in NOT_DELIVERED and not retry and (forgotten or req.op not in INBOX_OPS):
-                rec = refused(rid, req.op, "unreachable", exc.detail)
+                rec = refused(rid, req.op, Reason.UNREACHABLE, exc.detail)
                 if not forgotten:
                     await self._record(req, self.journal.finish, rid, _plain(rec), self.wall())
             else:
@@ -369,13 +364,9 @@ class Writer:
         key = self.lock_key(req)
         if self.locks.locked(key) or row.request_id in self.inflight:
             return  # a phone write holds the session: try again at the next pass
-        done = self.inflight[row.request_id] = trio.Event()
-        try:
+        with self.inflight.hold(row.request_id):
             async with self.locks.hold(key):
                 rec = await self._send(req, row.wire_path, row.wire_body, retry=True, key=key)
-        finally:
-            del self.inflight[row.request_id]
-            done.set()
         log.info("[durable] %s: request %s resolved after the restart: %s", row.agent, row.request_id, rec.outcome)
 
     # --- reading back -------------------------------------------------------------------------

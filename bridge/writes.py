@@ -34,7 +34,8 @@ import attrs
 from bridge.client import path_id
 from bridge.reader import ConversationView
 from crew.asks import AskView
-from crew.receipts import MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Receipt, card_for, refused
+from crew.receipts import (MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Reason, Receipt, card_for,
+                           refused)
 
 OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",
@@ -132,58 +133,58 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
     """Refuse the write, or say exactly what to send. Pure: the same inputs give the same answer."""
     rid, op = req.request_id, req.op
     if op not in OPS:
-        return refused(rid, op, "unsupported", f"unknown operation {op!r}")
+        return refused(rid, op, Reason.UNSUPPORTED, f"unknown operation {op!r}")
     if facts.caps is None:
-        return refused(rid, op, "unreachable", NOT_READY)
+        return refused(rid, op, Reason.UNREACHABLE, NOT_READY)
     if CAP_OF[op] not in facts.caps:
-        return refused(rid, op, "unsupported", f"this durable agent does not offer {CAP_OF[op]}")
+        return refused(rid, op, Reason.UNSUPPORTED, f"this durable agent does not offer {CAP_OF[op]}")
     if op == "answer":
         return _plan_answer(req, facts)
     if op == "starter":
         if not any(s.get("id") == req.starter_id for s in facts.starters):
-            return refused(rid, op, "not_found", "no such starter")
+            return refused(rid, op, Reason.NOT_FOUND, "no such starter")
         return Call(f"/v1/starters/{_q(req.starter_id)}", {"request_id": rid})
     conv = facts.conversations.get(req.conversation or "")
     base = f"/v1/conversations/{_q(req.conversation or '')}"
     if op == "reopen":
         if conv is not None:
-            return refused(rid, op, "not_found", "the conversation is already open")
+            return refused(rid, op, Reason.NOT_FOUND, "the conversation is already open")
         return Call(f"{base}/reopen", {"request_id": rid})
     if conv is None:
-        return refused(rid, op, "closed" if op == "send" else "not_found",
+        return refused(rid, op, Reason.CLOSED if op == "send" else Reason.NOT_FOUND,
                        "the conversation is not open" if op != "send" else None)
     if op in ("send", "steer"):
         text = req.text if isinstance(req.text, str) else ""
         if not text.strip():
-            return refused(rid, op, "empty")
+            return refused(rid, op, Reason.EMPTY)
         if len(text) > facts.text_max:
-            return refused(rid, op, "too_long", f"{len(text)} characters; at most {facts.text_max}")
+            return refused(rid, op, Reason.TOO_LONG, f"{len(text)} characters; at most {facts.text_max}")
         if req.turn != conv.turn:
-            return refused(rid, op, "turn_moved")
+            return refused(rid, op, Reason.TURN_MOVED)
         if op == "send" and conv.asks:
-            return refused(rid, op, "ask_open")
+            return refused(rid, op, Reason.ASK_OPEN)
         return Call(f"{base}/{op}", {"request_id": rid, "text": text, "turn": req.turn})
     if op == "abort":
         if req.turn != conv.turn:  # the phone must quote the turn it saw (C7); nothing reaches the agent
-            return refused(rid, op, "turn_moved", text=MOVED_ON)
+            return refused(rid, op, Reason.TURN_MOVED, text=MOVED_ON)
         return Call(f"{base}/abort", {"request_id": rid, "turn": req.turn})
     if op == "action":
         action = next((a for a in conv.actions if a.id == req.action_id), None)
         if action is None:
-            return refused(rid, op, "not_found", "that button is not offered")
+            return refused(rid, op, Reason.NOT_FOUND, "that button is not offered")
         if action.busy:
-            return refused(rid, op, "busy", "the button is busy")
+            return refused(rid, op, Reason.BUSY, "the button is busy")
         if action.disabled:
-            return refused(rid, op, "disabled")
+            return refused(rid, op, Reason.DISABLED)
         if req.turn != conv.turn:  # the newest turn the phone saw (C7)
-            return refused(rid, op, "turn_moved", text=MOVED_ON)
+            return refused(rid, op, Reason.TURN_MOVED, text=MOVED_ON)
         return Call(f"{base}/actions/{_q(action.id)}", {"request_id": rid, "turn": req.turn})
     if op == "rename":
         title = (req.title or "").strip()
         if not title:
-            return refused(rid, op, "empty", "give a title")
+            return refused(rid, op, Reason.EMPTY, "give a title")
         if len(title) > TITLE_MAX:
-            return refused(rid, op, "too_long", f"at most {TITLE_MAX} characters")
+            return refused(rid, op, Reason.TOO_LONG, f"at most {TITLE_MAX} characters")
         return Call(f"{base}/rename", {"request_id": rid, "title": title})
     return Call(f"{base}/close", {"request_id": rid})
 
@@ -191,7 +192,7 @@ def plan(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
 def _plan_answer(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
     rid = req.request_id
     if not req.ask_id:
-        return refused(rid, "answer", "not_found", "no ask named")
+        return refused(rid, "answer", Reason.NOT_FOUND, "no ask named")
     body: dict = {"request_id": rid, "digest": req.digest or ""}
     if req.option_ids is not None:
         body["option_ids"] = list(req.option_ids)
@@ -221,52 +222,52 @@ def _plan_answer(req: WriteRequest, facts: AgentFacts) -> Receipt | Call:
     return Call(path, body, ask=ask)
 
 
-def check_answer(ask: AskView, req: WriteRequest) -> tuple[str, str | None] | None:
+def check_answer(ask: AskView, req: WriteRequest) -> tuple[Reason, str | None] | None:
     """Does the answer fit the ask as the phone showed it? (reason, detail) when not."""
     if not ask.answerable:
-        return "read_only", None
+        return Reason.READ_ONLY, None
     if ask.kind in ("permission", "choice"):
         ids = req.option_ids or []
         if not ids and not (ask.kind == "choice" and ask.multiple):  # `Pick any number` includes none (Q4)
-            return "invalid", "pick an option"
+            return Reason.INVALID, "pick an option"
         offered = {o.id: o for o in ask.options}
         for oid in ids:
             if oid not in offered:
-                return "not_offered", f"option {oid!r}"
+                return Reason.NOT_OFFERED, f"option {oid!r}"
         if len(ids) != len(set(ids)) or (len(ids) > 1 and not ask.multiple):
-            return "invalid", "pick one option"
+            return Reason.INVALID, "pick one option"
         if any(offered[o].role == "always_allow" for o in ids):
             if not ask.always_allow:
-                return "not_offered", "Always allow is not offered on this card"
+                return Reason.NOT_OFFERED, "Always allow is not offered on this card"
             if not req.confirmed:
-                return "confirm", f"tap again to always allow {ask.tool}"
+                return Reason.CONFIRM, f"tap again to always allow {ask.tool}"
         return None
     if ask.kind == "text":
         text = req.answer_text
         if not isinstance(text, str):
-            return "invalid", "type an answer"
+            return Reason.INVALID, "type an answer"
         if len(text) > (ask.max_length or 500):
-            return "too_long", f"{len(text)} of {ask.max_length}"
+            return Reason.TOO_LONG, f"{len(text)} of {ask.max_length}"
         return None
     values = req.fields
     if not isinstance(values, dict):
-        return "invalid", "fill in the form"
+        return Reason.INVALID, "fill in the form"
     spec = {f.id: f for f in ask.fields}
     for fid in values:
         if fid not in spec:
-            return "invalid", f"no field {fid!r}"
+            return Reason.INVALID, f"no field {fid!r}"
     for f in ask.fields:
         value = values.get(f.id)
         if value is None or value == "":
             if f.required:
-                return "invalid", f"{f.label} is required"
+                return Reason.INVALID, f"{f.label} is required"
             continue
         if f.type == "text" and (not isinstance(value, str) or len(value) > (f.max_length or 500)):
-            return "invalid", f"{f.label} takes text of at most {f.max_length} characters"
+            return Reason.INVALID, f"{f.label} takes text of at most {f.max_length} characters"
         if f.type == "select" and value not in {o.id for o in f.options}:
-            return "not_offered", f"{value!r} for {f.label}"
+            return Reason.NOT_OFFERED, f"{value!r} for {f.label}"
         if f.type == "toggle" and type(value) is not bool:
-            return "invalid", f"{f.label} is on or off"
+            return Reason.INVALID, f"{f.label} is on or off"
     return None
 
 
@@ -309,12 +310,13 @@ def receipt(req: WriteRequest, answer: dict, *, retry: bool = False) -> Receipt:
         reason_text = message if outcome == "invalid" else None
         return Receipt(request_id=req.request_id, op="answer", outcome=outcome, message=message, channel="program",
                        digest=req.digest, text=card_for(outcome, retry=retry, reason_text=reason_text),
-                       reason="invalid" if outcome == "invalid" else None, replay=replay)
+                       reason=Reason.INVALID if outcome == "invalid" else None, replay=replay)
     turn = answer.get("turn") if type(answer.get("turn")) is int else None
     conversation = answer.get("conversation") if isinstance(answer.get("conversation"), str) else None
     if outcome == "refused":
         reason = answer.get("reason") if isinstance(answer.get("reason"), str) else "refused"
-        text = MOVED_ON if req.op in ("action", "abort") and reason == "turn_moved" else REASONS.get(reason, message or reason)
+        moved = req.op in ("action", "abort") and reason == Reason.TURN_MOVED
+        text = MOVED_ON if moved else REASONS.get(reason, message or reason)
         return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason=reason, text=text,
                        message=message, replay=replay)
     return Receipt(request_id=req.request_id, op=req.op, outcome=outcome, message=message, turn=turn,

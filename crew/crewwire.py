@@ -3,6 +3,11 @@
 member → lead: `hello`, `snapshot`, `agent`, `beat`, `receipt`, `read_result`
 lead → member: `welcome`, `viewing`, `request`, `read`
 
+Every frame of either direction is a frozen attrs class below (`MEMBER_FRAMES`, `LEAD_FRAMES`); `encode`
+writes one as `{"type": …, <its fields in order>}`, byte for byte the JSON the link has always carried
+(an `AgentView`'s `left_out` only when not 0). `parse_member_frame` (the lead's side) and
+`parse_lead_frame` (the member's side) are the only ways a peer's text becomes a frame.
+
 An agent's view travels as what the member's bridge read from it — the raw `hello` and `/v1/state`
 documents — plus the member's status for it. The lead feeds them to its own `AgentReader`, so a
 member's asks get exactly the digests, trimming and marks the lead computes for its own agents.
@@ -25,9 +30,10 @@ from typing import Any
 
 import attrs
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
 from crew.convert import describe, lenient_converter
-from crew.receipts import Receipt
+from crew.receipts import Reason, Receipt, refused
 from crew.sources import NAME_RULE
 from crew.views import keep_conversations
 from crew.wire import WireRange
@@ -60,18 +66,16 @@ PROTOCOL = "protocol"
 
 
 class FrameError(ValueError):
-    """A frame from the peer does not fit the crew wire (the peer misbehaved)."""
+    """A frame from the peer does not fit the crew wire (the peer misbehaved). `args`: the message (escaped),
+    then the `id` the frame named (a string, or None) and its `type`, when it had them; `op`: a bad
+    request's op, when it named one as a string."""
+
+    op: str | None = None
 
 
-def encode(msg: dict) -> str:
-    return json.dumps(msg, separators=(",", ":"))
-
-
-def decode(text: str | bytes) -> dict:
-    msg = json.loads(text)
-    if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
-        raise ValueError("a crew frame is a JSON object with a string `type`")
-    return msg
+def encode(msg: Any) -> str:
+    """One frame's text: a frame model (`{"type": …, …}`, see `to_wire`) or a plain JSON value."""
+    return json.dumps(to_wire(msg) if attrs.has(type(msg)) else msg, separators=(",", ":"))
 
 
 def shown(value: object, limit: int = 80) -> str:
@@ -149,10 +153,7 @@ class AgentView:
                             left_out=min(LEFT_OUT_MAX, self.left_out + cut))
 
     def as_wire(self) -> dict:
-        out = {"name": self.name, "status": _conv.unstructure(self.status), "hello": self.hello, "state": self.state}
-        if self.left_out:
-            out["left_out"] = self.left_out
-        return out
+        return _conv.unstructure(self)  # `left_out` only when not 0
 
 
 def _max_agents(_inst, _attribute, value) -> None:
@@ -212,6 +213,74 @@ MEMBER_FRAMES: dict[str, type] = {"hello": Hello, "snapshot": Snapshot, "agent":
                                   "receipt": ReceiptFrame, "read_result": ReadResult}
 
 
+# --- frames from the lead ----------------------------------------------------------------------
+
+def _write_op(_inst, _attribute, value) -> None:
+    if value not in WRITE_OPS:
+        raise ValueError(f"op must be one of {', '.join(WRITE_OPS)}")
+
+
+@attrs.frozen
+class Welcome:
+    """The lead's answer to a `hello` it lets in (fields in the wire's order)."""
+
+    lead: str
+    read_only: bool = False  # a member older than the lead's range: its agents show, writes are refused
+    crew_wire: WireRange = attrs.field(kw_only=True)
+
+
+@attrs.frozen
+class Viewing:
+    agent: str
+    on: bool
+
+
+@attrs.frozen
+class Request:
+    """A write for one of the member's agents: `args` is the write itself (bridge.writes.WriteRequest's
+    fields; `request_structured` checks them against the envelope)."""
+
+    id: str
+    agent: str
+    op: str = attrs.field(validator=_write_op)
+    args: dict = attrs.Factory(dict)
+
+
+@attrs.frozen
+class Read:
+    """A read of one of the member's agents; `args` by `what` (`READ_ARGS`, checked by `read_args`)."""
+
+    id: str
+    agent: str
+    what: str
+    args: dict = attrs.Factory(dict)
+
+
+LEAD_FRAMES: dict[str, type] = {"welcome": Welcome, "viewing": Viewing, "request": Request, "read": Read}
+
+
+# what a `read` asks, by `what` (fields the member does not know, like the lead's `limit`, are ignored)
+@attrs.frozen
+class ItemsArgs:
+    conversation: str
+    since: int | None = None  # the items changed after this revision (None: 0)
+    newest: int | None = None  # issue 39: the newest `newest` items by position ...
+    before: int | None = None  # ... above this seq
+
+
+@attrs.frozen
+class ClosedArgs:
+    cursor: str | None = None
+
+
+@attrs.frozen
+class RecentSendsArgs:
+    conversation: str
+
+
+READ_ARGS: dict[str, type] = {"items": ItemsArgs, "closed": ClosedArgs, "recent_sends": RecentSendsArgs}
+
+
 # what a `read` answers, by `what` (crew.md §2; `closed` is the closed list, features L4)
 @attrs.frozen
 class ItemsResult:
@@ -261,6 +330,9 @@ def _list_hook(conv: cattrs.Converter):
 def _converter() -> cattrs.Converter:
     conv = lenient_converter()  # unknown fields ignored; str/int/bool/float never coerced
     conv.register_structure_hook(dict, _strict_dict)
+    # a JSON object a frame carries (an agent's documents, a write's args) goes out as it is: copying it
+    # value by value cost a 200-conversation view 4x the time of its encoding
+    conv.register_unstructure_hook_func(lambda t: t is dict or typing.get_origin(t) is dict, lambda d: d)
     conv.register_structure_hook_factory(lambda t: typing.get_origin(t) is list, _list_hook(conv))
     return conv
 
@@ -268,15 +340,56 @@ def _converter() -> cattrs.Converter:
 _conv = _converter()
 
 
-def _reason(exc: BaseException) -> str:
+def _reason(exc: BaseException, root: str = "$") -> str:
     try:
-        return "; ".join(f"{msg} @ {path}" for path, msg in describe(exc)[:2])
+        return "; ".join(f"{msg} @ {root}{path[1:]}" for path, msg in describe(exc)[:2])
     except Exception:
         return f"{type(exc).__name__}: {exc}"
 
 
-def parse_member_frame(raw: str | bytes) -> tuple[str, object]:
-    """(type, frame) for one frame from a member, or FrameError saying what is wrong (escaped)."""
+def _omit_zero_left_out(conv: cattrs.Converter, cls: type):
+    """A view's `left_out` goes on the wire only when it is not 0 (as members have always sent it)."""
+    base = make_dict_unstructure_fn(cls, conv, left_out=override(omit=True))
+
+    def hook(view):
+        out = base(view)
+        if view.left_out:
+            out["left_out"] = view.left_out
+        return out
+
+    return hook
+
+
+for _cls in (AgentView, ViewBody):
+    _conv.register_unstructure_hook(_cls, _omit_zero_left_out(_conv, _cls))
+
+FRAME_KINDS: dict[type, str] = {cls: kind for frames in (MEMBER_FRAMES, LEAD_FRAMES) for kind, cls in frames.items()}
+
+
+def to_wire(frame: Any) -> dict:
+    """A frame model as the JSON object the link carries: `type` first, then its fields in order."""
+    kind = FRAME_KINDS.get(type(frame))
+    out = _conv.unstructure(frame)
+    return {"type": kind, **out} if kind is not None else out
+
+
+def lead_frame(msg: Any):
+    """A frame the lead sends, as its model: a model is returned as it is; a dict (`{"type": "request", …}`)
+    is structured, so a frame that does not fit the crew wire never leaves the lead (ValueError)."""
+    if type(msg) in FRAME_KINDS:
+        if FRAME_KINDS[type(msg)] not in LEAD_FRAMES:
+            raise ValueError(f"a {FRAME_KINDS[type(msg)]} frame is the member's, not the lead's")
+        return msg
+    cls = LEAD_FRAMES.get(msg.get("type")) if isinstance(msg, dict) else None
+    if cls is None:
+        raise ValueError(f"not a frame the lead sends: {shown(msg)}")
+    try:
+        return _conv.structure(msg, cls)
+    except Exception as exc:
+        raise ValueError(f"the lead's own {msg['type']} frame does not fit the crew wire: {_reason(exc)}") from None
+
+
+def _parse(raw: str | bytes, frames: dict[str, type]) -> tuple[str, object]:
     if not isinstance(raw, str):
         raise FrameError("a binary frame (the crew wire sends JSON text frames)")
     if len(raw) > MAX_FRAME:
@@ -288,14 +401,84 @@ def parse_member_frame(raw: str | bytes) -> tuple[str, object]:
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
         raise FrameError("not a JSON object with a string `type`")
     kind = msg["type"]
-    cls = MEMBER_FRAMES.get(kind)
+    cls = frames.get(kind)
     if cls is None:
         raise FrameError(f"unknown frame type \"{shown(kind, 40)}\"")
     try:
         return kind, _conv.structure(msg, cls)
-    except Exception as exc:  # cattrs raises several types; all mean "the member sent a misfit"
-        raise FrameError(f"{kind}: {shown(_reason(exc), 200)}", msg.get("id") if isinstance(msg.get("id"), str)
-                         else None) from None
+    except Exception as exc:  # cattrs raises several types; all mean "the peer sent a misfit"
+        err = FrameError(f"{kind}: {shown(_reason(exc), 200)}", msg.get("id") if isinstance(msg.get("id"), str)
+                         else None, kind)
+        err.op = msg.get("op") if isinstance(msg.get("op"), str) else None
+    raise err
+
+
+def parse_member_frame(raw: str | bytes) -> tuple[str, object]:
+    """(type, frame) for one frame from a member, or FrameError saying what is wrong (escaped)."""
+    return _parse(raw, MEMBER_FRAMES)
+
+
+def parse_lead_frame(raw: str | bytes) -> tuple[str, object]:
+    """(type, frame) for one frame from the lead, or FrameError saying what is wrong (escaped); for a
+    `request` or `read` whose `id` is a string, `frame_id` names it, so it can be answered."""
+    return _parse(raw, LEAD_FRAMES)
+
+
+def frame_kind(exc: FrameError) -> str | None:
+    """The type of the frame a FrameError is about, when the frame named a known one."""
+    return exc.args[2] if len(exc.args) > 2 else None
+
+
+def request_structured(frame: Request, cls: type):
+    """The write a `request` carries, as `cls` (bridge.writes.WriteRequest): `args` structured strictly (a
+    wrong type or a missing field is a FrameError naming it; unknown fields are ignored). The envelope's
+    `id`, `agent` and `op` fill `request_id`, `agent` and `op` where `args` leaves them out, and must be
+    the same where it names them."""
+    args = dict(frame.args)
+    problem = None
+    for key, value in (("request_id", frame.id), ("agent", frame.agent), ("op", frame.op)):
+        if key in args and args[key] != value:
+            problem = (f"request: args.{key} {shown(args[key], 40)} is not the request's {key.split('_')[-1]} "
+                       f"{shown(value, 40)}")
+            break
+        args[key] = value
+    if problem is None:
+        try:
+            return _conv.structure(args, cls)
+        except Exception as exc:
+            problem = f"request: {shown(_reason(exc, 'args'), 200)}"
+    err = FrameError(problem, frame.id, "request")
+    err.op = frame.op
+    raise err
+
+
+def refusal_of(exc: FrameError) -> ReceiptFrame | None:
+    """The member's answer, at once, to a `request` it could not read: refused `bad_request` (nothing reached
+    the agent) with what was wrong; None when the frame named no request id to answer."""
+    if frame_kind(exc) != "request" or frame_id(exc) is None:
+        return None
+    rid = frame_id(exc)
+    return ReceiptFrame(rid, refused(rid, exc.op or "", Reason.BAD_REQUEST,
+                                     text=f"The member could not read the request: {exc.args[0]}"))
+
+
+def read_failure(exc: FrameError) -> ReadResult | None:
+    """The member's answer to a `read` it could not read: `ok: false` with what was wrong (as for any failed
+    read); None when the frame named no id to answer."""
+    if frame_kind(exc) != "read" or frame_id(exc) is None:
+        return None
+    return ReadResult(frame_id(exc), False, {"error": exc.args[0]})
+
+
+def read_args(frame: Read):
+    """A `read`'s args as its `what` asks them (READ_ARGS), or a FrameError naming what is wrong."""
+    cls = READ_ARGS.get(frame.what)
+    if cls is None:
+        raise FrameError(f"read: no read \"{shown(frame.what, 40)}\" (reads: {', '.join(READ_ARGS)})", frame.id, "read")
+    try:
+        return _conv.structure(frame.args, cls)
+    except Exception as exc:
+        raise FrameError(f"read {frame.what}: {shown(_reason(exc, 'args'), 200)}", frame.id, "read") from None
 
 
 def frame_id(exc: FrameError) -> str | None:

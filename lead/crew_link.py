@@ -51,25 +51,28 @@ class Conn:
         self.drained = trio.Event()
         self.save_after_feed = False
 
-    async def send(self, msg: dict, timeout: float = SEND_WAIT) -> None:
-        """Send one frame. A link that takes no frame for `timeout` (the member stopped reading its
-        socket) is ended, and `LinkStuck` raised: nobody waits on it longer than that."""
+    async def send(self, msg, timeout: float = SEND_WAIT) -> None:
+        """Send one frame (a crewwire lead frame, or its dict: checked against the model before it goes).
+        A link that takes no frame for `timeout` (the member stopped reading its socket) is ended, and
+        `LinkStuck` raised: nobody waits on it longer than that."""
+        text = crewwire.encode(crewwire.lead_frame(msg))
         with trio.move_on_after(timeout) as scope:
             async with self.send_lock:
-                await self.ws.send(crewwire.encode(msg))
+                await self.ws.send(text)
         if scope.cancelled_caught:
             if not self.closed.is_set():
                 self.close_reason = f"stalled: it took no frame for {timeout:g} s"
                 self.closed.set()
             raise LinkStuck(self.label)
 
-    async def call(self, msg: dict, timeout: float):
+    async def call(self, msg, timeout: float):
         """Send a request or read and wait for its answer: the parsed frame, a FrameError (the member
         answered with a bad frame), or None on timeout or a dropped link. `timeout` counts from the
         call, the frame's send included."""
+        msg = crewwire.lead_frame(msg)
         done = trio.Event()
         slot: list = []
-        self.pending[msg["id"]] = (done, slot)
+        self.pending[msg.id] = (done, slot)
         deadline = trio.current_time() + timeout
         try:
             await self.send(msg, timeout)
@@ -84,7 +87,7 @@ class Conn:
         except Exception:  # the socket went away while sending
             return None
         finally:
-            self.pending.pop(msg["id"], None)
+            self.pending.pop(msg.id, None)
         return slot[0] if slot else None
 
     def resolve(self, request_id: str, answer) -> None:
@@ -138,8 +141,7 @@ async def answers(conn: Conn) -> bool:
     still hold its old link, which answers nothing.) ASGI gives the lead no WebSocket ping, so the
     probe is a read the member must answer (crew.md §2), of an agent no member has: any answer, even
     "no such agent" or a bad frame, means a live member at the other end."""
-    probe = {"type": "read", "id": str(uuid.uuid4()), "agent": PROBE_AGENT, "what": "recent_sends",
-             "args": {"conversation": "probe"}}
+    probe = crewwire.Read(str(uuid.uuid4()), PROBE_AGENT, "recent_sends", {"conversation": "probe"})
     return await conn.call(probe, PING_WAIT) is not None
 
 

@@ -66,12 +66,22 @@ keep-alive timer, which runs while the body drains.
    the lead stopped listening (a phone whose cookie a neighbour replaced did it, issue 42.10). Such DATA is
    dropped, its flow control credited; and one connection's error ends that connection only (`lead.http`).
 
+11. **A write whose task is cancelled while it waits for the socket is lost.** The protocol takes its
+   bytes out of h2's (or h11's) buffer, then waits for the connection's send lock — and a task cancelled in
+   that wait dropped them. When the client resets a stream (a browser leaving the page) its request task is
+   cancelled; if another write held the lock just then, the lost bytes were a HEADERS block the HPACK
+   encoder had counted, and the browser failed to decode every later answer on the connection
+   (`ERR_HTTP2_COMPRESSION_ERROR`), or DATA its flow control had counted (`ERR_HTTP2_PROTOCOL_ERROR`). Now
+   the bytes join the connection's unsent queue, in order, before the wait; whoever holds the lock writes
+   the queue — so a cancelled writer's bytes go out with the write ahead of it or the next one. (Shielding
+   the wait instead would send an evicted connection's answer that its cancellation must drop.)
+
 `install()` puts them in place (before serving); `lead.http` passes its own subclass of
 `FixedTCPServer`. They replace private internals of the versions in `WRITTEN_FOR` (pyproject.toml pins
 those series, `~=`), so `install()` refuses any other version with a message naming both, rather than
 patching code it was not written for. `tests/test_http_server.py` fails without each of parts 1-4, and
 `tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7,
-`tests/test_door_jar.py` without parts 8-10.
+`tests/test_door_jar.py` without parts 8-10, `tests/test_http_server.py` without part 11.
 """
 
 from __future__ import annotations
@@ -280,17 +290,26 @@ class FixedTCPServer(TCPServer):
         await super()._read_data()
         await self.idle_task.stop()  # the client is gone: nothing is left for the keep-alive timer to end
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.unsent = bytearray()  # bytes the protocol gave to be written, in its order, not yet written (fix 11)
+
     async def protocol_send(self, event) -> None:
-        if isinstance(event, RawData):  # hypercorn's write, bounded (fix 5)
+        if isinstance(event, RawData):  # hypercorn's write, bounded (fix 5), never lost nor reordered (fix 11)
+            self.unsent += event.data  # before any wait: a task cancelled below leaves them to the next write
             async with self.send_lock:
-                try:
-                    with trio.CancelScope(shield=True):  # as hypercorn's: a write is never left half done
-                        if await send_bounded(self.stream, event.data):
+                with trio.CancelScope(shield=True):  # as hypercorn's: a write is never left half done
+                    try:
+                        while self.unsent:  # its own bytes, and those of a writer cancelled while it waited
+                            data, self.unsent = bytes(self.unsent), bytearray()
+                            if not await send_bounded(self.stream, data):
+                                await self._abort()
+                                break
+                        else:
                             return
-                        await self._abort()
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass
-                await self.protocol.handle(Closed())
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+            await self.protocol.handle(Closed())
         elif isinstance(event, Closed) or (isinstance(event, Updated) and event.idle):
             with trio.CancelScope(shield=True, deadline=trio.current_time() + RECYCLE_SECONDS):
                 await super().protocol_send(event)

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import trio
 
+from bridge.once import judge_repeat, not_recorded
 from bridge.writes import WriteRequest
 from crew import logs
-from crew.receipts import Receipt, not_recorded, refused
+from crew.receipts import Reason, Receipt
 from lead.inbox_core import (  # noqa: F401  (re-exported: `from lead.inbox import ...` keeps working)
     ACTIVE, FINISHED, FINISHED_IN_MEMORY, FINISHED_PER_SENDER, HOLD, HOLD_MAX, ID_NAMESPACE, IDLE_TICK,
     ITEM_LINE_EVERY, ITEM_LINES, KEEP_FINISHED, LOCAL, PAUSE_MAX, RETRY_MAX, RETRY_MIN, TEXT_CEILING, TICK,
@@ -206,23 +207,26 @@ class Inbox:
         self.store.failed()
         log.info("[inbox] %s/%s: %s %s refused: not recorded (%s: %s)", item.machine, item.agent, req.op, item.id,
                  type(exc).__name__, exc)
-        return not_recorded(req.request_id, req.op, exc)
+        return not_recorded(req, exc)
 
     async def _repeat(self, existing: Item, req: WriteRequest, fingerprint: str) -> Receipt:
+        """A request id this sender used before (its item `existing`): another body is refused `conflict`;
+        a double tap while the first runs waits for it, then is judged again (bridge.once); an interrupted
+        item is resumed by the Retry; else what became of it (`replay`)."""
         rid, op = req.request_id, req.op
-        verdict = self.core.repeat(existing, fingerprint)
-        if verdict == "conflict":
-            return refused(rid, op, "conflict")
-        if existing.id in self.inflight:  # a double tap while the first runs: wait for it, then report it
-            await self.inflight[existing.id].wait()
+        no = judge_repeat(req, existing.fingerprint, None, fingerprint=fingerprint)
+        if no is not None:
+            return no
+        if await self.inflight.wait_out(existing.id):
             return await self._repeat(existing, req, fingerprint)
+        verdict = self.core.repeat(existing, fingerprint)
         if self.core.resumes(existing, verdict, busy=(existing.machine, existing.agent) in self.busy,
                              online=self.sight.online(existing.machine)):  # the Retry resumes the recorded request
             self.busy.add((existing.machine, existing.agent))
             try:
                 rec = await self.dispatcher.dispatch(existing, WriteRequest(**existing.request), passed_through=True)
             except NotKept:  # nothing sent now; an earlier attempt may have been: not certain, Retry again
-                return texts.not_confirmed(rid, op, "disk_full")
+                return texts.not_confirmed(rid, op, Reason.DISK_FULL)
             finally:
                 self.busy.discard((existing.machine, existing.agent))
             return texts.resumed(existing, rec, rid, op)

@@ -53,8 +53,9 @@ from collections import OrderedDict
 
 import attrs
 
+from bridge.once import conflicts
 from bridge.writes import WriteRequest
-from crew.receipts import final_unknown, refused
+from crew.receipts import Reason, final_unknown, refused
 from lead import inbox_texts as texts
 from lead.inbox_texts import Waiting, state_text  # noqa: F401  (Waiting: re-exported)
 
@@ -101,8 +102,8 @@ def transition(old: str, new: str) -> str:
     return new
 # refusals that leave an item waiting (nothing reached the agent); the agent not ready (unreachable: down, or
 # restarting and not greeted yet) or the state folder full (disk_full, not_recorded) also pause its inbox
-TRANSIENT = ("unreachable", "disk_full", "not_recorded")
-HOLD = ("ask_open", "turn_moved", "busy", *TRANSIENT)
+TRANSIENT = (Reason.UNREACHABLE, Reason.DISK_FULL, Reason.NOT_RECORDED)
+HOLD = (Reason.ASK_OPEN, Reason.TURN_MOVED, Reason.BUSY, *TRANSIENT)
 PAUSE_MAX = 10.0  # an agent whose dispatches reach nothing is tried again after 1, 2, 4 … 10 s
 # an item answered "not now" (a HOLD refusal: an ask open, the turn moved, the session busy) waits 1, 2, 4 …
 # HOLD_MAX s before its next try (issue 32: it was dispatched again at once, thousands of times a second);
@@ -191,8 +192,8 @@ class InboxCore:
     @staticmethod
     def repeat(existing: Item, fingerprint: str) -> str:
         """A request id seen before from this sender: `conflict` (another body) or the state to report."""
-        if existing.fingerprint is not None and existing.fingerprint != fingerprint:
-            return "conflict"
+        if conflicts(existing.fingerprint, fingerprint):  # bridge.once: the rule shared with the writer, routing
+            return Reason.CONFLICT
         return existing.state
 
     @staticmethod
@@ -209,7 +210,7 @@ class InboxCore:
         if isinstance(req.text, str) and len(req.text) > limit:
             return texts.too_long(req.request_id, req.op, len(req.text), limit)
         if self.passed_turn(req.turn, current_turn):
-            return refused(req.request_id, req.op, "turn_moved")
+            return refused(req.request_id, req.op, Reason.TURN_MOVED)
         return None
 
     @staticmethod
@@ -217,7 +218,7 @@ class InboxCore:
         """A new request id of its sender: refused `conflict` when its item id is `taken` (the owner used an
         id a sender's item already has), `inbox_full` when the sender has `most` items `waiting`; else None."""
         if taken:
-            return refused(req.request_id, req.op, "conflict")
+            return refused(req.request_id, req.op, Reason.CONFLICT)
         if waiting >= most:
             return texts.inbox_full(req.request_id, req.op, most)
         return None
@@ -399,7 +400,7 @@ class InboxCore:
             return {"state": "failed", "reason": reason or outcome, "receipt": rec}
         if outcome == "unknown":
             return {"state": "running", "runtime_ref": None, "receipt": rec}
-        if outcome == "refused" and reason == "busy" and not rec.get("replay"):
+        if outcome == "refused" and reason == Reason.BUSY and not rec.get("replay"):
             if resumed:
                 return {"state": "running", "runtime_ref": None}
             return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
@@ -407,10 +408,10 @@ class InboxCore:
             return {"state": "failed", "reason": reason or outcome, "receipt": rec}
         if outcome == "refused" and reason in HOLD and not rec.get("replay"):
             return {"state": "approved", "runtime_ref": None, "request": None, "receipt": rec}
-        if outcome == "refused" and reason == "conflict" and item.receipt and item.receipt.get("reason") in HOLD:
+        if outcome == "refused" and reason == Reason.CONFLICT and item.receipt and item.receipt.get("reason") in HOLD:
             earlier = item.receipt
             return {"state": "failed", "reason": earlier.get("reason"), "receipt": {**earlier, "replay": True}}
-        if outcome == "refused" and reason == "machine_offline":  # the lead kept it: nothing was forwarded
+        if outcome == "refused" and reason == Reason.MACHINE_OFFLINE:  # the lead kept it: nothing was forwarded
             return {"state": "running" if item.request and item.receipt else "approved", "receipt": rec}
         return {"state": "failed", "reason": reason or outcome, "receipt": rec}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import attrs
 import trio
 
+from bridge.once import InFlight
 from bridge.writes import WriteRequest
 from crew import logs
 from crew.receipts import Receipt
@@ -35,47 +36,45 @@ class Dispatcher:
         self.store, self.writer, self.hub = inbox.store, inbox.writer, inbox.hub
         self.active, self.pending, self.running = inbox.active, inbox.pending, inbox.running
         self.busy: set[tuple[str, str]] = set()  # inboxes with a dispatch in flight
-        self.inflight: dict[str, trio.Event] = {}  # item id -> its dispatch
+        self.inflight = InFlight()  # item ids being dispatched (bridge.once); a repeat waits them out
 
     async def dispatch(self, item: Item, req: WriteRequest, *, passed_through: bool = False) -> Receipt:
         """Record the exact request, send it once, and file its receipt. The caller marks the inbox busy."""
-        before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
-        resumed = item.state == "running" and item.request is not None  # it may have reached the agent before
-        self.record.set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
-        self.line(item, "running %s", item.id)
-        done = self.inflight[item.id] = trio.Event()
         try:
-            try:
-                await self.inbox._sync()  # on disk before anything is sent: a resume sends this very request
-            except STORE_ERRORS as exc:
-                self.record.set(item, **before)  # as the record still has it: nothing was sent
-                raise NotKept() from exc
-            try:
-                if item.machine == LOCAL:
-                    rec = await self.writer.write(req)
-                else:
-                    rec = await self.hub.write(item.machine, req)
-            except Exception as exc:  # one item's failure is that item's, never the lead's
-                log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine, item.agent,
-                            item.id, type(exc).__name__)
-                rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
-            fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
-            fields, line = self.pace.after(item, req, rec, fields, trio.current_time(), locked=self.sight.locked(item),
-                                           signature=self.sight.signature(item))
-            if line is not None:
-                self.line(item, *line)
-            self.record.set(item, **fields)
-            if item.state == "failed":
-                log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
-            try:
-                await self.inbox._sync()
-            except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
-                self.store.failed()
-            self.sight.read_again(item.machine, item.agent)
-            return rec
+            with self.inflight.hold(item.id):  # a repeat of its id waits it out (Inbox._repeat)
+                before = {"state": item.state, "runtime_ref": item.runtime_ref, "request": item.request}
+                resumed = item.state == "running" and item.request is not None  # it may have reached the agent
+                self.record.set(item, state="running", runtime_ref=None, request=attrs.asdict(req))
+                self.line(item, "running %s", item.id)
+                try:
+                    await self.inbox._sync()  # on disk before anything is sent: a resume sends this very request
+                except STORE_ERRORS as exc:
+                    self.record.set(item, **before)  # as the record still has it: nothing was sent
+                    raise NotKept() from exc
+                try:
+                    if item.machine == LOCAL:
+                        rec = await self.writer.write(req)
+                    else:
+                        rec = await self.hub.write(item.machine, req)
+                except Exception as exc:  # one item's failure is that item's, never the lead's
+                    log.warning("[inbox] %s/%s: %s: the dispatch raised %s; resumed later", item.machine,
+                                item.agent, item.id, type(exc).__name__)
+                    rec = Receipt(request_id=req.request_id, op=req.op, outcome="unknown", reason="internal")
+                fields = self.core.settle(item, attrs.asdict(rec), passed_through=passed_through, resumed=resumed)
+                fields, line = self.pace.after(item, req, rec, fields, trio.current_time(),
+                                               locked=self.sight.locked(item), signature=self.sight.signature(item))
+                if line is not None:
+                    self.line(item, *line)
+                self.record.set(item, **fields)
+                if item.state == "failed":
+                    log.info("[inbox] %s/%s: %s failed: %s", item.machine, item.agent, item.id, item.reason)
+                try:
+                    await self.inbox._sync()
+                except STORE_ERRORS:  # the receipt is true and kept in memory; the next commit writes it
+                    self.store.failed()
+                self.sight.read_again(item.machine, item.agent)
+                return rec
         finally:
-            del self.inflight[item.id]
-            done.set()
             self.inbox.poke((item.machine, item.agent))
 
     async def run_item(self, item: Item, req: WriteRequest) -> None:

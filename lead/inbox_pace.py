@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import attrs
 
+from crew.receipts import Reason
 from lead.inbox_core import (HOLD, HOLD_MAX, IDLE_TICK, ITEM_LINE_EVERY, ITEM_LINES, PAUSE_MAX, RETRY_MAX,
                              RETRY_MIN, TICK, TRANSIENT, UNKNOWN_TURN, UNKNOWN_TURN_TRIES, Hold, Item)
 
@@ -52,7 +53,7 @@ class Pacing:
         else:
             self.retry_at.pop(item.id, None)
         key = (item.machine, item.agent)
-        if fields.get("state") == "approved" and rec.reason in (*TRANSIENT, "machine_offline"):
+        if fields.get("state") == "approved" and rec.reason in (*TRANSIENT, Reason.MACHINE_OFFLINE):
             self.held.pop(item.id, None)
             line = ("%s waits: %s; trying again in %g s", item.id, rec.reason, self.pause(key, clock))
         else:
@@ -80,11 +81,11 @@ class Pacing:
         same = old is not None and old.reason == rec.reason
         backoff = min(HOLD_MAX, old.backoff * 2) if same else RETRY_MIN
         tries = old.tries + 1 if same else 1
-        if rec.reason == "turn_moved" and req.op == "send" and req.turn is None and tries >= UNKNOWN_TURN_TRIES:
+        if rec.reason == Reason.TURN_MOVED and req.op == "send" and req.turn is None and tries >= UNKNOWN_TURN_TRIES:
             self.held.pop(item.id, None)
             receipt = {**attrs.asdict(rec), "message": UNKNOWN_TURN}
-            return {"state": "failed", "reason": "turn_moved", "receipt": receipt, "runtime_ref": None}, None
-        if rec.reason == "busy" and locked:  # the lead's own lock: it goes the moment that is let go
+            return {"state": "failed", "reason": Reason.TURN_MOVED, "receipt": receipt, "runtime_ref": None}, None
+        if rec.reason == Reason.BUSY and locked:  # the lead's own lock: it goes the moment that is let go
             self.held.pop(item.id, None)
             return fields, ("%s waits: another write holds the conversation", item.id)
         self.held[item.id] = Hold(clock + backoff, backoff, tries, rec.reason, signature)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from crew.receipts import NOT_CONFIRMED, Receipt, refused
+from crew.receipts import NOT_CONFIRMED, Reason, Receipt, refused
 
 if TYPE_CHECKING:
     from lead.inbox_core import Item
@@ -112,7 +112,7 @@ def replay(existing: Item, verdict: str, rid: str, op: str, text: str) -> Receip
 def resumed(existing: Item, rec: Receipt, rid: str, op: str) -> Receipt:
     """What a Retry that resumed `existing` answers: the receipt of this attempt, as a replay — unless the
     lock refused it `busy` while the item may have reached the agent before (it is resumed later, issue 27)."""
-    if rec.reason == "busy" and existing.state == "running":
+    if rec.reason == Reason.BUSY and existing.state == "running":
         return not_confirmed(rid, op, rec.reason)
     return attrs.evolve(rec, request_id=rid, replay=True)
 
@@ -123,11 +123,12 @@ def not_confirmed(rid: str, op: str, reason: str) -> Receipt:
 
 
 def too_long(rid: str, op: str, length: int, limit: int) -> Receipt:
-    return refused(rid, op, "too_long", f"{length} characters; at most {limit}")
+    return refused(rid, op, Reason.TOO_LONG, f"{length} characters; at most {limit}")
 
 
 def inbox_full(rid: str, op: str, most: int) -> Receipt:
-    return refused(rid, op, "inbox_full", f"{most} of your requests already wait in inboxes: wait until some have run")
+    return refused(rid, op, Reason.INBOX_FULL,
+                   f"{most} of your requests already wait in inboxes: wait until some have run")
 
 
 def message_too_long(length: int, limit: int) -> str:

@@ -42,7 +42,7 @@ import attrs
 
 from bridge.reader import AgentReader
 from crew import crewwire
-from crew.crewwire import Admission, FrameError, Hello, shown
+from crew.crewwire import Admission, FrameError, Hello, Viewing, Welcome, shown
 from crew.views import UNREACHABLE
 from crew.wire import WireRange
 from lead.member_views import MEMBER_VIEWS_MAX, keep_view
@@ -104,19 +104,18 @@ def keeps_label(alive: bool, open_conn, conn_now) -> bool:
 
 
 def connected(member: Member, conn: Conn, hello: Hello, admission: Admission, wall: float,
-              ours: WireRange = crewwire.CREW_WIRE) -> dict:
+              ours: WireRange = crewwire.CREW_WIRE) -> Welcome:
     """The member's state once its new link `conn` is let in, and the `welcome` the lead answers."""
     member.conn, member.read_only = conn, admission.read_only
     member.version = shown(hello.collie, 40)
     member.offline_since = None
     member.last_seen = wall
-    return {"type": "welcome", "lead": "collie", "read_only": admission.read_only,
-            "crew_wire": {"min": ours.min, "max": ours.max}}
+    return Welcome("collie", admission.read_only, crew_wire=ours)
 
 
-def viewed(viewers: dict[tuple[str, str], int], label: str) -> list[dict]:
+def viewed(viewers: dict[tuple[str, str], int], label: str) -> list[Viewing]:
     """The `viewing` frames a member's new link is told after `welcome`: one for each agent a phone views."""
-    return [{"type": "viewing", "agent": agent, "on": True}
+    return [Viewing(agent, True)
             for (m, agent), count in list(viewers.items()) if m == label and count]
 
 
@@ -130,14 +129,14 @@ def link_ended(member: Member, conn: Conn, wall: float) -> bool:
     return True
 
 
-def viewing(viewers: dict[tuple[str, str], int], label: str, agent: str, on: bool) -> dict | None:
+def viewing(viewers: dict[tuple[str, str], int], label: str, agent: str, on: bool) -> Viewing | None:
     """Count a phone starting (`on`) or ending its viewing of an agent: the `viewing` frame to send the
     member when the agent's first viewer came or its last went, else None (more viewers change nothing)."""
     key = (label, agent)
     before = viewers.get(key, 0)
     after = max(0, before + (1 if on else -1))
     viewers[key] = after
-    return {"type": "viewing", "agent": agent, "on": after > 0} if (before == 0) != (after == 0) else None
+    return Viewing(agent, after > 0) if (before == 0) != (after == 0) else None
 
 
 def crew_row(member: Member, kept: int) -> dict:

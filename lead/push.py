@@ -41,6 +41,7 @@ import base64
 import hashlib
 import ipaddress
 import json
+import math
 import os
 import re
 import socket
@@ -559,25 +560,16 @@ def vapid_headers(vapid, endpoint: str, subject: str, now: float) -> dict:
     return vapid.sign({"aud": aud, "exp": int(now) + 12 * 3600, "sub": subject})
 
 
-class Pusher:
-    """Watches for new asks on every machine and pushes them to the paired phones, within the limits."""
+class ViewWatcher:
+    """What the ask pushes (`Pusher`) and the turn-end pushes (`lead.turn_push.TurnPusher`) share: woken when an
+    agent view changes, the lead's own agents' (the bridge's `on_agent_change`) or a member's
+    (`hub.on_view_change`); `dirty` holds the `(machine, agent)` views changed since the last look
+    (`agent` None: all of that machine's)."""
 
-    def __init__(self, bridge, hub, folder: Path, *, host: str, redact_on: bool = True,
-                 subject: str = "mailto:collie@localhost", client_factory=None, loopback_ok: bool = False) -> None:
+    def __init__(self, bridge, hub) -> None:
         self.bridge, self.hub = bridge, hub
-        self.store = PushStore(folder)
-        self.vapid = load_vapid(folder)
-        self.public_key = public_key_b64(self.vapid)
-        self.limiter = PushLimiter(self.store.limiter_state)
-        self.host, self.redact_on, self.subject = host, redact_on, subject
         self.dirty: set[tuple] = set()
         self._wake = trio.Event()
-        self.client_factory = client_factory
-        self.loopback_ok = loopback_ok  # COLLIE_PUSH_LOOPBACK=1: loopback endpoints allowed (tests, local relays)
-        self.limiter_disk = trio.CapacityLimiter(1)
-        self.stats = {"pushed": 0, "quiet": 0, "many": 0, "failed": 0, "removed": 0}
-        self.known: set[tuple] = set()  # asks already looked at (their row is on disk)
-        self.sent_log: deque = deque(maxlen=100)  # (when, machine, agent, ask, decision) for tests and doctor
         hooks = getattr(bridge, "on_agent_change", None)
         if hooks is not None:
             hooks.append(lambda name: self.touch("local", name))
@@ -588,34 +580,63 @@ class Pusher:
         self.dirty.add((machine, agent))
         self._wake.set()
 
-    def _readers(self, machine: str, agent: str | None):
+    def _readers(self, machine: str, agent: str | None) -> list:
         if machine == "local":
             rs = self.bridge.readers
         else:
             member = self.hub.members.get(machine) if self.hub is not None else None
             rs = member.readers if member else {}
-        return [r for n, r in rs.items() if agent is None or n == agent]
+        return [r for n, r in list(rs.items()) if agent is None or n == agent]
+
+    def _started(self, task_status) -> None:
+        """The start-up of both services: every machine's views are looked at once, then `nursery.start` returns."""
+        self.touch("local", None)
+        for label in list(self.hub.members) if self.hub is not None else []:
+            self.touch(label, None)
+        task_status.started()
+
+    async def _woken(self, timeout: float = math.inf) -> None:
+        """Wait until a view changes (at most `timeout` seconds)."""
+        with trio.move_on_after(timeout):
+            await self._wake.wait()
+        if self._wake.is_set():
+            self._wake = trio.Event()
+
+
+class Pusher(ViewWatcher):
+    """Watches for new asks on every machine and pushes them to the paired phones, within the limits."""
+
+    def __init__(self, bridge, hub, folder: Path, *, host: str, redact_on: bool = True,
+                 subject: str = "mailto:collie@localhost", client_factory=None, loopback_ok: bool = False) -> None:
+        super().__init__(bridge, hub)
+        self.store = PushStore(folder)
+        self.vapid = load_vapid(folder)
+        self.public_key = public_key_b64(self.vapid)
+        self.limiter = PushLimiter(self.store.limiter_state)
+        self.host, self.redact_on, self.subject = host, redact_on, subject
+        self.client_factory = client_factory
+        self.loopback_ok = loopback_ok  # COLLIE_PUSH_LOOPBACK=1: loopback endpoints allowed (tests, local relays)
+        self.limiter_disk = trio.CapacityLimiter(1)
+        self.stats = {"pushed": 0, "quiet": 0, "many": 0, "failed": 0, "removed": 0}
+        self.known: set[tuple] = set()  # asks already looked at (their row is on disk)
+        self.sent_log: deque = deque(maxlen=100)  # (when, machine, agent, ask, decision) for tests and doctor
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Start with `nursery.start`: the push client is open and every machine looked at once when it returns."""
         factory = self.client_factory or (lambda: push_pool(loopback_ok=self.loopback_ok))
-        async with factory() as client, trio.open_nursery() as nursery:
+        async with factory() as client, trio.open_nursery() as deliveries:
             self.client = client
-            self.nursery = nursery
-            self.touch("local", None)
-            for label in list(self.hub.members) if self.hub is not None else []:
-                self.touch(label, None)
-            task_status.started()
+            self._started(task_status)
             while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
+                await self._woken()
                 dirty, self.dirty = self.dirty, set()
                 for machine, agent in dirty:
                     try:
-                        await self._scan(machine, agent)
+                        await self._scan(deliveries, machine, agent)
                     except Exception:  # one machine's odd view must not stop pushes for the others
                         log.exception("[bridge] push: could not look at %s", machine)
 
-    async def _scan(self, machine: str, agent: str | None) -> None:
+    async def _scan(self, deliveries: trio.Nursery, machine: str, agent: str | None) -> None:
         for reader in self._readers(machine, agent):
             new = []  # (conversation, ask, key) not looked at before
             for conv in list(reader.conversations.values()):
@@ -645,16 +666,16 @@ class Pusher:
                     payload = ask_payload(machine=machine, agent=reader.name, conversation=conv.id,
                                           pane=conv.title or "Untitled conversation",
                                           ask=ask_fields(ask), redact_on=self.redact_on)
-                    self._send_all(payload, urgency="high", topic=None)
+                    self._send_all(deliveries, payload, urgency="high", topic=None)
                 elif decision == "many":
                     host = self.host if machine == "local" else machine
-                    self._send_all(many_payload(machine, reader.name, host), urgency="high",
-                                   topic="many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24])
+                    topic = "many-" + hashlib.sha256(f"{machine}/{reader.name}".encode()).hexdigest()[:24]
+                    self._send_all(deliveries, many_payload(machine, reader.name, host), urgency="high", topic=topic)
 
-    def _send_all(self, payload: dict, *, urgency: str, topic: str | None) -> None:
+    def _send_all(self, deliveries: trio.Nursery, payload: dict, *, urgency: str, topic: str | None) -> None:
         body = encode(payload)
         for sub in list(self.store.subs.values()):
-            self.nursery.start_soon(self.deliver, sub, body, urgency, topic)
+            deliveries.start_soon(self.deliver, sub, body, urgency, topic)
 
     async def deliver(self, sub: Subscription, body: bytes, urgency: str, topic: str | None) -> int | None:
         """One push to one subscription, with retries; returns the push service's last status."""

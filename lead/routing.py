@@ -9,7 +9,8 @@
 - Reads: an answer is checked against the crew wire (counts first, crew.crewwire); a member's chat items
   never bring their own `html` to the phone — the lead renders their Markdown itself (C1).
 
-The decisions are plain functions (no trio, no I/O): `judge_repeat` (a repeated id), `refusal_before_forward`
+The decisions are plain functions (no trio, no I/O): `judge_repeat` (a repeated id, by bridge.once's rule, which
+also holds the in-flight table and the `disk_full` receipt shared with the bridge and the inbox), `refusal_before_forward`
 (what the lead refuses itself), `forwarded_receipt` (the receipt a member's answer makes: only one for this
 id and op is believed, anything else is `unknown`), `read_answer` (a read's answer, checked). `Routing`
 holds the lock and the refusals' store and carries them out.
@@ -25,12 +26,14 @@ import attrs
 import trio
 
 from bridge.locks import Busy, SessionLocks
+from bridge import once
+from bridge.once import InFlight, not_recorded
 from bridge.panes import chat_items
 from bridge.writer import INBOX_OPS
 from bridge.writes import WriteRequest, lock_key
 from crew import crewwire, logs
 from crew.crewwire import FrameError, shown
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt, not_recorded, refused
+from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Reason, Receipt, refused
 from lead.crew_link import FORWARD_TIMEOUT, Conn
 from lead.member_session import Member, hhmm
 from lead.refusals import Refusals, Seen
@@ -54,13 +57,6 @@ def own_html(items: list) -> list:
     return out
 
 
-def _not_recorded(req: WriteRequest, exc: BaseException) -> Receipt:
-    """Refused `disk_full` (or `not_recorded`): nothing was forwarded, nothing kept — as the writer says it."""
-    answer = req.op == "answer"
-    return not_recorded(req.request_id, req.op, exc, channel="program" if answer else None,
-                        digest=req.digest if answer else None)
-
-
 def offline_text(member: Member) -> str:
     """`since HH:MM` (the member's last frame), or `(never connected)`."""
     since = member.offline_since or member.last_seen
@@ -68,23 +64,22 @@ def offline_text(member: Member) -> str:
 
 
 def judge_repeat(seen: Seen | None, req: WriteRequest) -> Receipt | None:
-    """A session-bound write whose id the lead has seen: the same id with another body is refused
-    `conflict`; one the lead refused itself answers that refusal again (`replay`); None: route it."""
-    if seen is not None and seen.fingerprint != req.fingerprint():
-        return refused(req.request_id, req.op, "conflict")
-    if seen is not None and seen.state == "refused":
-        return attrs.evolve(Receipt(**seen.receipt), replay=True)
-    return None
+    """A session-bound write whose id the lead has seen, judged as the bridge judges its journal's
+    (`bridge.once.judge_repeat`): the same id with another body is refused `conflict`; one the lead refused
+    itself answers that refusal again (`replay`); None: route it (a forwarded one is the member's to answer)."""
+    if seen is None:
+        return None
+    return once.judge_repeat(req, seen.fingerprint, seen.receipt if seen.state == "refused" else None)
 
 
 def refusal_before_forward(label: str, member: Member, req: WriteRequest) -> Receipt | None:
     """What the lead refuses without asking the member: an older Collie (read-only) `older_collie`, a
     member offline `machine_offline` with since when; None: take the lock and forward."""
     if member.read_only:
-        return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason="older_collie",
+        return Receipt(request_id=req.request_id, op=req.op, outcome="refused", reason=Reason.OLDER_COLLIE,
                        text=OLDER_COLLIE)
     if member.conn is None:
-        return refused(req.request_id, req.op, "machine_offline", f"{label} {offline_text(member)}")
+        return refused(req.request_id, req.op, Reason.MACHINE_OFFLINE, f"{label} {offline_text(member)}")
     return None
 
 
@@ -125,7 +120,7 @@ class Routing:
         self.locks = SessionLocks()
         # the lead's own refusals of writes to members' agents, remembered (lead.refusals)
         self.refusals = refusals
-        self.inflight: dict[str, trio.Event] = {}  # request ids being judged or forwarded (session-bound writes)
+        self.inflight = InFlight()  # request ids being judged or forwarded (session-bound writes; bridge.once)
         self.render_limiter = trio.CapacityLimiter(1)  # members' items rendered off the loop, one answer at a time
         self._bad_frame = bad_frame
 
@@ -156,25 +151,18 @@ class Routing:
         and never runs later; sends and starters are the inbox's (lead.refusals)."""
         member = self.members.get(label)
         if member is None:
-            return refused(req.request_id, req.op, "not_found", f"no machine {label!r} in this crew")
+            return refused(req.request_id, req.op, Reason.NOT_FOUND, f"no machine {label!r} in this crew")
         if req.op in INBOX_OPS:
             return await self._route(label, member, req, kept=False)
-        rid = req.request_id
-        while rid in self.inflight:  # a double tap: wait for the first, then judge the repeat
-            await self.inflight[rid].wait()
-        done = self.inflight[rid] = trio.Event()  # claimed before any await
-        try:
+        async with self.inflight.claim(req.request_id):  # a double tap waits for the first, then is judged
             try:
-                seen = await self.refusals.run(self.refusals.get, rid)
+                seen = await self.refusals.run(self.refusals.get, req.request_id)
             except (sqlite3.Error, OSError) as exc:
-                return _not_recorded(req, exc)
+                return not_recorded(req, exc)
             rec = judge_repeat(seen, req)
             if rec is not None:
                 return rec
             return await self._route(label, member, req, kept=seen is None)
-        finally:
-            del self.inflight[rid]
-            done.set()
 
     async def _route(self, label: str, member: Member, req: WriteRequest, *, kept: bool) -> Receipt:
         """`kept`: remember a refusal decided here, and mark the request forwarded before it goes out."""
@@ -191,10 +179,10 @@ class Routing:
                     except (sqlite3.Error, OSError) as exc:
                         log.warning("[crew] %s: %s %s: not recorded (%s: %s); refused, nothing was forwarded",
                                     label, req.op, req.request_id, type(exc).__name__, exc)
-                        return _not_recorded(req, exc)
+                        return not_recorded(req, exc)
                 return await self.forward(label, req)
         except Busy:
-            rec = refused(req.request_id, req.op, "busy")
+            rec = refused(req.request_id, req.op, Reason.BUSY)
             return await self._keep(req, rec) if kept else rec
 
     async def _keep(self, req: WriteRequest, rec: Receipt) -> Receipt:
@@ -206,14 +194,15 @@ class Routing:
         except (sqlite3.Error, OSError) as exc:
             log.warning("[crew] %s %s: the refusal %s could not be recorded (%s: %s)", req.op, req.request_id,
                         rec.reason, type(exc).__name__, exc)
-            return _not_recorded(req, exc)
+            return not_recorded(req, exc)
         return rec
 
     async def forward(self, label: str, req: WriteRequest) -> Receipt:
         """Send one request to the member (the caller holds the session lock)."""
         member = self.members.get(label)
         if member is None or member.conn is None:
-            return refused(req.request_id, req.op, "machine_offline", f"{label} {offline_text(member) if member else ''}")
+            return refused(req.request_id, req.op, Reason.MACHINE_OFFLINE,
+                           f"{label} {offline_text(member) if member else ''}")
         conn = member.conn
         got = await conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
                                "args": attrs.asdict(req)}, FORWARD_TIMEOUT)

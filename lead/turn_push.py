@@ -30,7 +30,7 @@ import trio
 
 from crew import logs
 from crew.views import READY
-from lead.push import REMEMBER, REMEMBER_PER_MACHINE
+from lead.push import REMEMBER, REMEMBER_PER_MACHINE, ViewWatcher
 from lead.turn_ends import Ended, Push, Seen, Tick, TurnEnds, turn_payload, turn_text
 
 log = logs.get("push")
@@ -54,10 +54,10 @@ def device_key(device: str | None) -> str:
     return device or ""
 
 
-class TurnPusher:
+class TurnPusher(ViewWatcher):
     def __init__(self, pusher, feed, *, wall=time.time) -> None:
+        super().__init__(pusher.bridge, pusher.hub)
         self.pusher, self.feed = pusher, feed
-        self.bridge, self.hub = pusher.bridge, pusher.hub
         self.wall = wall
         self.db = pusher.store.db
         self.db.executescript(SCHEMA)
@@ -68,15 +68,8 @@ class TurnPusher:
         row = self.db.execute("SELECT state FROM turn_state WHERE id=1").fetchone()
         self.core = TurnEnds(pusher.limiter, json.loads(row[0]) if row else None)
         self.stops: OrderedDict[tuple, str] = OrderedDict()
-        self.dirty: set[tuple] = set()
-        self._wake = trio.Event()
         self.stats = {"turn_pushed": 0, "turn_folded": 0, "fold_pushed": 0}
         self.sent_log: deque = deque(maxlen=100)  # (when, payload title, devices) for tests and doctor
-        hooks = getattr(self.bridge, "on_agent_change", None)
-        if hooks is not None:
-            hooks.append(lambda name: self.touch("local", name))
-        if self.hub is not None:
-            self.hub.on_view_change.append(self.touch)
 
     # --- settings ---------------------------------------------------------------------------------
     def subscribed(self, device: str) -> bool:
@@ -139,42 +132,26 @@ class TurnPusher:
             self.stops.pop((machine, agent, conv, turn), None)
 
     # --- the loop ------------------------------------------------------------------------------------
-    def touch(self, machine: str, agent: str | None) -> None:
-        self.dirty.add((machine, agent))
-        self._wake.set()
-
-    def _readers(self, machine: str, agent: str | None) -> list:
-        if machine == "local":
-            rs = self.bridge.readers
-        else:
-            member = self.hub.members.get(machine) if self.hub is not None else None
-            rs = member.readers if member else {}
-        return [r for n, r in list(rs.items()) if agent is None or n == agent]
-
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self.nursery = nursery
-            self.touch("local", None)
-            for label in list(self.hub.members) if self.hub is not None else []:
-                self.touch(label, None)
-            task_status.started()
+        """Start with `nursery.start`, after `Pusher.run` (its client sends): every machine looked at once when it
+        returns. A turn end seen is judged, and its push sent, in a task of its own."""
+        async with trio.open_nursery() as tasks:
+            self._started(task_status)
             while True:
                 due = self.core.next_due()
-                with trio.move_on_after(math.inf if due is None else max(0.0, due - self.wall())):
-                    await self._wake.wait()
-                if self._wake.is_set():
-                    self._wake = trio.Event()
+                await self._woken(math.inf if due is None else max(0.0, due - self.wall()))
                 try:
-                    await self._pass()
+                    await self._pass(tasks)
                 except Exception:  # one odd view must not stop turn-end pushes for the others
                     log.exception("[bridge] turn-end push: a pass failed")
 
-    async def _pass(self) -> None:
+    async def _pass(self, tasks) -> None:
+        """One look at the views changed (`tasks`: where each turn end seen, and each push, is started)."""
         now = self.wall()
         folds = self.core.handle(Tick(), now)
         if folds:
             await self._save(None, now)
-            self._send(folds, "fold_pushed")
+            self._send(tasks, folds, "fold_pushed")
         dirty, self.dirty = self.dirty, set()
         for machine, agent in dirty:
             for reader in self._readers(machine, agent):
@@ -182,7 +159,7 @@ class TurnPusher:
                     continue  # its last view is kept, not an empty one: a turn that ends meanwhile is seen after
                 convs = tuple((c.id, c.state, c.turn, c.items_rev) for c in list(reader.conversations.values()))
                 for look in self.core.handle(Seen(machine, reader.name, convs), now):
-                    self.nursery.start_soon(self._ended, look)
+                    tasks.start_soon(self._ended, tasks, look)
 
     async def _save(self, key: tuple | None, now: float) -> bool:
         """Keep the core's windows (and `key`, a turn end seen, in the same commit); False when `key` was kept
@@ -210,7 +187,7 @@ class TurnPusher:
             return self.db.execute("SELECT 1 FROM pushed WHERE machine=? AND agent=? AND key=?", key).fetchone() is not None
         return await trio.to_thread.run_sync(read, limiter=self.pusher.limiter_disk)
 
-    async def _ended(self, look) -> None:
+    async def _ended(self, tasks, look) -> None:
         machine, agent, conv, turn = look.machine, look.agent, look.conversation, look.turn
         key = (machine, agent, f"turn:{conv}:{turn}")
         try:
@@ -232,11 +209,11 @@ class TurnPusher:
                 return
             if devices and not pushes:
                 self.stats["turn_folded"] += 1
-            self._send(pushes, "turn_pushed")
+            self._send(tasks, pushes, "turn_pushed")
         except Exception:
             log.exception("[bridge] turn-end push for %s/%s failed", machine, agent)
 
-    def _send(self, pushes: list, stat: str) -> None:
+    def _send(self, tasks, pushes: list, stat: str) -> None:
         for push in pushes:
             if not isinstance(push, Push):
                 continue
@@ -247,7 +224,7 @@ class TurnPusher:
             topic = hashlib.sha256(push.payload["tag"].encode()).hexdigest()[:32]
             for sub in list(self.pusher.store.subs.values()):
                 if device_key(sub.device) in push.devices:
-                    self.pusher.nursery.start_soon(self.pusher.deliver, sub, body, "high", topic)
+                    tasks.start_soon(self.pusher.deliver, sub, body, "high", topic)
 
     # --- a turn's items ---------------------------------------------------------------------------------
     async def _items(self, look) -> list[dict]:

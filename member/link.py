@@ -64,6 +64,7 @@ GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (lead.
 RESTART_RETRY = 1.0  # after a lead went away, a try this often (jittered ×0.5–1.5) ...
 RESTART_WINDOW = 120.0  # ... for this long; then the backoff grows again
 CONNECT_TIMEOUT = 10.0
+BAD_LINES, BAD_LINES_EVERY = 10, 60.0  # lines about the lead's bad frames logged in a minute at most
 FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
 
 
@@ -308,6 +309,7 @@ class Link:
         self.rng = random.Random()
         self.authority: bytes | None = None  # the lead's own authority (DER), once its SHA-256 matched the pin
         self.up_at: float | None = None  # trio time the current link was welcomed (None: not up)
+        self.bad_lines: tuple[float, int] = (-math.inf, 0)  # bad frames from the lead logged: since when, how many
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -408,26 +410,24 @@ class Link:
                                       max_message_size=crewwire.MAX_FRAME) as ws:
             if not isinstance(ws.remote, str):  # TCP: this very connection's other end
                 self._loopback_check((str(ws.remote.address), ws.remote.port), (str(ws.local.address), ws.local.port))
-            await ws.send_message(crewwire.encode({
-                "type": "hello", "label": self.cfg.label, "collie": __version__,
-                "crew_wire": {"min": crewwire.CREW_WIRE.min, "max": crewwire.CREW_WIRE.max},
-                "ops": list(crewwire.WRITE_OPS), "boot": self.boot}))
+            await ws.send_message(crewwire.encode(crewwire.Hello(self.cfg.label, __version__, crewwire.CREW_WIRE,
+                                                                 list(crewwire.WRITE_OPS), self.boot)))
             with trio.fail_after(CONNECT_TIMEOUT):
-                welcome = crewwire.decode(await ws.get_message())
-            if welcome.get("type") != "welcome":
-                raise ValueError(f"expected welcome, got {welcome.get('type')!r}")
+                kind, welcome = crewwire.parse_lead_frame(await ws.get_message())
+            if kind != "welcome":
+                raise crewwire.FrameError(f"expected welcome, got {crewwire.shown(kind, 40)}")
             self.status.connected, self.status.since = True, time.time()
             self.status.last_contact, self.status.last_error = time.time(), None
             self.status.connects += 1
             self.up_at = trio.current_time()
-            self.status.read_only = welcome.get("read_only") is True
+            self.status.read_only = welcome.read_only
             log.info("[crew] connected to the lead at %s as %s", self.url, self.cfg.label)
             await self._session(ws)
 
     async def _session(self, ws) -> None:
         send_lock = trio.Lock()
 
-        async def send(msg: dict) -> None:
+        async def send(msg) -> None:
             async with send_lock:
                 await ws.send_message(crewwire.encode(msg))
 
@@ -435,18 +435,36 @@ class Link:
             n.start_soon(self._publish, send)
             n.start_soon(self._beat, send, ws)
             while True:
-                msg = crewwire.decode(await ws.get_message())
+                raw = await ws.get_message()
                 self.status.last_contact = time.time()
-                kind = msg["type"]
+                try:
+                    kind, frame = crewwire.parse_lead_frame(raw)
+                except crewwire.FrameError as exc:
+                    n.start_soon(self._bad_frame, send, exc)
+                    continue
                 if kind == "viewing":
-                    if msg.get("agent") in self.bridge.readers:
-                        self.bridge.set_viewing(msg["agent"], msg.get("on") is True)
+                    if frame.agent in self.bridge.readers:
+                        self.bridge.set_viewing(frame.agent, frame.on)
                 elif kind == "request":
-                    n.start_soon(self._request, send, msg)
+                    n.start_soon(self._request, send, frame)
                 elif kind == "read":
-                    n.start_soon(self._read, send, msg)
-                else:
-                    log.info("[crew] unknown frame type %r from the lead ignored", kind)
+                    n.start_soon(self._read, send, frame)
+                else:  # a second welcome
+                    log.info("[crew] a %s frame from the lead after the link was set up: ignored", kind)
+
+    async def _bad_frame(self, send, exc: crewwire.FrameError) -> None:
+        """A frame from the lead that does not fit the crew wire: a request or read naming its id is answered at
+        once with what was wrong (a request refused `bad_request`: nothing reached the agent), so the lead
+        never waits out its time limit; any other is logged (escaped) and dropped."""
+        answer = crewwire.refusal_of(exc) or crewwire.read_failure(exc)
+        now = trio.current_time()
+        start, logged = self.bad_lines if now - self.bad_lines[0] < BAD_LINES_EVERY else (now, 0)
+        self.bad_lines = (start, logged + 1)
+        if logged < BAD_LINES:
+            log.info("[crew] a frame from the lead does not fit the crew wire (%s)%s", exc.args[0],
+                     "; answered" if answer is not None else "; ignored")
+        if answer is not None:
+            await send(answer)
 
     async def _publish(self, send) -> None:
         """A snapshot, then only what changed (see Coalescer)."""
@@ -502,19 +520,18 @@ class Link:
     async def _beat(self, send, ws) -> None:
         while True:
             await trio.sleep(crewwire.BEAT_EVERY)
-            await send({"type": "beat"})
+            await send(crewwire.Beat())
             with trio.fail_after(crewwire.OFFLINE_AFTER):
                 await ws.ping()
 
-    async def _request(self, send, msg: dict) -> None:
-        args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
-        fields = {f.name for f in attrs.fields(WriteRequest)}
+    async def _request(self, send, frame: crewwire.Request) -> None:
         try:
-            req = WriteRequest(**{k: v for k, v in args.items() if k in fields})
-        except TypeError:
+            req = crewwire.request_structured(frame, WriteRequest)
+        except crewwire.FrameError as exc:
+            await self._bad_frame(send, exc)
             return
         rec = await self.writer.write(req, caller_locked=True)
-        await send({"type": "receipt", "id": msg.get("id"), "receipt": attrs.asdict(rec)})
+        await send(crewwire.ReceiptFrame(frame.id, rec))
         if rec.outcome in ("sent", "started") and rec.turn is not None and req.agent in self.bridge.readers:
             await self._follow_turn(req.agent, rec.conversation or req.conversation, rec.turn)
 
@@ -530,25 +547,22 @@ class Link:
                 self.bridge.read_soon(agent)
                 await self.bridge.wait_changed()
 
-    async def _read(self, send, msg: dict) -> None:
-        agent, what = msg.get("agent"), msg.get("what")
-        args = msg.get("args") if isinstance(msg.get("args"), dict) else {}
+    async def _read(self, send, frame: crewwire.Read) -> None:
+        agent, what = frame.agent, frame.what
         result, ok = None, True
         try:
-            if agent not in self.bridge.readers:
+            args = crewwire.read_args(frame) if agent in self.bridge.readers else None  # FrameError: said below
+            if args is None:
                 ok = False
             elif what == "items":
-                conv = str(args.get("conversation"))
-                since = int(args.get("since") or 0)
+                conv, since = args.conversation, args.since or 0
                 tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent)
-                newest = args.get("newest")
-                if type(newest) is int:  # issue 39: the newest page by position (crew.md §2)
-                    before = args.get("before") if type(args.get("before")) is int else None
+                if args.newest is not None:  # issue 39: the newest page by position (crew.md §2)
                     if conv in self.bridge.readers[agent].conversations:
-                        page = self.bridge.items_newest(agent, conv, newest, before)
+                        page = self.bridge.items_newest(agent, conv, args.newest, args.before)
                         result = {**page, "open": True}
                     else:
-                        page = newest_of(await self.bridge.read_items_through(agent, conv), newest, before)
+                        page = newest_of(await self.bridge.read_items_through(agent, conv), args.newest, args.before)
                         result = {**page, "open": False}
                     result = fit_items({**result, "items": chat_items(result["items"], tapped)})
                 elif conv in self.bridge.readers[agent].conversations:
@@ -558,16 +572,15 @@ class Link:
                     result = {"items": chat_items([i for i in items if i["seq"] > since], tapped), "open": False}
                 result = fit_items(result)
             elif what == "closed":
-                got = await self.bridge.read_closed(agent, args.get("cursor"))
+                got = await self.bridge.read_closed(agent, args.cursor)
                 result = {"closed": got.conversations, "next": got.next, "footer": got.footer, "reason": got.reason}
             elif what == "recent_sends":
-                result = {"lines": self.writer.recent_sends(agent, str(args.get("conversation")))}
-            else:
-                ok = False
+                result = {"lines": self.writer.recent_sends(agent, args.conversation)}
+        except crewwire.FrameError as exc:
+            ok, result = False, {"error": exc.args[0]}
         except Exception as exc:  # a failed read is an answer, not a dead link
             ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
-        frame = {"type": "read_result", "id": msg.get("id"), "ok": ok, "result": result}
-        if len(crewwire.encode(frame)) > crewwire.MAX_FRAME - FRAME_ROOM:  # the lead would close the link
-            frame = {"type": "read_result", "id": msg.get("id"), "ok": False,
-                     "result": {"error": "the answer is larger than the crew link carries"}}
-        await send(frame)
+        answer = crewwire.ReadResult(frame.id, ok, result)
+        if len(crewwire.encode(answer)) > crewwire.MAX_FRAME - FRAME_ROOM:  # the lead would close the link
+            answer = crewwire.ReadResult(frame.id, False, {"error": "the answer is larger than the crew link carries"})
+        await send(answer)

@@ -17,6 +17,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from crew.acp.reaper import processes
+
 LIMIT = 120.0  # seconds: only a program that hangs reaches it, however busy the machine is
 
 
@@ -100,17 +102,9 @@ def marked(mark: str) -> set[int]:
 def descendants(root: int) -> set[int]:
     """Every live process below `root` (by parent pid), zombies left out."""
     parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] in ("Z", "X"):
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    for pid, state, ppid, _pgrp in processes():
+        if state not in (b"Z", b"X"):
+            parents.setdefault(ppid, []).append(pid)
     found, todo = set(), [root]
     while todo:
         for child in parents.get(todo.pop(), []):

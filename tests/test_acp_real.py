@@ -19,6 +19,8 @@ import pytest
 
 from crew.errors import NotRunningError
 from tests import agents
+from tests.acpchecks import (SLOW, alive, back_after_the_crash, crashed_with_an_ask_open, stopped_mid_reply,
+                             stopped_with_an_ask_open)
 from tests.conftest import REPO, run_collie
 from tests.live import cleanup, short_dir
 from tests.modelstandin import (Edit, Fail, Hang, Plan, Shell, StandIn, Text, chat_turn, gemini_turn, messages_turn,
@@ -27,7 +29,6 @@ from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
 KINDS = ["codex", "claude"]
-SLOW = 60.0  # a real agent's first start (node, the binary, Claude Code's own start) on a busy CI machine
 COMMAND = "echo hello-out > made.txt && cat made.txt"
 
 
@@ -81,18 +82,6 @@ def sleeping(seconds: str) -> list[int]:
 
 def children(pid: int) -> set[int]:
     return {child for child, (parent, _) in processes().items() if parent == pid}
-
-
-def alive(pids) -> set[int]:
-    left = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            left.add(pid)
-    return left
 
 
 class RealAgent:
@@ -385,26 +374,13 @@ def test_stop_ends_the_turn_and_the_agent_goes_on(real):
     standin.script("think long", [Hang("Thinking about it")])
     standin.script("and after", [Text("After the stop.")])
     standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
-    assert phone.send("think long")["outcome"] == "sent"
-    wait_for(lambda: any(i["kind"] == "reply" and "Thinking" in i["text"] for i in phone.items()), timeout=SLOW,
-             what="the first chunk")
-    assert phone.stop()["outcome"] == "stopped"
-    its = phone.turn_ended()
-    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
-    wait_for(lambda: all(i.get("final", True) for i in phone.items()), what="every item final after the stop")
+    stopped_mid_reply(phone)
     assert phone.send("and after")["outcome"] == "sent"
     phone.reply("After the stop.")
 
     phone.turn_ended()
     assert phone.send("make the file")["outcome"] == "sent"
-    phone.ask()
-    assert phone.stop()["outcome"] == "stopped"
-    wait_for(lambda: phone.pane()["ask"] is None, what="the ask gone")
-    its = phone.turn_ended()
-    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
-    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
-    assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["stopped"]
-    assert not (agent.work / "made.txt").exists()
+    stopped_with_an_ask_open(phone, agent.work / "made.txt")
 
 
 @pytest.mark.parametrize("real", KINDS, indirect=True)
@@ -417,20 +393,10 @@ def test_a_crashed_agent_is_restarted_whole_and_its_open_ask_is_not_called_decid
     standin.script("make the file", [Shell(COMMAND), Text("Ran it.")])
     standin.script("after the crash", [Text("Back again.")])
     assert phone.send("make the file")["outcome"] == "sent"
-    phone.ask()
-    before = agent.tree()
-    main = next(pid for pid, name in before.items() if name == "node" and pid in children(agent.proc.pid))
-    os.kill(main, signal.SIGKILL)
-    wait_for(lambda: not alive(before), timeout=SLOW, what="every process of the crashed agent gone")
-    its = phone.turn_ended()
-    notices = [i["text"] for i in its if i["kind"] == "notice"]
-    assert any("exited" in n for n in notices), its
-    asks = [i for i in its if i["kind"] == "ask"]
-    assert len(asks) == 1 and asks[0]["end"] != "decided" and "Decided" not in (asks[0].get("line") or ""), asks
-    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
-    assert not (agent.work / "made.txt").exists()
-    wait_for(lambda: phone.send("after the crash")["outcome"] == "sent", timeout=SLOW, what="a send taken")
-    phone.reply("Back again.")
+    asks = crashed_with_an_ask_open(phone, agent, lambda before: next(
+        pid for pid, name in before.items() if name == "node" and pid in children(agent.proc.pid)))
+    assert "Decided" not in (asks[0].get("line") or ""), asks
+    back_after_the_crash(phone, agent.work / "made.txt")
 
 
 @pytest.mark.parametrize("real", KINDS, indirect=True)

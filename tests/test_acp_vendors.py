@@ -12,8 +12,6 @@ the last of each agent's: it restarts the agent."""
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import httpx
@@ -25,7 +23,9 @@ from tests import agents
 from tests.conftest import BridgeProcess, collie_env, run_collie
 from tests.live import cleanup, short_dir
 from tests.modelstandin import Edit, Fail, Hang, Read, Shell, StandIn, Text
-from tests.test_acp_real import SLOW, Phone, RealAgent, _status, _turn_of, _visible, alive, children, rid
+from tests.acpchecks import (SLOW, back_after_the_crash, crashed_with_an_ask_open, stopped_mid_reply,
+                             stopped_with_an_ask_open)
+from tests.test_acp_real import Phone, RealAgent, _status, _turn_of, _visible, children, rid
 from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
@@ -235,13 +235,7 @@ def test_stop_mid_reply_ends_the_turn_and_the_next_ask_is_seen(vendor):
     after = vendor.name("after")
     vendor.standin.script("think long", [Hang("Thinking about it")])
     vendor.standin.script("after the stop", [Shell(f"echo after >> {after}"), Text("After the stop.")])
-    assert phone.send("think long")["outcome"] == "sent"
-    wait_for(lambda: any(i["kind"] == "reply" and "Thinking" in i["text"] for i in phone.items()), timeout=SLOW,
-             what="the first chunk")
-    assert phone.stop()["outcome"] == "stopped"
-    its = phone.turn_ended()
-    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
-    wait_for(lambda: all(i.get("final", True) for i in phone.items()), what="every item final after the stop")
+    stopped_mid_reply(phone)
     wait_for(lambda: phone.send("after the stop")["outcome"] == "sent", what="a send taken")
     ask = phone.ask()
     assert f"echo after >> {after}" in _visible(ask), ask
@@ -261,14 +255,7 @@ def test_stop_with_an_ask_open_ends_it_stopped_and_nothing_runs(vendor):
     never = vendor.name("never")
     vendor.standin.script("ask then stop", [Shell(f"echo never >> {never}"), Text("Ran it.")])
     assert phone.send("ask then stop")["outcome"] == "sent"
-    phone.ask()
-    assert phone.stop()["outcome"] == "stopped"
-    wait_for(lambda: phone.pane()["ask"] is None, what="the ask gone")
-    its = phone.turn_ended()
-    assert [i for i in its if i["kind"] == "turn_end"][-1]["stopped"]
-    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
-    assert [i["end"] for i in phone.items() if i["kind"] == "ask"] == ["stopped"]
-    assert not (vendor.agent.work / never).exists()
+    stopped_with_an_ask_open(phone, vendor.agent.work / never)
 
 
 def test_zz_a_crash_with_an_ask_open_leaves_nothing_running_and_the_agent_comes_back(vendor):
@@ -286,16 +273,5 @@ def test_zz_a_crash_with_an_ask_open_leaves_nothing_running_and_the_agent_comes_
     vendor.standin.script("before the crash", [Shell(f"echo crashed >> {crashed}"), Text("Ran it.")])
     vendor.standin.script("after the crash", [Text("Back again.")])
     assert phone.send("before the crash")["outcome"] == "sent"
-    phone.ask()
-    before = vendor.agent.tree()
-    main = next(iter(children(vendor.agent.proc.pid)))
-    os.kill(main, signal.SIGKILL)
-    wait_for(lambda: not alive(before), timeout=SLOW, what="every process of the crashed agent gone")
-    its = phone.turn_ended()
-    assert any("exited" in i["text"] for i in its if i["kind"] == "notice"), its
-    asks = [i for i in its if i["kind"] == "ask"]
-    assert len(asks) == 1 and asks[0]["end"] != "decided", asks
-    wait_for(lambda: all(t["status"] != "running" for t in phone.tools()), what="no call left running")
-    assert not (vendor.agent.work / crashed).exists()
-    wait_for(lambda: phone.send("after the crash")["outcome"] == "sent", timeout=SLOW, what="a send taken")
-    phone.reply("Back again.")
+    crashed_with_an_ask_open(phone, vendor.agent, lambda before: next(iter(children(vendor.agent.proc.pid))))
+    back_after_the_crash(phone, vendor.agent.work / crashed)

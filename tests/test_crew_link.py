@@ -312,7 +312,7 @@ async def test_a_member_that_stops_reading_holds_nobody_past_the_forward_timeout
     async def call(rid: str, delay: float) -> None:
         await trio.sleep(delay)
         start = trio.current_time()
-        got = await conn.call({"type": "request", "id": rid}, FORWARD_TIMEOUT)
+        got = await conn.call({"type": "request", "id": rid, "agent": "a", "op": "send", "args": {}}, FORWARD_TIMEOUT)
         assert got is None
         ended[rid] = trio.current_time() - start
 

@@ -10,7 +10,6 @@ page keeps reading the dashboard and its live channel opens. Both over loopback 
 
 from __future__ import annotations
 
-import re
 import ssl
 import threading
 import uuid
@@ -19,9 +18,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from tests.browser import launch
 from tests.conftest import collie_env, run_collie
 from tests.live import cleanup, short_dir
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import pair_link, paired
 from tests.test_durable_e2e import Agents, live, wait_for
 
 pytestmark = pytest.mark.slow
@@ -82,16 +82,6 @@ def lead(request, paths, bridge):
     cleanup(run)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
-
 def pump_until(page, check, what: str, timeout_ms: int = 20000) -> None:
     """Wait for `check()` while Playwright delivers the page's events (the sync API runs them only inside its calls)."""
     for _ in range(timeout_ms // 50):
@@ -113,15 +103,11 @@ def cookie_values(header: str) -> dict[str, list[str]]:
 def paired_phone(lead, browser):
     """A Chromium context paired from `collie pair`'s link, on the dashboard with its live channel open; the
     statuses of the channel's responses (appended as they come) and the lead's address."""
-    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(lead["paths"], "pair", "--no-qr").stdout).group(1)
-    ctx = browser.new_context(ignore_https_errors=True, service_workers="block")
-    page = ctx.new_page()
     channel: list[int] = []
-    page.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None)
-    page.goto(link)
-    page.wait_for_selector("main section")
+    page = paired(browser, pair_link(run_collie(lead["paths"], "pair", "--no-qr")), ignore_https_errors=True,
+                  watch=lambda p: p.on("response", lambda r: channel.append(r.status) if "/api/events?" in r.url else None))
     pump_until(page, lambda: 200 in channel, what="the live channel open")
-    return ctx, page, channel, link.split("/pair#")[0]
+    return page.context, page, channel, page.base
 
 
 def test_the_cookie_a_neighbour_receives_opens_nothing_and_its_planted_cookies_lock_no_one_out(lead, browser):

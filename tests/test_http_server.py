@@ -264,3 +264,62 @@ def test_the_fixes_refuse_a_hypercorn_or_quart_trio_they_were_not_written_for(mo
         hypercorn_fix.install()
     assert named in str(refused.value) and "pip install -c constraints.txt" in str(refused.value)
     assert hypercorn_protocol.H11Protocol is before  # nothing patched
+
+
+class _SlowWire:
+    """A connection's stream whose first write takes until `release` is set; it keeps what it is sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.release = trio.Event()
+
+    async def send_all(self, data) -> None:
+        if not self.sent:
+            self.sent.append(b"")
+            await self.release.wait()
+            self.sent[0] = bytes(data)
+        else:
+            self.sent.append(bytes(data))
+
+
+async def _writes_when_a_waiting_writer_is_cancelled(server_class) -> list[bytes]:
+    """Two writes on one connection: the first holds the socket; the second's task (a request whose client
+    reset its stream) is cancelled while it waits. What reaches the wire, in order."""
+    server = server_class(None, None, None, None, _SlowWire())
+
+    class Protocol:
+        async def handle(self, event) -> None:
+            pass
+
+    server.protocol = Protocol()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(server.protocol_send, RawData(data=b"first"))
+        await trio.sleep(1)
+        waiting = trio.CancelScope()
+        nursery.start_soon(_cancelled_send, server, waiting)
+        await trio.sleep(1)
+        waiting.cancel()
+        await trio.sleep(1)
+        server.stream.release.set()
+    return server.stream.sent
+
+
+async def _cancelled_send(server, scope: trio.CancelScope) -> None:
+    with scope:
+        await server.protocol_send(RawData(data=b"headers the encoder counted"))
+
+
+async def test_a_write_whose_task_is_cancelled_while_it_waits_still_goes_out_in_order(autojump_clock):
+    """Fix 11: bytes the protocol took from h2's buffer reach the client even when the task writing them is
+    cancelled while another write holds the socket (a browser resetting a stream as it leaves a page). Lost,
+    they were a HEADERS block the HPACK encoder had counted: every later answer on the connection failed to
+    decode in Chromium (ERR_HTTP2_COMPRESSION_ERROR, seen in CI)."""
+    assert await _writes_when_a_waiting_writer_is_cancelled(hypercorn_fix.FixedTCPServer) == [
+        b"first", b"headers the encoder counted"]
+
+
+async def test_without_the_fix_a_cancelled_waiting_write_is_lost(autojump_clock):
+    """Proves the test above would fail without the fix: hypercorn's own server drops the bytes."""
+    from hypercorn.trio.tcp_server import TCPServer
+
+    assert await _writes_when_a_waiting_writer_is_cancelled(TCPServer) == [b"first"]

@@ -16,7 +16,7 @@ import pytest
 
 from bridge.writes import WriteRequest
 from crew import crewwire
-from crew.crewwire import FrameError, Hello
+from crew.crewwire import FrameError, Hello, Viewing
 from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt
 from crew.wire import WireRange
 from lead.member_session import (LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD, SAY_AGAIN_AFTER, FrameQueue,
@@ -95,21 +95,22 @@ def test_a_member_let_in_is_online_with_its_version_and_hears_welcome_then_what_
     conn = object()
     welcome = connected(member, conn, Hello("laptop", "9.9\x1b[2J" + "x" * 80, WireRange(1, 1)),
                         crewwire.Admission(True, read_only=True), 1_764_640_000.0)
-    assert welcome == {"type": "welcome", "lead": "collie", "read_only": True, "crew_wire": {"min": 1, "max": 1}}
+    assert crewwire.to_wire(welcome) == {"type": "welcome", "lead": "collie", "read_only": True,
+                                         "crew_wire": {"min": 1, "max": 1}}
     assert member.online and member.read_only and member.offline_since is None and member.last_seen == 1_764_640_000.0
     assert member.version == "9.9\\x1b[2J" + "x" * 33 + "…"  # its first 40 characters, the escape shown
     viewers = {("laptop", "a"): 2, ("laptop", "b"): 0, ("desk", "c"): 1}
-    assert viewed(viewers, "laptop") == [{"type": "viewing", "agent": "a", "on": True}]
+    assert viewed(viewers, "laptop") == [Viewing("a", True)]
 
 
 def test_a_member_hears_only_the_first_viewer_come_and_the_last_one_go():
     """crew.md §2: `viewing {agent, on}` — two phones viewing one agent send one `on`, and `off` only when
     both left; an extra `off` never goes below zero."""
     viewers: dict = {}
-    assert viewing(viewers, "laptop", "a", True) == {"type": "viewing", "agent": "a", "on": True}
+    assert viewing(viewers, "laptop", "a", True) == Viewing("a", True)
     assert viewing(viewers, "laptop", "a", True) is None
     assert viewing(viewers, "laptop", "a", False) is None
-    assert viewing(viewers, "laptop", "a", False) == {"type": "viewing", "agent": "a", "on": False}
+    assert viewing(viewers, "laptop", "a", False) == Viewing("a", False)
     assert viewing(viewers, "laptop", "a", False) is None and viewers[("laptop", "a")] == 0
 
 

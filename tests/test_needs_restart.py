@@ -80,7 +80,7 @@ def test_asks_keep_their_age_across_a_lead_restart_and_a_gone_agents_ask_is_not_
         from playwright.sync_api import sync_playwright
 
         from tests.browser import launch
-        from tests.test_phone_app import paired_page
+        from tests.phonelab import paired_page
         with sync_playwright() as pw:
             browser = launch(pw)
             try:

@@ -18,13 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.browser import launch
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import PHONE, checked, pair_link, paired_page, ready, start_crew
 from tests.procs import LIMIT
 
 pytestmark = pytest.mark.slow
-PHONE = {"width": 360, "height": 780}
 SHOTS = os.environ.get("COLLIE_SCREENSHOTS")
 
 
@@ -41,19 +41,6 @@ def shot(page, name: str, top: bool = False) -> None:
         page.set_viewport_size(before)
 
 
-def ready(crew: Crew, machine: str, count: int, others: dict | None = None) -> None:
-    """Wait until `machine` lists `count` agents, all ready but those `others` names with their status."""
-    others = others or {}
-    with crew.client() as c:
-        def check():
-            for s in c.get("/api/dashboard").json()["sections"]:
-                if s["machine"] == machine and len(s["agents"]) == count and all(
-                        a["status"] == others.get(a["name"], "ready") for a in s["agents"]):
-                    return True
-            return False
-        wait_for(check, timeout=30, what=f"{machine} agents ready")
-
-
 AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
           ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
           ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"),
@@ -64,58 +51,14 @@ AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("st
 @pytest.fixture(scope="module")
 def crew():
     with Crew(short_dir("cp")) as c:  # stopped even when this setup fails
-        for name, kind, *extra in AGENTS:
-            c.lead.agent(name, kind, *extra)
-        # an entry whose agent is not running: Unreachable, with the reason (D1)
-        assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
-        c.start_lead()
-        m = c.add_member("workshop")
-        m.agent("lab", "deployer")
-        m.serve()
-        wait_for(lambda: c.online("workshop"), what="member online")
-        ready(c, "local", len(AGENTS) + 1, {"old": "version_mismatch", "ghost": "unreachable"})
-        ready(c, "workshop", 1)
+        # `ghost`: an entry whose agent is not running: Unreachable, with the reason (D1)
+        start_crew(c, AGENTS, [("lab", "deployer")], ghost=True, others={"old": "version_mismatch", "ghost": "unreachable"})
         yield c
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
-
-
-def paired_page(crew: Crew, browser, service_workers: str = "block", init_script: str | None = None, **context):
-    """A phone paired from a fresh link (`context`: more of the browser context's options, e.g. another
-    viewport or time zone). Its service worker is blocked unless asked for: once it controls
-    the page, Playwright's `page.route` no longer sees the page's requests (Playwright's documented
-    limit), and the tests that hold or fail a request would wait for ever, depending on timing."""
-    out = crew.lead.collie("pair", "--no-qr")
-    assert out.returncode == 0, out.stderr
-    link = re.search(r"(https?://\S+/pair#\S+)", out.stdout).group(1)
-    ctx = browser.new_context(**{"viewport": PHONE, "device_scale_factor": 2, "service_workers": service_workers,
-                                 **context})
-    if init_script:
-        ctx.add_init_script(init_script)
-    page = ctx.new_page()
-    page.errors = []
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.goto(link)
-    page.wait_for_url(re.compile(r"/(#/?)?$"))
-    page.wait_for_selector("main section")
-    page.base = link.split("/pair#")[0]
-    return page
 
 
 @pytest.fixture
 def page(crew, browser):
-    p = paired_page(crew, browser)
-    yield p
-    assert p.errors == [], p.errors
-    p.context.close()
+    yield from checked(paired_page(crew, browser))
 
 
 def chat(page, machine: str, agent: str, conv: str) -> None:
@@ -409,7 +352,7 @@ def test_push_through_the_service_worker_shows_the_asks_notification(paths, brid
         b = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1"))  # the fake push service is on loopback
         address = b.wait_ready()["address"]
         wait_for(lambda: all(a["status"] == "ready" for a in live(paths).values()))
-        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        link = pair_link(run_collie(paths, "pair", "--no-qr"))
         sub = Subscriber(service.url("/ok/chromium"))
         ctx = browser.new_context(viewport=PHONE)
         ctx.grant_permissions(["notifications"], origin=address)
@@ -513,7 +456,7 @@ def test_an_expired_ask_keeps_its_buttons_and_a_late_tap_says_timed_out(paths, b
         b = bridge(env=collie_env(paths))
         b.wait_ready()
         wait_for(lambda: all(a["status"] == "ready" for a in live(paths).values()))
-        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        link = pair_link(run_collie(paths, "pair", "--no-qr"))
         ctx = browser.new_context(viewport=PHONE)
         page = ctx.new_page()
         page.goto(link)

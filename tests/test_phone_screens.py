@@ -10,7 +10,6 @@ no history (`solo`), an entry whose agent never runs (`ghost`), and a member `wo
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from pathlib import Path
@@ -18,10 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import phonelab
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
-from tests.test_phone_app import browser  # noqa: F401 (the module's browser fixture)
-from tests.test_phone_app import agent_items, open_ask, paired_page, pane_of, pump_until, ready
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import checked, goto, ready, sized_page, start_crew
+from tests.test_phone_app import agent_items, open_ask, pane_of, pump_until
 
 pytestmark = pytest.mark.slow
 
@@ -37,47 +38,25 @@ AGENTS = (("desk", "deployer"), ("show", "showcase"), ("writer", "streamer"), ("
 @pytest.fixture(scope="module")
 def crew():
     c = Crew(short_dir("cs"))
-    for name, kind, *extra in AGENTS:
-        c.lead.agent(name, kind, *extra)
-    assert c.lead.collie("durable", "attach", "ghost", "--socket", str(c.lead.run / "ghost.sock")).returncode == 0
-    c.start_lead()
-    m = c.add_member("workshop")
-    m.agent("lab", "deployer")
-    m.serve()
-    wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", len(AGENTS) + 1, {"ghost": "unreachable"})
-    ready(c, "workshop", 1)
+    start_crew(c, AGENTS, [("lab", "deployer")], ghost=True, others={"ghost": "unreachable"})
     yield c
     c.stop()
 
 
 def phone_page(crew: Crew, browser, phone: str, service_workers: str = "block"):
-    width, height, scheme, zone = PHONES[phone]
-    page = paired_page(crew, browser, service_workers, viewport={"width": width, "height": height},
-                       has_touch=True, color_scheme=scheme, timezone_id=zone)
-    page.zone = zone
+    page = sized_page(crew, browser, *PHONES[phone], service_workers)
+    page.zone = PHONES[phone][3]
     return page
 
 
 @pytest.fixture(params=sorted(PHONES))
 def page(request, crew, browser):
-    p = phone_page(crew, browser, request.param)
-    yield p
-    assert p.errors == [], p.errors
-    p.context.close()
+    yield from checked(phone_page(crew, browser, request.param))
 
 
 def look(page, name: str) -> None:
     """COLLIE_LOOK=<folder>: save this screen, per phone, to look at (not docs/screenshots/)."""
-    folder = os.environ.get("COLLIE_LOOK")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}-{page.viewport_size['width']}.png"))
-
-
-def goto(page, route: str) -> None:
-    page.goto(f"{page.base}/{route}")
-    page.wait_for_selector(f"main[data-route='{route}']:not([aria-busy])")
+    phonelab.look(page, name, page.viewport_size["width"])
 
 
 def in_view(page, locator) -> bool:

@@ -10,7 +10,6 @@ deployer (`lab`) and a showcase (`show`: a 40-message conversation) that the tes
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import time
@@ -20,10 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests import phonelab
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
-from tests.test_phone_app import browser  # noqa: F401 (the module's browser fixture)
-from tests.test_phone_app import open_ask, paired_page, pane_of, pump_until, ready
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import checked, goto, paired_page, ready, sized_page, start_crew
+from tests.test_phone_app import open_ask, pane_of, pump_until
 
 pytestmark = pytest.mark.slow
 
@@ -35,50 +36,28 @@ PHONES = {"390x844": (390, 844, "light"), "360x780": (360, 780, "dark")}
 def crew():
     c = Crew(short_dir("ct"))
     c.lead.env["TZ"] = "UTC"
-    c.lead.agent("calm", "endless", "--rate", "2", "--size", "20", "--asks")
-    c.lead.agent("flood", "endless", "--rate", "100", "--size", "20", "--asks")
-    c.lead.agent("writer", "streamer")
-    c.lead.agent("desk", "deployer")
-    c.start_lead()
-    m = c.add_member("workshop")
-    m.env["TZ"] = "UTC"
-    m.agent("lab", "deployer")
-    m.agent("show", "showcase")
-    m.serve()
-    wait_for(lambda: c.online("workshop"), what="member online")
-    ready(c, "local", 4)
-    ready(c, "workshop", 2)
+    start_crew(c, [("calm", "endless", "--rate", "2", "--size", "20", "--asks"),
+                   ("flood", "endless", "--rate", "100", "--size", "20", "--asks"),
+                   ("writer", "streamer"), ("desk", "deployer")],
+               [("lab", "deployer"), ("show", "showcase")], member_env={"TZ": "UTC"})
     yield c
     c.stop()
 
 
 def phone(crew: Crew, browser, size: str):
-    width, height, scheme = PHONES[size]
-    page = paired_page(crew, browser, viewport={"width": width, "height": height}, has_touch=True,
-                       color_scheme=scheme, timezone_id=ZONE)
+    page = sized_page(crew, browser, *PHONES[size], ZONE)
     page.size = size
     return page
 
 
 @pytest.fixture(params=sorted(PHONES))
 def page(request, crew, browser):
-    p = phone(crew, browser, request.param)
-    yield p
-    assert p.errors == [], p.errors
-    p.context.close()
+    yield from checked(phone(crew, browser, request.param))
 
 
 def look(page, name: str) -> None:
     """COLLIE_LOOK=<folder>: save this screen, per phone size, to look at."""
-    folder = os.environ.get("COLLIE_LOOK")
-    if folder:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(folder) / f"{name}-{page.size}.png"))
-
-
-def goto(page, route: str) -> None:
-    page.goto(f"{page.base}/{route}")
-    page.wait_for_selector(f"main[data-route='{route}']:not([aria-busy])")
+    phonelab.look(page, name, page.size)
 
 
 def newest_seq(page) -> int:

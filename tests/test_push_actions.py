@@ -21,6 +21,7 @@ from lead.push import PAYLOAD_MAX, answer_offer, ask_fields, ask_payload, encode
 from tests.conftest import REPO, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
+from tests.phonelab import pair_link
 from tests.pushlab import FakePushService, Subscriber
 
 PERMISSION = [{"id": "yes", "label": "Ship it", "role": "allow"},
@@ -259,7 +260,7 @@ class Phone:
         assert run_collie(paths, "durable", "attach", "desk", "--socket", str(sock)).returncode == 0
         b = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1"))  # the fake push service listens on loopback
         self.address = b.wait_ready()["address"]
-        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        link = pair_link(run_collie(paths, "pair", "--no-qr"))
         sub = Subscriber(service.url("/ok/chromium"))
         self.ctx, self.page, self.errors = paired(browser, self.address, link)
         token = (paths.state_dir / "api-token").read_text().strip()
@@ -454,7 +455,7 @@ def test_a_members_agent_is_answered_from_the_notification_too(browser):
     crew = Crew(short_dir("lk"))
     try:
         crew.start_lead()
-        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        link = pair_link(crew.lead.collie("pair", "--no-qr"))
         ctx, page, errors = paired(browser, crew.address, link)
         sub = Subscriber(service.url("/ok/member"))
         with crew.client() as c:

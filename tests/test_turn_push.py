@@ -18,6 +18,8 @@ from crew import control
 from tests.conftest import REPO, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
+from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
+from tests.phonelab import pair_link
 from tests.pushlab import FakePushService, Subscriber
 from tests.test_push_actions import RECORD
 
@@ -76,18 +78,6 @@ def hide(page) -> None:
     """The page goes off screen: it tells its live channel (the lead has heard once the request is answered)."""
     with page.expect_response(lambda r: r.url.endswith("/view") and r.request.method == "POST"):
         page.evaluate(HIDE, True)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    from tests.browser import launch
-
-    with sync_playwright() as p:
-        b = launch(p)
-        yield b
-        b.close()
 
 
 def rid() -> str:
@@ -187,7 +177,7 @@ class Lead:
         assert "listening" in self.agent.stdout.readline()
         assert run_collie(paths, "durable", "attach", "desk", "--socket", str(self.sock)).returncode == 0
         self.start()
-        link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+        link = pair_link(run_collie(paths, "pair", "--no-qr"))
         self.sub = Subscriber(self.service.url("/ok/phone"))
         self.phone = Phone(browser, self.address, link, self.sub)
         self.pushes = Pushes(self.service, self.sub, "/ok/phone")
@@ -298,7 +288,7 @@ def test_no_push_while_the_chat_is_open_and_visible_one_when_hidden_none_for_thi
     idle_after(lead.api, "c2", t3 - 1)
     send(lead.api, "c3", "hang here")
     wait_for(lambda: pane(lead.api, "c3")["state"] == "working", what="c3 working")
-    link = re.search(r"(https?://\S+/pair#\S+)", run_collie(lead.paths, "pair", "--no-qr").stdout).group(1)
+    link = pair_link(run_collie(lead.paths, "pair", "--no-qr"))
     other = Phone(lead.browser, lead.address, link, Subscriber(lead.service.url("/ok/other")))
     try:  # another paired phone taps Stop in its chat
         other.page.goto(lead.address + "/#/c/local/desk/c3")
@@ -365,7 +355,7 @@ def test_a_members_turn_pushes_from_the_lead_and_not_while_its_chat_is_on_screen
         assert "listening" in agent.stdout.readline()
         assert m.collie("durable", "attach", "desk", "--socket", str(sock)).returncode == 0
         m.serve()
-        link = re.search(r"(https?://\S+/pair#\S+)", crew.lead.collie("pair", "--no-qr").stdout).group(1)
+        link = pair_link(crew.lead.collie("pair", "--no-qr"))
         sub = Subscriber(service.url("/ok/member"))
         phone = Phone(browser, crew.address, link, sub)
         pushes = Pushes(service, sub, "/ok/member")
@@ -429,7 +419,7 @@ def test_an_acp_agents_turn_pushes_when_its_prompt_turn_returns(paths, bridge, b
             assert run_collie(paths, "durable", "attach", "codex", "--socket", agent.sock).returncode == 0
             address = bridge(env=collie_env(paths, COLLIE_PUSH_LOOPBACK="1")).wait_ready()["address"]
             token = (paths.state_dir / "api-token").read_text().strip()
-            link = re.search(r"(https?://\S+/pair#\S+)", run_collie(paths, "pair", "--no-qr").stdout).group(1)
+            link = pair_link(run_collie(paths, "pair", "--no-qr"))
             sub = Subscriber(service.url("/ok/acp"))
             phone = Phone(browser, address, link, sub)
             pushes = Pushes(service, sub, "/ok/acp")

@@ -133,14 +133,13 @@ async def test_a_turn_end_is_pushed_once_even_when_a_restarted_lead_sees_it_end_
         """One lead's life: it is shown `views` of c1 in turn."""
         tasks = Inline()
         pusher = NS(bridge=NS(readers={"desk": reader}), hub=None, store=store, limiter=PushLimiter(), redact_on=True,
-                    nursery=tasks, deliver=deliver, limiter_disk=trio.CapacityLimiter(1))
+                    deliver=deliver, limiter_disk=trio.CapacityLimiter(1))
         t = TurnPusher(pusher, None)
-        t.nursery = tasks
         t.set("p1", ALL, True)
         for view in views:
             reader.conversations = {"c1": view}
             t.touch("local", "desk")
-            await t._pass()
+            await t._pass(tasks)
             await tasks.run()
 
     await life([conversation("working", 4, 8), conversation("idle", 4, 10)])

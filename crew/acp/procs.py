@@ -14,6 +14,8 @@ import signal
 
 import trio
 
+from crew.acp.reaper import processes
+
 GROUP_POLL = 0.05  # how often a group is looked at until it is empty
 GROUP_GRACE = 2.0
 
@@ -35,21 +37,9 @@ def group_alive(pgid: int) -> bool:
     if not kill_group(pgid, 0):
         return False
     try:
-        entries = os.listdir("/proc")
+        return any(pgrp == pgid and state not in (b"Z", b"X") for _pid, state, _ppid, pgrp in processes())
     except OSError:
         return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid pgrp …
-        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
 
 
 async def end_group(pgid: int, grace: float = GROUP_GRACE) -> None:

@@ -34,9 +34,11 @@ KILL_ROUND = 0.05  # while ending everything, how often the tree is walked again
 END_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
-def descendants(root: int) -> list[int]:
-    """Every live process below `root`, from the parent links in /proc."""
-    children: dict[int, list[int]] = {}
+def processes() -> list[tuple[int, bytes, int, int]]:
+    """Every process in /proc as `(pid, state, ppid, pgrp)` (state `b"Z"` or `b"X"`: exited, not yet reaped);
+    one that ends while /proc is read is left out. OSError when /proc cannot be listed. (The one walk of /proc:
+    crew.acp.procs and the tests use it too.)"""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -45,9 +47,17 @@ def descendants(root: int) -> list[int]:
                 raw = fh.read()
         except OSError:
             continue
-        fields = raw[raw.rfind(b")") + 2:].split()  # state ppid …
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
+        fields = raw[raw.rfind(b")") + 2:].split()  # after "pid (comm) ": state ppid pgrp …
+        if len(fields) > 2:
+            found.append((int(entry), fields[0], int(fields[1]), int(fields[2])))
+    return found
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from the parent links in /proc."""
+    children: dict[int, list[int]] = {}
+    for pid, _state, ppid, _pgrp in processes():
+        children.setdefault(ppid, []).append(pid)
     found, todo = [], [root]
     while todo:
         for child in children.get(todo.pop(), ()):

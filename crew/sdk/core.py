@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from crew.receipts import Reason
 from crew.wire import (
     ASK_KINDS, CLOSED_PAGE, ITEMS_LIMIT_DEFAULT, ITEMS_LIMIT_MAX, PERMISSION_ROLES, TEXT_MAX_DEFAULT, ask_digest,
 )
@@ -389,7 +390,8 @@ class AgentCore:
             self._need("starters")
             starter = next((s for s in self.starters if s.get("id") == target), None)
             if starter is None:
-                return {"outcome": "refused", "reason": "not_found", "message": "no such starter"}, []
+                return {"outcome": "refused", "reason": Reason.NOT_FOUND,
+                        "message": "no such starter"}, []
             cid = self.new_conversation_id("s")
             self.add_conversation(cid, title=starter.get("label"), now=now)
             turn = self.start_turn(cid)
@@ -399,7 +401,7 @@ class AgentCore:
             self._need("reopen")
             conv = self.closed.pop(conv_id, None)
             if conv is None:
-                return {"outcome": "refused", "reason": "not_found"}, []
+                return {"outcome": "refused", "reason": Reason.NOT_FOUND}, []
             conv.closed_at = None
             self.conversations[conv_id] = conv
             self.touch()
@@ -407,7 +409,7 @@ class AgentCore:
         if conv_id in self.closed and route in ("send", "steer", "abort", "action", "rename", "close"):
             if route == "send":
                 self._need("send")
-                return {"outcome": "refused", "reason": "closed", "message": "the conversation is closed"}, []
+                return {"outcome": "refused", "reason": Reason.CLOSED, "message": "the conversation is closed"}, []
             raise BadRequest("not_found", f"conversation {conv_id!r} is closed", 404)
         conv = self.conversations.get(conv_id)
         if conv is None:
@@ -416,12 +418,12 @@ class AgentCore:
             self._need("send")
             text, turn = self._text(body), self._turn(body)
             if len(text) > self.text_max:
-                return {"outcome": "refused", "reason": "too_long",
+                return {"outcome": "refused", "reason": Reason.TOO_LONG,
                         "message": f"at most {self.text_max} characters"}, []
             if turn != conv.turn:
-                return {"outcome": "refused", "reason": "turn_moved"}, []
+                return {"outcome": "refused", "reason": Reason.TURN_MOVED}, []
             if any(a.conversation == conv_id for a in self.asks.values()):
-                return {"outcome": "refused", "reason": "ask_open", "message": "answer the open ask first"}, []
+                return {"outcome": "refused", "reason": Reason.ASK_OPEN, "message": "answer the open ask first"}, []
             if conv.running:
                 conv.queued.append((body["request_id"], text))
                 self.touch()
@@ -433,32 +435,32 @@ class AgentCore:
             self._need("steer")
             text, turn = self._text(body), self._turn(body)
             if len(text) > self.text_max:
-                return {"outcome": "refused", "reason": "too_long"}, []
+                return {"outcome": "refused", "reason": Reason.TOO_LONG}, []
             if turn != conv.turn:
-                return {"outcome": "refused", "reason": "turn_moved"}, []
+                return {"outcome": "refused", "reason": Reason.TURN_MOVED}, []
             if not conv.running:
-                return {"outcome": "refused", "reason": "not_running"}, []
+                return {"outcome": "refused", "reason": Reason.NOT_RUNNING}, []
             self.add_item(conv_id, "user", now, text=text, request_id=body["request_id"])
             return {"outcome": "sent"}, [Steer(conv_id, text)]
         if route == "abort":
             self._need("abort")
             if self._turn(body) != conv.turn:
-                return {"outcome": "refused", "reason": "turn_moved"}, []
+                return {"outcome": "refused", "reason": Reason.TURN_MOVED}, []
             if not conv.running:
-                return {"outcome": "refused", "reason": "not_running"}, []
+                return {"outcome": "refused", "reason": Reason.NOT_RUNNING}, []
             self.end_turn(conv_id, now, stopped=True)
             return {"outcome": "stopped"}, [StopTurn(conv_id)]
         if route == "action":
             self._need("actions")
             if self._turn(body) != conv.turn:
-                return {"outcome": "refused", "reason": "turn_moved"}, []
+                return {"outcome": "refused", "reason": Reason.TURN_MOVED}, []
             action = next((a for a in conv.actions if a.get("id") == action_id), None)
             if action is None:
-                return {"outcome": "refused", "reason": "not_found"}, []
+                return {"outcome": "refused", "reason": Reason.NOT_FOUND}, []
             if action.get("busy"):
-                return {"outcome": "refused", "reason": "busy"}, []
+                return {"outcome": "refused", "reason": Reason.BUSY}, []
             if action.get("disabled"):
-                return {"outcome": "refused", "reason": "disabled"}, []
+                return {"outcome": "refused", "reason": Reason.DISABLED}, []
             return {"outcome": "done"}, [RunAction(conv_id, action["id"])]
         if route == "rename":
             self._need("rename")
