@@ -9,6 +9,7 @@ deployer (`lab`) and a showcase (`show`: a 40-message conversation) that the tes
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
@@ -284,9 +285,54 @@ def test_always_allow_takes_its_second_tap_on_the_same_spot_and_disarms(page, cr
     pump_until(page, lambda: "Tap again" in armed.inner_text(), timeout=5, what="armed again")
     page.mouse.click(x, y)
     line = page.locator(".card.answered", has_text="You always allowed · deploy")
-    line.wait_for(timeout=30000)
+    line.wait_for(timeout=10000)
     assert line.bounding_box()["height"] < 60
     look(page, "answered")
+
+
+COUNT_BEATS = """window.beats = 0; window.EventSource = class extends window.EventSource {
+    constructor(...args) { super(...args); this.addEventListener('beat', () => { window.beats += 1; }); } };"""
+
+
+def test_the_lead_keeps_the_newest_telling_of_use_when_the_tellings_race(crew, browser):
+    """Issue 36 major 3 (phone-api.md `active`): the page tells the lead what it views and whether the user is
+    using it. When a chat's first telling (`active: false`) is still on its way as the user begins to use the
+    page, the lead still ends up told `active: true` — it beats every 2 s — and the strip never says the lead
+    is not answering while it answers. (The `active: true` telling overtaking the older one left the lead
+    beating every 25 s, the page saying `The lead is not answering` 4 s after use began, and the always-allow
+    tap refused: the flake of the test above.)"""
+    page = paired_page(crew, browser, init_script=COUNT_BEATS, viewport={"width": 390, "height": 844},
+                       has_touch=True, timezone_id=ZONE)
+    held, told = [], []
+
+    def on_view(route):
+        body = json.loads(route.request.post_data or "{}")
+        if body.get("conversation") != "deploy":
+            return route.continue_()
+        told.append(body.get("active"))
+        if not held:
+            held.append(route)  # the chat's first telling, kept on its way
+        else:
+            route.continue_()
+
+    page.route("**/api/events/*/view", on_view)
+    goto(page, "#/c/local/desk/deploy")
+    pump_until(page, lambda: held, timeout=10, what="the chat's first telling on its way")
+    assert told == [False], told
+    page.evaluate(BANNER_SEEN)
+    page.locator("main h1").click()  # the user begins to use the page
+    deadline = time.monotonic() + 1  # (room for a telling that would overtake the held one)
+    while len(told) < 2 and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    held[0].continue_()
+    pump_until(page, lambda: told[-1] is True, timeout=10, what="the page in use told")
+    beats = page.evaluate("window.beats")
+    pump_until(page, lambda: page.evaluate("window.beats") >= beats + 3, timeout=20, what="a beat every 2 s")
+    assert page.evaluate("window.bannerSeen") == []
+    assert page.locator("#banner").is_hidden()
+    page.unroute("**/api/events/*/view")
+    assert page.errors == [], page.errors
+    page.context.close()
 
 
 def test_a_text_ask_is_sent_with_enter_and_collapses_to_the_answer(page, crew):

@@ -58,9 +58,12 @@ function headers(method, json, key) {
 // minute: it tells the lead so with its view), else every 25 s (issue 39: a page nobody touches costs the
 // phone's radio at most 144 small writes an hour). So silence means 4 s of none while in use (counted from
 // when use began, as the lead may not have heard yet), 30 s on an idle page.
+// The count starts again when the lead answers the page's telling that the user is using it (state.js
+// pushView): a telling that waited behind another, or that a busy lead answered late, is no silence.
 const SILENT = 4000, SILENT_IDLE = 30000, ACTIVE_MS = 60000;
 export const net = { leadDown: false, staleAt: null, listeners: [], heardAt: null, silentSince: null };
-let touchedAt = 0, activeFrom = null;
+let touchedAt = 0, activeFrom = null, toldActiveAt = 0;
+export function leadHeardActive() { toldActiveAt = Date.now(); }
 const activity = [];
 export const userActive = () => Date.now() - touchedAt < ACTIVE_MS;
 export function onActivity(fn) { activity.push(fn); }
@@ -98,7 +101,7 @@ function heard() {
 const waiting = new Set();  // AbortControllers of the requests on their way
 setInterval(() => {
   if (!es || net.heardAt === null || document.hidden) return;
-  const since = userActive() && activeFrom !== null ? Math.max(net.heardAt, activeFrom) : net.heardAt;
+  const since = userActive() && activeFrom !== null ? Math.max(net.heardAt, activeFrom, toldActiveAt) : net.heardAt;
   const quiet = Date.now() - since;
   if (quiet < (userActive() ? SILENT : SILENT_IDLE)) return;
   if (net.silentSince === null) {

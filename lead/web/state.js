@@ -1,6 +1,6 @@
 // The page's state and its routing: what the live channel and the API told us, which screen shows, and
 // which view the lead is told about. Screens register here (app.js) and read `app`; they never fetch.
-import { api, connect as openChannel, tellView, tags, Unpaired, userActive, onActivity } from "./api.js";
+import { api, connect as openChannel, tellView, tags, Unpaired, userActive, onActivity, leadHeardActive } from "./api.js";
 import { h, $view, show, where, clock } from "./dom.js";
 import { S } from "./strings.js";
 
@@ -152,7 +152,8 @@ export function olderItems(page) {
 const events = {
   hello(d) {  // the lead was told the view in the channel's address: told again only if it changed since
     app.channel = d.channel;
-    if (JSON.stringify(d.opened || null) !== JSON.stringify(app.view)) pushView();
+    // a fresh channel is idle at the lead (its address says nothing of use): a page in use says so again
+    if (JSON.stringify(d.opened || null) !== JSON.stringify(app.view) || userActive()) pushView();
   },
   snapshot(d) {
     // null: the dashboard the page said it read is still current — but if events changed the page's copy since
@@ -206,19 +207,31 @@ export function connect() {
   openChannel(() => app.view, events, () => ({ have: app.dashTag, items_since: app.view && app.view.conversation ? app.itemsSince : null }));
 }
 // A failed telling is tried again while the same channel is open: else the chat would stay silent.
-let viewRetry = null;
+// One telling at a time: two on their way at once may reach the lead in either order, and the lead keeps the
+// last one it got. A chat's first read tells `active: false`, and the chat scrolling to its newest item a
+// moment later makes the page active and tells `active: true`: had the older one come in last, the lead would
+// beat every 25 s while the page, counting on 2 s, said `The lead is not answering` 4 s later and refused every
+// tap. A telling asked for while one is on its way goes once that one is answered, with what is true then.
+let viewRetry = null, telling = false, tellAgain = false;
 onActivity(() => pushView());  // the user began or stopped using the page: the lead beats every 2 s, or 25 s
 export async function pushView() {
   clearTimeout(viewRetry);
+  if (telling) { tellAgain = true; return; }
   const channel = app.channel, view = JSON.stringify(app.view);
   if (!channel) return;
   // issue 37: whether the page is on screen goes with the view (a phone viewing a chat gets no turn-end push for it);
   // issue 39: with the revision it holds the chat's items up to
   const held = app.view && app.view.conversation && app.itemsSince !== null ? { items_since: app.itemsSince } : {};
-  try { await tellView(channel, { ...(app.view || {}), ...held, visible: document.visibilityState !== "hidden", active: userActive() }); }
-  catch (e) {
-    if (e instanceof Unpaired) return;
-    viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
+  const active = userActive();
+  telling = true;
+  try {
+    const got = await tellView(channel, { ...(app.view || {}), ...held, visible: document.visibilityState !== "hidden", active });
+    if (active && got && got.ok) leadHeardActive();  // it beats every 2 s from now on
+  } catch (e) {
+    if (!(e instanceof Unpaired)) viewRetry = setTimeout(() => { if (app.channel === channel && JSON.stringify(app.view) === view) pushView(); }, 2000);
+  } finally {
+    telling = false;
+    if (tellAgain) { tellAgain = false; pushView(); }
   }
 }
 
