@@ -234,3 +234,22 @@ async def test_a_command_that_stops_its_supervisor_is_still_ended(tmp_path):
         await all_gone(pids)
 
     await with_terminals(body, tmp_path)
+
+
+async def test_a_supervisor_stopped_before_it_says_started_is_resumed(tmp_path, monkeypatch):
+    """The race inside the test above, made certain: the command's `kill -STOP $PPID` can come before its
+    supervisor has said `started` (a loaded machine runs the command first). Here the supervisor is
+    stopped before it runs at all; the adapter resumes it, and the terminal starts and runs — it did not,
+    `cannot run …: it did not start in time` after 30 s (seen once in a full run)."""
+    real = terms_mod.REAPER
+    stopped_first = tmp_path / "stopped_first.py"
+    stopped_first.write_text("import os, signal, sys\nos.kill(os.getpid(), signal.SIGSTOP)\n"
+                             f"os.execv(sys.executable, [sys.executable, '-I', '-S', {real!r}, *sys.argv[1:]])\n")
+    monkeypatch.setattr(terms_mod, "REAPER", str(stopped_first))
+
+    async def body(t):
+        tid = await create(t, "echo resumed")
+        status, out = await finished(t, tid)
+        assert status == {"exitCode": 0, "signal": None} and out == "resumed\n"
+
+    await with_terminals(body, tmp_path)

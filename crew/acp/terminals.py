@@ -42,6 +42,7 @@ OUTPUT_EVERY = 0.5  # live output reaches the chat at most this often per termin
 SHELL = "/bin/sh"
 REAPER = str(Path(__file__).with_name("reaper.py"))  # each terminal's supervisor (issue 42 items 6, 7)
 START_WAIT = 30.0  # the supervisor says `started` (or why not) within this
+START_NUDGE = 0.5  # until it does, it is resumed this often (its command may have stopped it first)
 END_GRACE = 5.0  # at the adapter's end, how long the supervisors get to end their trees
 ENV_ALLOWED = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "TZ", "TMPDIR")
 ENV_LOCALE = ("LC_ALL", "LC_CTYPE", "LC_COLLATE", "LC_MESSAGES", "LC_MONETARY", "LC_NUMERIC", "LC_TIME", "LC_PAPER",
@@ -222,7 +223,15 @@ class Terminals:
         problem: list[str] = []
         self._nursery.start_soon(self._watch, term, started, problem)
         with trio.move_on_after(START_WAIT):
-            await started.wait()
+            while not started.is_set():
+                with trio.move_on_after(START_NUDGE):
+                    await started.wait()
+                if not started.is_set() and proc.returncode is None:
+                    # the command may have stopped its supervisor (`kill -STOP $PPID`) before it said `started`
+                    try:
+                        proc.send_signal(signal.SIGCONT)
+                    except OSError:
+                        pass
         if problem or not started.is_set():
             self._release(term.id)
             raise RpcError(framing.INTERNAL_ERROR, f"cannot run {req.command[:80]}: "
