@@ -130,7 +130,8 @@ class Routing:
         if member is None or member.conn is None:
             return None
         conn = member.conn
-        got = await conn.call(crewwire.Read(id=str(uuid.uuid4()), agent=agent, what=what, args=args), READ_TIMEOUT)
+        got = await conn.call({"type": "read", "id": str(uuid.uuid4()), "agent": agent, "what": what,
+                               "args": args}, READ_TIMEOUT)
         result, bad = read_answer(what, got)
         if bad is not None:
             self._bad_frame(conn, bad)
@@ -203,8 +204,8 @@ class Routing:
             return refused(req.request_id, req.op, Reason.MACHINE_OFFLINE,
                            f"{label} {offline_text(member) if member else ''}")
         conn = member.conn
-        got = await conn.call(crewwire.Request(id=req.request_id, agent=req.agent, op=req.op, args=attrs.asdict(req)),
-                              FORWARD_TIMEOUT)
+        got = await conn.call({"type": "request", "id": req.request_id, "agent": req.agent, "op": req.op,
+                               "args": attrs.asdict(req)}, FORWARD_TIMEOUT)
         rec, bad = forwarded_receipt(req, got)  # no answer in time, or one that does not fit: `unknown` (B3)
         if bad is not None:
             self._bad_frame(conn, bad)
