@@ -100,9 +100,12 @@ def _left_out(_inst, attribute, value) -> None:
         raise ValueError(f"{attribute.name} must be a whole number from 0 to {LEFT_OUT_MAX}")
 
 
-def _status(_inst, _attribute, value) -> None:
-    if value not in AGENT_STATUSES:
-        raise ValueError(f"status must be one of {', '.join(AGENT_STATUSES)}")
+def _one_of(choices):
+    """A validator: the field's value is one of `choices` (the error names them)."""
+    def check(_inst, attribute, value) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {', '.join(choices)}")
+    return check
 
 
 @attrs.frozen
@@ -118,7 +121,7 @@ class Hello:
 class MemberStatus:
     """The member's own status for one of its agents (the parts the lead shows)."""
 
-    status: str = attrs.field(validator=_status)
+    status: str = attrs.field(validator=_one_of(AGENT_STATUSES))
     transport: str = "socket"
     address: str = ""
     local: bool = True
@@ -215,11 +218,6 @@ MEMBER_FRAMES: dict[str, type] = {"hello": Hello, "snapshot": Snapshot, "agent":
 
 # --- frames from the lead ----------------------------------------------------------------------
 
-def _write_op(_inst, _attribute, value) -> None:
-    if value not in WRITE_OPS:
-        raise ValueError(f"op must be one of {', '.join(WRITE_OPS)}")
-
-
 @attrs.frozen
 class Welcome:
     """The lead's answer to a `hello` it lets in (fields in the wire's order)."""
@@ -242,7 +240,7 @@ class Request:
 
     id: str
     agent: str
-    op: str = attrs.field(validator=_write_op)
+    op: str = attrs.field(validator=_one_of(WRITE_OPS))
     args: dict = attrs.Factory(dict)
 
 
