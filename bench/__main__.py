@@ -19,7 +19,7 @@ to JSON (`--json`, default bench/results.json, or bench/results-quick.json with 
                                     journals fsync'd: receipts per second, p50/p99
     scale    bench/crew_scale.py    the lead with 100 members (99 simulated, 1 real) x 10 agents x 100
                                     conversations: CPU, RSS, dashboard API size and time, write round trip
-    members  bench/fake_members.py  one `python -m fixtures member --count 100 --agents 10 --conversations
+    members  bench/fake_members.py  one `python -m collie.fixtures member --count 100 --agents 10 --conversations
                                     100` process against one lead: join time, lead CPU/RSS idle and at one
                                     change a second per member, the fake-member process's own memory
     speed    bench/speed.py         ask raised -> chat, agent row and Needs you (lone, right after a change,

@@ -40,7 +40,7 @@ from measure import pct  # noqa: E402
 
 SDK_AGENT = """
 import sys, time, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 async def turn(pane, text):
     n, every = (int(x) if i == 0 else float(x) for i, x in enumerate(text.split()[1:3]))
     reply = pane.reply("", final=False)
@@ -124,8 +124,8 @@ def adapter_cpu(rounds: int) -> float:
     """µs of the adapter's own work per chunk, in process: framing, JSON, the ACP model, the mapping."""
     from acp import schema
 
-    from crew.acp.framing import Decoder, encode
-    from crew.acp.view import SessionView
+    from collie.crew.acp.framing import Decoder, encode
+    from collie.crew.acp.view import SessionView
 
     class Handle:
         def append(self, text):
@@ -163,7 +163,7 @@ def main() -> int:
     pids = []
     try:
         acp_sock, sdk_sock = str(run / "a" / "app.sock"), str(run / "s" / "app.sock")
-        pids.append(detached([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "bench", "--cwd",
+        pids.append(detached([sys.executable, "-m", "collie.crew.cli.main", "acp", "run", "--name", "bench", "--cwd",
                               str(run / "work"), "--socket", acp_sock, "--", sys.executable,
                               str(REPO / "tests" / "acp_agent.py")], run / "acp.out", env))
         pids.append(detached([sys.executable, "-c", SDK_AGENT, sdk_sock], run / "sdk.out", env))

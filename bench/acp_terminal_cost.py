@@ -26,7 +26,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from crew.acp.terminals import Terminals  # noqa: E402
+from collie.crew.acp.terminals import Terminals  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:

@@ -33,16 +33,16 @@ if str(REPO) not in sys.path:
 
 from measure import pct  # noqa: E402
 
-from bridge import client as client_mod  # noqa: E402
-from bridge.client import AgentClient, AgentUnreachable  # noqa: E402
+from collie.bridge import client as client_mod  # noqa: E402
+from collie.bridge.client import AgentClient, AgentUnreachable  # noqa: E402
 
 THROUGH = hasattr(client_mod, "THROUGH_LANES")  # an older checkout has no lanes
-from crew.config import AgentConfig  # noqa: E402
+from collie.crew.config import AgentConfig  # noqa: E402
 
 
 def start(kind: str, sock: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # the agents always come from this checkout
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures", kind, "--socket", str(sock), *extra], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", kind, "--socket", str(sock), *extra], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline().startswith("listening"), kind
     return proc

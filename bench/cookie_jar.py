@@ -2,10 +2,10 @@
 
     .venv/bin/python bench/cookie_jar.py [--requests 300] [--cookies 180]
 
-The lead's own app and server (`lead.http`) on loopback, one kept-alive HTTP/1.1 connection (httpx):
+The lead's own app and server (`collie.lead.door.http`) on loopback, one kept-alive HTTP/1.1 connection (httpx):
 `GET /healthz` with a jar of `--cookies` cookies of 4,096 bytes (Chromium's most for one host) and the
 phone's own cookie, beside the same request with only the phone's cookie — the floor, measured in the same
-run. The difference is what reading and sorting the jar costs (h11's parse of the head, `lead.jar`), and
+run. The difference is what reading and sorting the jar costs (h11's parse of the head, `collie.lead.door.jar`), and
 what a client sending such a jar again and again can make the lead spend.
 """
 
@@ -28,7 +28,7 @@ from measure import pct  # noqa: E402
 
 
 def serve_in_thread() -> tuple[int, object, trio.Event, threading.Thread]:
-    from lead.http import create_app, serve_http
+    from collie.lead.door.http import create_app, serve_http
 
     ready: list = []
     stop_box: list = []

@@ -4,7 +4,7 @@
                                          [--seconds 30] [--rate 10] [--dashboards 200] [--writes 200]
 
 A real `collie serve` lead; members-1 simulated members in this process (real WebSocket links, real
-hello/snapshot/beat frames: the testing kit's fixtures.member.FakeMember, docs/testing.md) and one real member
+hello/snapshot/beat frames: the testing kit's collie.fixtures.member.FakeMember, docs/testing.md) and one real member
 process with a real `many` fixture agent of `--conversations` conversations. One phone keeps a live
 channel (`GET /api/events`) open throughout. Measured, with the lead's CPU time and RSS from /proc:
 
@@ -45,7 +45,7 @@ from measure import Floor, cpu_seconds, ms, pct, rss_mib  # noqa: E402
 
 from tests.crewlab import Crew, invite_sims, start_fake_members, toggle_fake_ask, wait_for  # noqa: E402
 
-FINISHED = ("done", "expired", "cancelled", "failed")  # inbox items that no longer wait (lead/inbox.py)
+FINISHED = ("done", "expired", "cancelled", "failed")  # inbox items that no longer wait (lead/inbox/service.py)
 FULL = {"members": 100, "agents": 10, "conversations": 100, "seconds": 30.0, "rate": 10.0, "dashboards": 200,
         "writes": 200}
 QUICK = {"members": 10, "agents": 10, "conversations": 20, "seconds": 4.0, "rate": 10.0, "dashboards": 40,
@@ -109,7 +109,7 @@ def run(quick: bool = False, loopwatch: bool = False, **sizes) -> dict:
         real.serve()
         sims = invite_sims(crew, o["members"] - 1)
         wait_for(lambda: crew.online("real"), what="real member")
-        lead_pid = crew.lead.bridge.pid  # `collie serve` execs `python -m lead`: same pid
+        lead_pid = crew.lead.bridge.pid  # `collie serve` execs `python -m collie.lead`: same pid
         token = (crew.lead.paths.state_dir / "api-token").read_text().strip()
         want_agents = (o["members"] - 1) * o["agents"] + 1
 

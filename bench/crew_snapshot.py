@@ -11,7 +11,7 @@ snapshot of `agents` x `conversations` open conversations, each with one permiss
 - from outside, `GET /healthz` asked back to back over one kept-alive connection, against the floor:
   the same request on the idle lead, measured in the same run.
 
-By default the member sends the snapshot the way `member.link` does (frames of at most
+By default the member sends the snapshot the way `collie.member.link` does (frames of at most
 crewwire.MAX_FRAME, the rest as `agent` frames); `--one-frame` sends it as one frame, as members
 did before issue 9.6 (a current lead closes such a link: code 1009).
 """
@@ -60,7 +60,7 @@ def member_main(url: str, token: str, agents: int, conversations: int, pad: int,
 
     frames = [{"type": "snapshot", "agents": views(agents, conversations, pad)}]
     if not one_frame:
-        from member.link import snapshot_frames
+        from collie.member.link import snapshot_frames
 
         frames = snapshot_frames(frames[0]["agents"])
     texts = [json.dumps(f, separators=(",", ":")) for f in frames]

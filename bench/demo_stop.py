@@ -51,7 +51,7 @@ def demo_stop() -> tuple[float, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COLLIE_", "XDG_"))}
     env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / "xdg-config"), XDG_STATE_HOME=str(home / "xdg-state"),
                PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "demo", "--awake", "2", "--asleep", "5"], cwd=REPO,
+    proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "demo", "--awake", "2", "--asleep", "5"], cwd=REPO,
                             env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:

@@ -1,4 +1,4 @@
-"""A lab of fake members on one lead (issue 28): `python -m fixtures member --count 100 --agents 10
+"""A lab of fake members on one lead (issue 28): `python -m collie.fixtures member --count 100 --agents 10
 --conversations 100` in one process against one real lead (docs/testing.md).
 
     .venv/bin/python bench/fake_members.py [--quick] [--count 100] [--agents 10] [--conversations 100]
@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import Floor, cpu_seconds, loadavg, rss_mib  # noqa: E402
 
-from fixtures.pytest_plugin import Lead, _private_dir  # noqa: E402
+from collie.fixtures.pytest_plugin import Lead, _private_dir  # noqa: E402
 
 FULL = {"count": 100, "agents": 10, "conversations": 100, "seconds": 15.0}
 QUICK = {"count": 10, "agents": 2, "conversations": 10, "seconds": 3.0}
@@ -59,7 +59,7 @@ def cpu_share(pid: int, seconds: float) -> float:
 
 
 def fake_process(lead: Lead, label: str, count: int, agents: int, conversations: int, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", lead.url, "--invite", "--label", label,
+    return subprocess.Popen([sys.executable, "-m", "collie.fixtures", "member", "--lead", lead.url, "--invite", "--label", label,
                              "--count", str(count), "--agents", str(agents), "--conversations", str(conversations),
                              *extra], cwd=REPO, env={**lead.env, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -54,9 +54,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
-from fixtures.tally import read_ledger  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.errors import NotRunningError  # noqa: E402
+from collie.fixtures.tally import read_ledger  # noqa: E402
 from tests.crewlab import CutProxy  # noqa: E402
 
 SCENARIOS = ("local", "crew", "local", "crew", "ttl", "local", "crew", "diskfull")
@@ -197,7 +197,7 @@ class Trial:
         return env
 
     def collie(self, name: str, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], cwd=REPO,
+        return subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *argv], cwd=REPO,
                               env={**self.env(name), **(env or {})}, capture_output=True, text=True, timeout=60)
 
     # --- the agent ----------------------------------------------------------------------------
@@ -212,7 +212,7 @@ class Trial:
     def _start_agent(self, proc: Proc, **_kw) -> subprocess.Popen:
         self.ledger.parent.mkdir(mode=0o700, exist_ok=True)
         out = open(self.logs / "agent.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "fixtures.tally", "--socket", str(self.sock), "--ledger",
+        p = subprocess.Popen([sys.executable, "-m", "collie.fixtures.tally", "--socket", str(self.sock), "--ledger",
                               str(self.ledger), "--turn", str(self.turn_seconds), "--open", str(self.extra_open)],
                              cwd=REPO,
                              env=self.env("agent"), stdout=subprocess.PIPE, stderr=out)
@@ -236,7 +236,7 @@ class Trial:
             env["PYTHONPATH"] = f"{self.base / 'clockhook'}{os.pathsep}{REPO}"
             env["COLLIE_TEST_CLOCK_FILE"] = str(self.clock_file)
         out = open(self.logs / f"{name}.log", "ab")
-        p = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve",
+        p = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve",
                               *(("--port", str(self.lead_port)) if name == "lead" else ())],
                              cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
         out.close()

@@ -3,7 +3,7 @@
     .venv/bin/python bench/hostile.py [--seconds 60] [--conversations 1] [--rate 2000] [--size 1000]
     .venv/bin/python bench/hostile.py --conversations 30000 --rate 3000 --size 20
 
-The agent (`python -m fixtures endless`) appends items forever and never drops one. The lead is a real
+The agent (`python -m collie.fixtures endless`) appends items forever and never drops one. The lead is a real
 `collie serve` process. While it runs, a client asks `GET /healthz` back to back (how long the server's
 event loop is held shows as its round trip) and the lead's RSS is sampled every second. At the end, one
 `GET …/items?since=0` of the flooded conversation: its size and time. The floor is an httpx round trip
@@ -78,7 +78,7 @@ def main() -> None:
         lead, pong = start_lead(env, state, lead_repo)
         time.sleep(1)
         rss0 = rss_mib(lead.pid)
-        agent = subprocess.Popen([sys.executable, "-m", "fixtures", "endless", "--socket", str(sock), "--conversations",
+        agent = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "endless", "--socket", str(sock), "--conversations",
                                   str(args.conversations), "--rate", str(args.rate), "--size", str(args.size)],
                                  env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert agent.stdout.readline().startswith("listening")

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import pct  # noqa: E402
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.errors import NotRunningError  # noqa: E402
 
 
 def ms(seconds: float) -> str:
@@ -47,8 +47,8 @@ def ms(seconds: float) -> str:
 def serve_in_thread(without_fix: bool) -> tuple[int, int, trio.Event, threading.Thread]:
     from quart import jsonify, request
 
-    from lead import hypercorn_fix
-    from lead.http import create_app, serve_http
+    from collie.lead.door import hypercorn_fix
+    from collie.lead.door.http import create_app, serve_http
 
     if without_fix:
         from hypercorn import protocol as hypercorn_protocol
@@ -133,10 +133,10 @@ def held_connections(hold: int, nofile: int) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="door"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("COLLIE_")}
     env.update(COLLIE_CONFIG_DIR=str(tmp / "cfg"), COLLIE_STATE_DIR=str(tmp / "state"))
-    proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0"], cwd=REPO, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve", "--port", "0"], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
-    from crew.paths import Paths
+    from collie.crew.paths import Paths
 
     control_socket = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state").control_socket
     held: list[socket.socket] = []
@@ -176,7 +176,7 @@ def held_connections(hold: int, nofile: int) -> None:
         fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
         t = time.perf_counter()
         try:
-            status = subprocess.run([sys.executable, "-m", "crew.cli.main", "status"], cwd=REPO, env=env,
+            status = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "status"], cwd=REPO, env=env,
                                     capture_output=True, text=True, timeout=30)
             bridge_line = next((line for line in status.stdout.splitlines() if line.startswith("bridge:")), "")
             status_line = f"exit {status.returncode}, {bridge_line!r}"

@@ -4,7 +4,7 @@
     .venv/bin/python bench/inbox.py burst [--agents 10] [--conversations 10] [--lead PATH]
     .venv/bin/python bench/inbox.py both --quick [--json out.json]     # `run(quick=True)` for the bench runner
 
-A real lead (`python -m lead`) and real `many` fixture agents (each send's turn echoes and ends).
+A real lead (`python -m collie.lead`) and real `many` fixture agents (each send's turn echoes and ends).
 - `queued`: `--sends` requests at once to one conversation of one agent whose turns last
   `--turn-ms`, through the inbox route (as a relay queuing jobs would; no turn quoted): all but the
   first wait and run one at a time. Counted at the agent: the rate comes from the agent's own
@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import cpu_seconds, pct  # noqa: E402
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.errors import NotRunningError  # noqa: E402
 
 FLOOR_SERVER = """
 import http.server, sys
@@ -81,7 +81,7 @@ def start_lead(base: Path, agents: dict[str, list[str]], lead_repo: Path, *,
     env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
     procs = []
     for name, extra in agents.items():
-        proc = subprocess.Popen([sys.executable, "-m", "fixtures", "many", "--socket", str(run_dir / f"{name}.sock"),
+        proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "many", "--socket", str(run_dir / f"{name}.sock"),
                                  *extra], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True)
         assert proc.stdout.readline().startswith("listening")
         procs.append(proc)
@@ -90,7 +90,7 @@ def start_lead(base: Path, agents: dict[str, list[str]], lead_repo: Path, *,
     if loopwatch is not None:
         lead_env.update(PYTHONPATH=f"{Path(__file__).resolve().parent / 'loopwatch'}:{lead_repo}",
                         COLLIE_BENCH_LOOPWATCH=str(loopwatch))
-    lead = subprocess.Popen([sys.executable, *profile, "-m", "lead", "--port", "0"], env=lead_env,
+    lead = subprocess.Popen([sys.executable, *profile, "-m", "collie.lead", "--port", "0"], env=lead_env,
                             cwd=lead_repo,
                             stdout=subprocess.DEVNULL, stderr=open(base / "lead.stderr", "w"))
     while True:

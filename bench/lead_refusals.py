@@ -1,4 +1,4 @@
-"""What the lead's memory of its refusals (lead/refusals.py) adds to a write to a member's agent.
+"""What the lead's memory of its refusals (lead/members/refusals.py) adds to a write to a member's agent.
 
     .venv/bin/python bench/lead_refusals.py [--n 200] [--burst 100] [--dir /path/on/the/state/disk]
 
@@ -25,7 +25,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.measure import Floor, loadavg, ms, pct  # noqa: E402
-from lead.refusals import Refusals  # noqa: E402
+from collie.lead.members.refusals import Refusals  # noqa: E402
 
 
 class Counting(Refusals):

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import cpu_seconds, pct, rss_mib  # noqa: E402
 
-from crew.sdk import open_collie  # noqa: E402
+from collie.crew.sdk import open_collie  # noqa: E402
 from tests.crewlab import Crew, invite_sims, start_fake_members, toggle_fake_ask, wait_for  # noqa: E402
 
 

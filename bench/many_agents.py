@@ -30,13 +30,13 @@ import sqlite3  # noqa: E402
 import trio  # noqa: E402
 from measure import Floor, cpu_seconds, lead_folder, loadavg, rss_mib, start_lead  # noqa: E402
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.errors import NotRunningError  # noqa: E402
 
 HOST = """
 import sys, trio
 from bench.measure import run_agents
-from fixtures.agents import ALL_CAPS
+from collie.fixtures.agents import ALL_CAPS
 async def main():
     folder, agents, n, watch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
     caps = ALL_CAPS if watch else [c for c in ALL_CAPS if c != "watch"]

@@ -141,7 +141,7 @@ def ms(seconds: float, floor: float | None = None) -> str:
     return f"{text} ({seconds / floor:.1f}x floor)" if floor else text
 
 
-# --- a lead in a private folder (the benchmarks that run `python -m lead` with their own agents) ------
+# --- a lead in a private folder (the benchmarks that run `python -m collie.lead` with their own agents) ------
 def lead_folder(base, sources) -> tuple:
     """cfg/ with a sources.json naming each durable agent (`sources`: name -> socket path), state/ and
     run/ (0700) inside `base` (made 0700); returns (cfg, state, run, env) — env for the lead and agents."""
@@ -161,17 +161,17 @@ def lead_folder(base, sources) -> tuple:
 
 
 def start_lead(env: dict, state, repo=None, stderr=None):
-    """`python -m lead --port 0` from the checkout `repo` (this one by default); returns (process, pong)
+    """`python -m collie.lead --port 0` from the checkout `repo` (this one by default); returns (process, pong)
     once its control socket answers."""
     import subprocess
     import sys
     import time
 
-    from crew import control
-    from crew.errors import NotRunningError
+    from collie.crew import control
+    from collie.crew.errors import NotRunningError
 
     repo = Path(repo or Path(__file__).resolve().parent.parent).resolve()
-    lead = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
+    lead = subprocess.Popen([sys.executable, "-m", "collie.lead", "--port", "0"], env={**env, "PYTHONPATH": str(repo)},
                             cwd=repo, stdout=subprocess.DEVNULL, stderr=stderr or subprocess.DEVNULL)
     while True:
         try:
@@ -191,7 +191,7 @@ async def run_agents(folder: str, n: int, convs: int, word: str, *, item: str = 
     goes to open_collie; `name_hosts` gives each agent its own name as its host name."""
     import trio
 
-    from crew.sdk import open_collie
+    from collie.crew.sdk import open_collie
 
     left = [n]
 

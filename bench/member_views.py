@@ -3,13 +3,13 @@
     .venv/bin/python bench/member_views.py [--agents 100] [--chars ascii|emoji|tiny] [--same] [--seconds 8]
 
 A real lead (`collie serve`) takes one member at crew.md §6's design scale (10 agents × 100
-conversations: the testing kit's fixtures.member.FakeMember), then one hostile member on a real WebSocket link that fills
+conversations: the testing kit's collie.fixtures.member.FakeMember), then one hostile member on a real WebSocket link that fills
 every limit: `--agents` agents (100 at most), each one `agent` frame of just under 1 MiB carrying 200
 conversations with long titles. `emoji` titles are four UTF-8 bytes a character on the link but twelve
 characters in the lead's kept JSON (`\\ud83d\\ude00`). Printed: the lead's VmRSS after the normal member
 and at its peak while the hostile one is taken (sampled every 0.2 s for `--seconds` after its last
 frame left), the size of each member's views file, how many of the hostile agents the lead shows and
-what it counts as kept of each member's views (`views_kept`, lead.hub.MEMBER_VIEWS_MAX). `tiny` sends
+what it counts as kept of each member's views (`views_kept`, collie.lead.members.hub.MEMBER_VIEWS_MAX). `tiny` sends
 fake_view's small conversations instead: the readers' objects beside the text. `--same` names one
 agent in every frame: the lead keeps one view, so the RSS shows what taking the frames costs (parsing,
 the worker threads' malloc arenas), not keeping them.
@@ -31,8 +31,8 @@ from trio_websocket import open_websocket_url
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from crew import control  # noqa: E402
-from fixtures.member import FakeMember  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.fixtures.member import FakeMember  # noqa: E402
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

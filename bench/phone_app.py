@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import pair_link, paired_phone, pct, round_trips  # noqa: E402
 
-from crew.sdk import open_collie  # noqa: E402
+from collie.crew.sdk import open_collie  # noqa: E402
 from tests.browser import launch  # noqa: E402
 from tests.crewlab import Crew, invite_sims, start_fake_members, wait_for  # noqa: E402
 
@@ -342,7 +342,7 @@ def page_only(runs: int, idle: float = 60.0) -> None:
 
     from playwright.sync_api import sync_playwright
 
-    from lead.web import Static
+    from collie.lead.web.serve import Static
     crew = Crew(Path(tempfile.mkdtemp(prefix="cp", dir="/tmp")))
     try:
         crew.lead.agent("desk", "deployer")

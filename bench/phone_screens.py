@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE))
 
 from measure import pair_link, paired_phone, pct, round_trips  # noqa: E402
 
-from crew.sdk import open_collie  # noqa: E402
+from collie.crew.sdk import open_collie  # noqa: E402
 from tests import crewlab  # noqa: E402
 from tests.browser import launch  # noqa: E402
 from tests.crewlab import Crew, wait_for  # noqa: E402

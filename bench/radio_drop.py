@@ -20,8 +20,9 @@ import time
 
 import trio
 
-from lead.events import Feed, install_events
-from lead.http import create_app, serve_http
+from collie.lead.feed.events import Feed
+from collie.lead.routes.events import install_events
+from collie.lead.door.http import create_app, serve_http
 
 GIVE_UP = 180.0
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import Floor, loadavg, ms, pct  # noqa: E402
 
-from crew import control  # noqa: E402
-from crew.errors import NotRunningError  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.errors import NotRunningError  # noqa: E402
 
 
 errors: list[tuple] = []
@@ -156,12 +156,12 @@ def run(conversations: int = 100, rounds: int = 10, queued: int = 0, turn_ms: fl
     (cfg / "sources.json").write_text(json.dumps([{"name": "many", "kind": "durable", "socket": str(sock)}]))
     os.chmod(cfg / "sources.json", 0o600)
     env = {**os.environ, "COLLIE_CONFIG_DIR": str(cfg), "COLLIE_STATE_DIR": str(state), "PYTHONPATH": str(REPO)}
-    agent = subprocess.Popen([sys.executable, "-m", "fixtures", "many", "--socket", str(sock), "--conversations",
+    agent = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "many", "--socket", str(sock), "--conversations",
                               str(conversations), "--turn-ms", str(turn_ms)], env=env, cwd=REPO,
                              stdout=subprocess.PIPE, text=True)
     assert agent.stdout.readline().startswith("listening")
     bridge_err = open(base / "bridge.stderr", "w")
-    bridge = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], env={**env, "PYTHONPATH": str(lead_repo)},
+    bridge = subprocess.Popen([sys.executable, "-m", "collie.lead", "--port", "0"], env={**env, "PYTHONPATH": str(lead_repo)},
                               cwd=lead_repo, stdout=subprocess.DEVNULL, stderr=bridge_err)
     floor = Floor()
     out: dict = {"lead": str(lead_repo), "turn_ms": turn_ms}

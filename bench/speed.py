@@ -58,7 +58,7 @@ sys.path.insert(0, str(HERE))
 from live_channel import floor, light_sse  # noqa: E402
 from measure import cpu_seconds, pct  # noqa: E402
 
-from crew.sdk import open_collie  # noqa: E402
+from collie.crew.sdk import open_collie  # noqa: E402
 from tests import crewlab  # noqa: E402
 from tests.crewlab import Crew, wait_for  # noqa: E402
 

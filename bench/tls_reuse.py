@@ -40,8 +40,8 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from crew import control  # noqa: E402
-from crew.paths import Paths  # noqa: E402
+from collie.crew import control  # noqa: E402
+from collie.crew.paths import Paths  # noqa: E402
 
 
 def burn(stop) -> None:
@@ -134,12 +134,12 @@ def main() -> int:
         env.update(COLLIE_CONFIG_DIR=str(tmp / "config"), COLLIE_STATE_DIR=str(tmp / "state"))
         paths = Paths(config_dir=tmp / "config", state_dir=tmp / "state")
         sock = tmp / "dep" / "a.sock"
-        agent = subprocess.Popen([sys.executable, "-m", "fixtures", "deployer", "--socket", str(sock)], cwd=REPO,
+        agent = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "deployer", "--socket", str(sock)], cwd=REPO,
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         agent.stdout.readline()
-        subprocess.run([sys.executable, "-m", "crew.cli.main", "durable", "attach", "deployer", "--socket", str(sock)],
+        subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "durable", "attach", "deployer", "--socket", str(sock)],
                        cwd=REPO, env=env, check=True, capture_output=True)
-        lead = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0", "--tls"], cwd=REPO,
+        lead = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve", "--port", "0", "--tls"], cwd=REPO,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stop = multiprocessing.Event()
         burners = [multiprocessing.Process(target=burn, args=(stop,)) for _ in range(args.burn)]

@@ -4,8 +4,8 @@
 
 For an agent listing 100, 200 and 231 open conversations of ~750 characters each (crew.md §6's size),
 prints what the lead keeps (kept, left_out), the view's JSON size against the 1 MiB frame, its cost
-against a member's 8 MiB budget (lead.hub.view_cost) for 10 such agents, and the time to build its
-reader (lead.hub.build_reader, a worker thread's work per view frame).
+against a member's 8 MiB budget (collie.lead.members.hub.view_cost) for 10 such agents, and the time to build its
+reader (collie.lead.members.hub.build_reader, a worker thread's work per view frame).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from crew import crewwire  # noqa: E402
-from lead.hub import MEMBER_VIEWS_MAX, build_reader, view_cost  # noqa: E402
+from collie.crew import crewwire  # noqa: E402
+from collie.lead.members.views import MEMBER_VIEWS_MAX, build_reader, view_cost  # noqa: E402
 from tests.crewlab import fake_view  # noqa: E402
 
 ROUNDS = 20

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from measure import Floor, lead_folder, loadavg, ms, pct, start_lead  # noqa: E402
 
-from crew.config import AgentConfig  # noqa: E402
+from collie.crew.config import AgentConfig  # noqa: E402
 from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -135,8 +135,8 @@ async def latency(caps, samples: int, pause: tuple[float, float], clock, seed: i
 
 ASKER = """
 import sys, time, trio
-from crew.sdk import open_collie
-from fixtures.agents import ALL_CAPS
+from collie.crew.sdk import open_collie
+from collie.fixtures.agents import ALL_CAPS
 async def main():
     path, n = sys.argv[1], int(sys.argv[2])
     async with open_collie(socket=path, caps=ALL_CAPS, runtime="bench", caller_check="off") as c:
@@ -223,7 +223,7 @@ async def pane_latency(samples: int, pause: tuple[float, float], conversations: 
 
 PARSE = """
 import sys, time
-from bridge.reader import AgentReader
+from collie.bridge.reader import AgentReader
 n, reps = int(sys.argv[1]), int(sys.argv[2])
 def conv(i, turn):
     return {"id": f"c{i:03d}", "title": f"Conversation {i}", "subtitle": "sub", "workspace": {"id": "w", "title": "Work"},

@@ -19,18 +19,18 @@ from urllib.parse import quote
 import attrs
 import trio
 
-from bridge.cache import Cache
-from bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
-from bridge.poller import INLINE_MAX, AgentPoller
-from bridge.reader import (KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView,
-                           phone_mismatch)
-from crew import logs
-from crew.config import AgentConfig, BridgeConfig
-from crew.fsutil import ensure_private_dir
-from crew.paths import Paths
-from crew.security import Problem, check_socket_shape, check_token, check_url, is_local_url
-from crew.views import UNREACHABLE, VERSION_MISMATCH, AgentStatus
-from crew.wire import ClosedPage, WireError, structure, unstructure, utc_time
+from collie.bridge.cache import Cache
+from collie.bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
+from collie.bridge.poller import INLINE_MAX, AgentPoller
+from collie.bridge.reader import (KEEP_ITEMS, PAGE_BYTES, PAGE_LIMIT, PAGE_LIMIT_MAX, AgentReader, ConversationView,
+                                  phone_mismatch)
+from collie.crew import logs
+from collie.crew.config import AgentConfig, BridgeConfig
+from collie.crew.fsutil import ensure_private_dir
+from collie.crew.paths import Paths
+from collie.crew.security import Problem, check_socket_shape, check_token, check_url, is_local_url
+from collie.crew.views import UNREACHABLE, VERSION_MISMATCH, AgentStatus
+from collie.crew.wire import ClosedPage, WireError, structure, unstructure, utc_time
 
 log = logs.get("bridge")
 

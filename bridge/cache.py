@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from crew.fsutil import open_db
+from collie.crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

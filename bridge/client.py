@@ -16,7 +16,7 @@
 The socket path is checked before every request (cheap `lstat` calls), so a path that stops being
 private is noticed before anything is sent. On a socket, the uid of the listening process
 (SO_PEERCRED) is checked as soon as a connection is made, before a byte of any request is written
-on it (T3); so is the owner of a loopback TCP port's listener (`crew.security.check_loopback_peer`,
+on it (T3); so is the owner of a loopback TCP port's listener (`collie.crew.security.check_loopback_peer`,
 issue 25.2). A connection that fails the check is closed and never pooled.
 
 `timeout` is a total deadline for the whole exchange: waiting for a connection, connecting,
@@ -41,9 +41,9 @@ from urllib.parse import quote, urlsplit
 import h11
 import trio
 
-from crew import __version__
-from crew.config import AgentConfig
-from crew.security import Problem, check_loopback_peer, check_socket_private
+from collie.crew import __version__
+from collie.crew.config import AgentConfig
+from collie.crew.security import Problem, check_loopback_peer, check_socket_private
 
 BIG_BODY = 256 * 1024  # bytes; a JSON answer over this is decoded off the event loop
 STATE_CAP = 8 * 1024 * 1024

@@ -1,4 +1,4 @@
-"""The bridge's side of the control socket (see `crew.control` for the protocol).
+"""The bridge's side of the control socket (see `collie.crew.control` for the protocol).
 
 Only the bridge's own user may talk to it: the socket lives in the 0700 state folder, is made 0600,
 and every connection's peer uid (SO_PEERCRED) must equal ours.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from crew import control, logs
+from collie.crew import control, logs
 
 log = logs.get("control")
 

@@ -24,18 +24,19 @@ import time
 
 import trio
 
-from bridge.bridge import Bridge
-from bridge.control import serve_control
-from bridge.journal import Journal
-from bridge.state import migrate_legacy_logs, prepare_agent_dir, prepare_state
-from bridge.writer import Writer
-from crew import __version__, control, logs
-from crew.cli.serve import daemon_command
-from crew.config import BridgeConfig, load_bridge_config, secrets_of
-from crew.crewconfig import read_crew
-from crew.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_RUNNING, CollieError, ConfigError, NotRunningError
-from crew.paths import Paths
-from crew.sources import tighten_mode
+from collie.bridge.bridge import Bridge
+from collie.bridge.control import serve_control
+from collie.bridge.journal import Journal
+from collie.bridge.state import migrate_legacy_logs, prepare_agent_dir, prepare_state
+from collie.bridge.writer import Writer
+from collie.crew import __version__, control, logs
+from collie.crew.cli.serve import daemon_command
+from collie.crew.config import BridgeConfig, load_bridge_config, secrets_of
+from collie.crew.crewconfig import read_crew
+from collie.crew.errors import (EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, EXIT_RUNNING, CollieError, ConfigError,
+                                NotRunningError)
+from collie.crew.paths import Paths
+from collie.crew.sources import tighten_mode
 
 log = logs.get("daemon")
 
@@ -236,6 +237,6 @@ def run_daemon(cls: type[Daemon], args: argparse.Namespace, argv: list[str], che
         return known.exit_status if known else EXIT_FAILURE
     if daemon.restart:
         logs.setup(None, stderr=False)
-        os.execv(sys.executable, daemon_command("crew.cli.main", ["serve", *argv]))
+        os.execv(sys.executable, daemon_command("collie.crew.cli.main", ["serve", *argv]))
     log.info("[bridge] stopped")
     return EXIT_OK

@@ -26,7 +26,7 @@ from pathlib import Path
 import attrs
 import trio
 
-from crew.fsutil import open_db
+from collie.crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS requests (

@@ -29,8 +29,8 @@ from contextlib import asynccontextmanager, contextmanager
 import attrs
 import trio
 
-from bridge.writes import WriteRequest
-from crew.receipts import Reason, Receipt, is_disk_full, refused
+from collie.bridge.writes import WriteRequest
+from collie.crew.receipts import Reason, Receipt, is_disk_full, refused
 
 
 class InFlight:

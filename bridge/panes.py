@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import attrs
 
-from bridge.reader import AgentReader, ConversationView
-from crew.markdown import render as render_markdown
-from crew.receipts import LINE_DECIDED, LINE_TIMED_OUT
-from crew.views import READY, STATUS_LABEL
+from collie.bridge.reader import AgentReader, ConversationView
+from collie.crew.markdown import render as render_markdown
+from collie.crew.receipts import LINE_DECIDED, LINE_TIMED_OUT
+from collie.crew.views import READY, STATUS_LABEL
 
 UNTITLED = "Untitled conversation"
 EXPERIMENTAL = "Experimental"
@@ -79,7 +79,7 @@ def masked_pane(state: dict | None, on: bool) -> dict | None:
     answer still quotes the ask as the agent listed it)."""
     if state is None or not on:
         return state
-    from crew.redact import redact
+    from collie.crew.redact import redact
 
     def text(v):
         return redact(v) if isinstance(v, str) else v

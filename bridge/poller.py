@@ -2,7 +2,7 @@
 
 Cadence (features W5): every 10 s, every 2 s while a phone views the agent. Where the agent
 declared `watch`, a long-poll (`?wait=30`) replaces the sleep: a change arrives at once and an idle
-agent costs one request per 30 s. When the next read starts is decided by `bridge.pace.ReadPace`:
+agent costs one request per 30 s. When the next read starts is decided by `collie.bridge.pace.ReadPace`:
 a change after a quiet spell and a poke (a write went through, someone waits for a turn to end) are
 read at once, and so is the change right after a short one (a few words, then an ask); only a
 sustained burst is paced, `MIN_GAP` apart (`VIEWED_GAP` while a phone views the agent), so an agent
@@ -22,14 +22,14 @@ from collections.abc import Callable
 
 import trio
 
-from bridge.cache import Cache
-from bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
-from bridge.pace import MIN_GAP, VIEWED_GAP, ReadPace  # noqa: F401 (MIN_GAP: tests and benches read it here)
-from bridge.reader import AgentReader
-from crew import __version__, logs
-from crew.config import AgentConfig
-from crew.views import READY, VERSION_MISMATCH
-from crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, WireError
+from collie.bridge.cache import Cache
+from collie.bridge.client import STATE_CAP, AgentClient, AgentUnreachable, path_id
+from collie.bridge.pace import MIN_GAP, VIEWED_GAP, ReadPace
+from collie.bridge.reader import AgentReader
+from collie.crew import __version__, logs
+from collie.crew.config import AgentConfig
+from collie.crew.views import READY, VERSION_MISMATCH
+from collie.crew.wire import ITEMS_LIMIT_DEFAULT, OURS, WAIT_MAX, WireError
 
 log = logs.get("durable")
 

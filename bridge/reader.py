@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import attrs
 
-from crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
-from crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus, keep_conversations
-from crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
-                       unstructure, utc_time)
+from collie.crew.asks import AskView, sanitize_actions, sanitize_ask, sanitize_item
+from collie.crew.views import READY, STARTING, UNREACHABLE, VERSION_MISMATCH, AgentStatus, keep_conversations
+from collie.crew.wire import (OURS, Conversation, HelloAnswer, ItemsPage, State, WireError, WireRange, structure,
+                              unstructure, utc_time)
 
 LEFT_OUT = "Older messages were left out: the durable agent no longer keeps them."
 
@@ -150,7 +150,7 @@ class PreparedState:
     notes: list[tuple[str, str]]  # (once-key, log line)
     reparsed: int  # how many conversations were parsed (the others were unchanged)
     kept: list | None = None  # the raw conversations kept, when the state listed more than are read
-    left_out: int = 0  # open conversations not read (crew.views.keep_conversations)
+    left_out: int = 0  # open conversations not read (collie.crew.views.keep_conversations)
 
 
 @attrs.frozen

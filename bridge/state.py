@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import stat
 
-from crew import logs
-from crew.fsutil import ensure_private_dir
-from crew.paths import Paths
+from collie.crew import logs
+from collie.crew.fsutil import ensure_private_dir
+from collie.crew.paths import Paths
 
 log = logs.get("state")
 

@@ -3,16 +3,16 @@
 For one write, in order:
 1. A request id seen before answers with its stored receipt (`replay`); the same id with another
    body is a `conflict`; a request still in flight is waited for, never sent twice at once
-   (`bridge.once`: the in-flight table and the repeat judgement, shared with the lead).
+   (`collie.bridge.once`: the in-flight table and the repeat judgement, shared with the lead).
 2. The session lock (one per conversation, B7; an answer takes its ask's conversation's lock):
    any write while another holds it is refused `busy` at once — except Stop, which waits up to 10 s
-   (`bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
+   (`collie.bridge.locks`) and then goes through anyway. The lock is held until the agent answered.
 3. `plan()` judges the write against a fresh view of the agent; a refusal reaches nothing. Right
    after the agent (re)started its capabilities are not known until its hello is read again: the
    writer says hello itself first (bounded), and if the agent still has not answered it the write
    is refused `unreachable` (not ready), never `unsupported` (W3, W4).
 4. The request is written to the journal (fsync'd) *before* anything is sent. When that cannot be
-   done (the state folder's disk is full) the write is refused `disk_full` (`bridge.once.not_recorded`):
+   done (the state folder's disk is full) the write is refused `disk_full` (`collie.bridge.once.not_recorded`):
    nothing is sent.
 5. It is sent once, within a total deadline. No answer → `unknown`; nothing was sent (connection
    refused, the socket's listener is another user) → refused `unreachable`; the agent answered with an error code → `writes.error_receipt` (a
@@ -40,18 +40,18 @@ from collections.abc import Callable
 import attrs
 import trio
 
-from bridge.bridge import Bridge
-from bridge.client import AgentRefused, AgentUnreachable
-from bridge.faults import crashpoint
-from bridge.journal import Journal, Row
-from bridge.locks import Busy, SessionLocks
-from bridge.once import InFlight, judge_repeat, not_recorded
-from bridge.writes import (AgentFacts, Call, RecentSends, WriteRequest, error_receipt, find_ask, lock_key, plan,
-                           receipt)
-from crew import logs
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Reason, Receipt, refused
-from crew.views import READY, VERSION_MISMATCH
-from crew.wire import TEXT_MAX_DEFAULT
+from collie.bridge.bridge import Bridge
+from collie.bridge.client import AgentRefused, AgentUnreachable
+from collie.bridge.faults import crashpoint
+from collie.bridge.journal import Journal, Row
+from collie.bridge.locks import Busy, SessionLocks
+from collie.bridge.once import InFlight, judge_repeat, not_recorded
+from collie.bridge.writes import (AgentFacts, Call, RecentSends, WriteRequest, error_receipt, find_ask, lock_key,
+                                  plan, receipt)
+from collie.crew import logs
+from collie.crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, Reason, Receipt, refused
+from collie.crew.views import READY, VERSION_MISMATCH
+from collie.crew.wire import TEXT_MAX_DEFAULT
 
 log = logs.get("writes")
 
@@ -73,7 +73,7 @@ class Writer:
         self.journal = journal
         self.wall = wall
         self.locks = SessionLocks()
-        self.inflight = InFlight()  # request ids being carried out (bridge.once)
+        self.inflight = InFlight()  # request ids being carried out (collie.bridge.once)
         self.recent: dict[tuple[str, str], RecentSends] = {}
         self.counts: dict[str, int] = {}
         # Staleness, per conversation: each write that reached an agent gets the agent's next number;

@@ -3,7 +3,7 @@
 `plan(request, view)` judges a phone write against what the bridge last read of the agent and
 returns either a refusal (nothing reaches the agent) or the exact wire call to make. `receipt(...)`
 turns the agent's answer into what the phone shows. `RecentSends` keeps a pane's own lines
-(C3, C4). The trio layer (`bridge.writer`) adds only the lock, the journal and the socket.
+(C3, C4). The trio layer (`collie.bridge.writer`) adds only the lock, the journal and the socket.
 
 Refused here, before anything reaches the agent:
 - any write while the agent's hello is not read (at start, or right after the agent restarted): its
@@ -29,13 +29,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+
 import attrs
 
-from bridge.client import path_id
-from bridge.reader import ConversationView
-from crew.asks import AskView
-from crew.receipts import (MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Reason, Receipt, card_for,
-                           refused)
+from collie.bridge.client import path_id
+from collie.bridge.reader import ConversationView
+from collie.crew.asks import AskView
+from collie.crew.receipts import (MAY_BE_APPLIED, MOVED_ON, NOT_CERTAIN, NOT_CONFIRMED, REASONS, Reason, Receipt,
+                                  card_for, refused)
 
 OPS = ("send", "steer", "abort", "answer", "action", "starter", "rename", "close", "reopen")
 CAP_OF = {"send": "send", "steer": "steer", "abort": "abort", "answer": "asks", "action": "actions",

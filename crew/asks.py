@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from crew.wire import ASK_KINDS, PERMISSION_ROLES, ask_digest, utc_time
+from collie.crew.wire import ASK_KINDS, PERMISSION_ROLES, ask_digest, utc_time
 
 TITLE_MAX = 200
 BODY_MAX = 4000

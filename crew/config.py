@@ -12,12 +12,13 @@ environment wins over the file, so a service manager can override it.
 from __future__ import annotations
 
 import os
+
 import attrs
 
-from crew.errors import ConfigError
-from crew.paths import Paths
-from crew.security import Problem, check_token_text
-from crew.sources import RESERVED_NAME, Source, check_config_dir, read_private, read_sources
+from collie.crew.errors import ConfigError
+from collie.crew.paths import Paths
+from collie.crew.security import Problem, check_token_text
+from collie.crew.sources import RESERVED_NAME, Source, check_config_dir, read_private, read_sources
 
 
 @attrs.frozen

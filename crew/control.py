@@ -14,7 +14,7 @@ import json
 import socket
 from pathlib import Path
 
-from crew.errors import CollieError, NotRunningError
+from collie.crew.errors import CollieError, NotRunningError
 
 MAX_LINE = 4 * 1024 * 1024
 

@@ -18,11 +18,11 @@ from urllib.parse import urlsplit
 import attrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
-from crew.convert import describe, strict_converter
-from crew.errors import ConfigError
-from crew.fsutil import atomic_write, ensure_private_dir
-from crew.security import Problem, check_token, check_url
-from crew.sources import read_private
+from collie.crew.convert import describe, strict_converter
+from collie.crew.errors import ConfigError
+from collie.crew.fsutil import atomic_write, ensure_private_dir
+from collie.crew.security import Problem, check_token, check_url
+from collie.crew.sources import read_private
 
 
 @attrs.frozen

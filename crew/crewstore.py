@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from crew.fsutil import open_db
+from collie.crew.fsutil import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS members (label TEXT PRIMARY KEY, token_hash TEXT NOT NULL UNIQUE,

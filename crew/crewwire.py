@@ -32,11 +32,11 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from crew.convert import describe, lenient_converter
-from crew.receipts import Reason, Receipt, refused
-from crew.sources import NAME_RULE
-from crew.views import keep_conversations
-from crew.wire import WireRange
+from collie.crew.convert import describe, lenient_converter
+from collie.crew.receipts import Reason, Receipt, refused
+from collie.crew.sources import NAME_RULE
+from collie.crew.views import keep_conversations
+from collie.crew.wire import WireRange
 
 CREW_WIRE = WireRange(1, 1)
 READ_ONLY_FLOOR = 1  # a member older than CREW_WIRE.min but not below this is accepted read-only
@@ -53,7 +53,7 @@ MAX_CONVERSATIONS = 200
 LEFT_OUT_MAX = 10 ** 9  # a member's count of the conversations it left out, at most
 # entries one `read_result` may carry, counted before anything is structured (a million tiny items fit
 # a frame and took the lead's loop ~175 ms to structure): a member's cache keeps 2,000 items a conversation
-# (bridge.reader.KEEP_ITEMS) and answers them all behind the left-out line; a closed page is the agent's 100
+# (collie.bridge.reader.KEEP_ITEMS) and answers them all behind the left-out line; a closed page is the agent's 100
 MAX_READ_ITEMS = 2001
 MAX_READ_ROWS = 1000  # closed conversations or recent-send lines
 AGENT_STATUSES = ("starting", "ready", "unreachable", "version_mismatch")
@@ -146,7 +146,7 @@ class AgentView:
         return len(convs) if isinstance(convs, list) else 0
 
     def trimmed(self) -> AgentView:
-        """At most MAX_CONVERSATIONS open conversations, those that matter (crew.views.keep_conversations);
+        """At most MAX_CONVERSATIONS open conversations, those that matter (collie.crew.views.keep_conversations);
         `left_out` counts the rest too."""
         if self.conversation_count() <= MAX_CONVERSATIONS:
             return self
@@ -235,7 +235,7 @@ class Viewing:
 
 @attrs.frozen
 class Request:
-    """A write for one of the member's agents: `args` is the write itself (bridge.writes.WriteRequest's
+    """A write for one of the member's agents: `args` is the write itself (collie.bridge.writes.WriteRequest's
     fields; `request_structured` checks them against the envelope)."""
 
     id: str
@@ -428,7 +428,7 @@ def frame_kind(exc: FrameError) -> str | None:
 
 
 def request_structured(frame: Request, cls: type):
-    """The write a `request` carries, as `cls` (bridge.writes.WriteRequest): `args` structured strictly (a
+    """The write a `request` carries, as `cls` (collie.bridge.writes.WriteRequest): `args` structured strictly (a
     wrong type or a missing field is a FrameError naming it; unknown fields are ignored). The envelope's
     `id`, `agent` and `op` fill `request_id`, `agent` and `op` where `args` leaves them out, and must be
     the same where it names them."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import attrs
 
-from crew.views import READY, STATUS_LABEL
+from collie.crew.views import READY, STATUS_LABEL
 
 MAX_TEXT = 60
 MAX_EVENTS = 6

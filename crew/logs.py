@@ -28,7 +28,7 @@ import sys
 import threading
 from pathlib import Path
 
-from crew.fsutil import touch_private
+from collie.crew.fsutil import touch_private
 
 REDACTED = "[redacted]"
 LOG_MAX = 10 * 1024 * 1024  # bytes of bridge.log before it becomes bridge.log.1 (so at most twice this on disk)

@@ -40,11 +40,11 @@ class Reason(enum.StrEnum):
 
     The wire value is the member's string (`Reason.BUSY == "busy"`), so receipts, journals and the
     phone see the same words as before. A durable agent may answer a reason of its own; the bridge
-    passes it on as a plain string (`bridge.writes.receipt`). `unknown` receipts carry other reasons
+    passes it on as a plain string (`collie.bridge.writes.receipt`). `unknown` receipts carry other reasons
     (`timeout`, `link`, `protocol`, `internal`, …): what left them unknown, not a refusal.
 
     What a refusal does to an inbox item (a send or starter waiting for its agent), as
-    lead/inbox_core.py's `InboxCore.settle` and `HOLD`/`TRANSIENT` decide: a *holding* reason says
+    lead/inbox/core.py's `InboxCore.settle` and `HOLD`/`TRANSIENT` decide: a *holding* reason says
     "not now" — nothing reached the agent, and the item is approved again and dispatched later under the
     same id (after a pause); any other reason is *final* — the item ends `failed` with it. A refusal
     the sender is shown at once (a write passing straight through an empty inbox, a Retry that resumed
@@ -55,7 +55,7 @@ class Reason(enum.StrEnum):
     # holding: an ask is open in the conversation (I2)
     ASK_OPEN = "ask_open"
     # holding: the quoted turn has passed (B4) — the next dispatch quotes the current one; final after
-    # UNKNOWN_TURN_TRIES in a row when no turn can be quoted (lead.inbox_pace); at entry: refused, not kept
+    # UNKNOWN_TURN_TRIES in a row when no turn can be quoted (collie.lead.inbox.pace); at entry: refused, not kept
     TURN_MOVED = "turn_moved"
     # holding, even for a write passing through (crew.md §3): another write holds the conversation's lock
     BUSY = "busy"
@@ -96,7 +96,7 @@ class Reason(enum.StrEnum):
     DISK_FULL = "disk_full"
     # holding, and its inbox pauses (TRANSIENT): the request could not be recorded on disk for another cause
     NOT_RECORDED = "not_recorded"
-    # holding: the member is offline — the lead keeps the item and its inbox pauses (lead.inbox_pace);
+    # holding: the member is offline — the lead keeps the item and its inbox pauses (collie.lead.inbox.pace);
     # a session-bound write (never an inbox item) fails at once (crew.md §3)
     MACHINE_OFFLINE = "machine_offline"
     # final: the member runs an older Collie, accepted read-only

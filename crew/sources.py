@@ -20,13 +20,14 @@ import os
 import re
 import stat
 from pathlib import Path
+
 import attrs
 from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
-from crew.convert import describe, strict_converter
-from crew.errors import ConfigError
-from crew.fsutil import atomic_write, ensure_private_dir
-from crew.security import check_token_text
+from collie.crew.convert import describe, strict_converter
+from collie.crew.errors import ConfigError
+from collie.crew.fsutil import atomic_write, ensure_private_dir
+from collie.crew.security import check_token_text
 
 NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 RESERVED_NAME = "default"  # the terminal session's / single-agent instance's name (A7)

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import rfc8785
 
-from crew.convert import describe, lenient_converter
+from collie.crew.convert import describe, lenient_converter
 
 WIRE_MIN = 1
 WIRE_MAX = 1
@@ -102,8 +102,8 @@ class Conversation:
     turn: int = 0
     activity: str | None = None
     progress: Progress | None = None
-    asks: list[dict[str, Any]] = attrs.Factory(list)  # raw, for the digest; parsed by crew.asks
-    actions: list[dict[str, Any]] = attrs.Factory(list)  # raw; cut to the limits by crew.asks
+    asks: list[dict[str, Any]] = attrs.Factory(list)  # raw, for the digest; parsed by collie.crew.asks
+    actions: list[dict[str, Any]] = attrs.Factory(list)  # raw; cut to the limits by collie.crew.asks
     items_rev: int = 0
 
 

@@ -1,5 +1,5 @@
 import sys
 
-from lead.daemon import main
+from collie.lead.daemon import main
 
 sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,7 @@
 """`collie serve` on a machine that leads (or stands alone): the bridge plus the phone's server.
 
 Everything common to every role (start-up, control socket, shutdown, restart) is in
-`bridge.daemon`; the lead adds the HTTP server (phone API, the members' `/crew/v1` link) and the
+`collie.bridge.daemon`; the lead adds the HTTP server (phone API, the members' `/crew/v1` link) and the
 crew hub that gathers members and routes their writes.
 """
 
@@ -16,12 +16,14 @@ from functools import partial
 
 import trio
 
-from bridge.daemon import Daemon, first_of, run_daemon
-from crew import __version__, logs
-from crew.cli.serve import LOOPBACK, ServeParser, add_options, check_options, serve_env
-from crew.errors import EXIT_USAGE, CollieError
-from lead.api import OWNER, create_api, install_inbox_routes, load_or_create_credential
-from lead.http import create_app, serve_http
+from collie.bridge.daemon import Daemon, first_of, run_daemon
+from collie.crew import __version__, logs
+from collie.crew.cli.serve import LOOPBACK, ServeParser, add_options, check_options, serve_env
+from collie.crew.errors import EXIT_USAGE, CollieError
+from collie.lead.door.http import create_app, serve_http
+from collie.lead.routes.api import create_api, load_or_create_credential
+from collie.lead.routes.inbox import register as install_inbox_routes
+from collie.lead.routes.rules import OWNER
 
 log = logs.get("daemon")
 
@@ -64,11 +66,12 @@ class LeadDaemon(Daemon):
         self.credential, created = load_or_create_credential(paths)
         self.made_credential = created  # logged once the server listens; removed if the start fails
         logs.redactor.add(self.credential)
-        from lead.hub import Hub  # the crew hub: members, their views, routing
+        from collie.lead.members.hub import Hub  # the crew hub: members, their views, routing
 
         self.hub = Hub(paths, self.bridge, self.writer)
-        from crew.config import load_env
-        from lead.inbox import TTL_DEFAULT, Inbox
+        from collie.crew.config import load_env
+        from collie.lead.inbox.core import TTL_DEFAULT
+        from collie.lead.inbox.service import Inbox
 
         env = load_env(paths)
         try:
@@ -76,14 +79,14 @@ class LeadDaemon(Daemon):
         except ValueError:
             ttl = TTL_DEFAULT
         self.inbox = Inbox(paths.state_dir / "inbox.sqlite", self.hub, self.writer, owner=owner_name(env), ttl=ttl)
-        from crew.redact import enabled as redaction_enabled
-        from lead.devices import Devices
-        from lead.events import Feed
-        from lead.push import Pusher
-        from lead.tls import ensure_certificate, fingerprint_file, machine_addresses, names_for
+        from collie.crew.redact import enabled as redaction_enabled
+        from collie.lead.door.devices import Devices
+        from collie.lead.door.tls import ensure_certificate, fingerprint_file, machine_addresses, names_for
+        from collie.lead.feed.events import Feed
+        from collie.lead.push.pusher import Pusher
 
         self.devices = Devices(paths.state_dir / "devices.sqlite", again=pair_command(env))
-        from lead.needs_file import NAME as SEEN_FILE
+        from collie.lead.feed.needs_file import NAME as SEEN_FILE
 
         self.feed = Feed(self.bridge, self.hub, self.writer, set_viewing=self._set_viewing,
                          seen_path=paths.state_dir / SEEN_FILE)
@@ -93,12 +96,12 @@ class LeadDaemon(Daemon):
         self.pusher = Pusher(self.bridge, self.hub, paths.state_dir / "push", host=socket.gethostname(),
                              redact_on=self.redact_on, loopback_ok=env.get("COLLIE_PUSH_LOOPBACK", "").strip() == "1")
         self.devices.on_revoke.append(self.pusher.store.drop_device)
-        from lead.turn_push import TurnPusher
+        from collie.lead.push.turns import TurnPusher
 
         self.turns = TurnPusher(self.pusher, self.feed)  # issue 37: a push when a turn ends
         self.devices.on_revoke.append(self.turns.drop_device)
         self.certfile, self.keyfile = args.tls_cert, args.tls_key
-        self.tls_files = None  # the lead's own authority and the certificate it issued (lead.tls)
+        self.tls_files = None  # the lead's own authority and the certificate it issued (collie.lead.door.tls)
         host = args.host or "127.0.0.1"
         self.addresses = machine_addresses() if host in ("0.0.0.0", "::", "") else None
         if not self.certfile and (getattr(args, "tls", False) or host not in LOOPBACK):
@@ -146,7 +149,7 @@ class LeadDaemon(Daemon):
 
     def tls_statistics(self) -> dict:
         """What `collie doctor` says of TLS: which certificate is served, who issued it, where to open the lead."""
-        from lead.tls import describe_served
+        from collie.lead.door.tls import describe_served
 
         urls = self.door.base_urls() if self.door is not None else []
         served = describe_served(self.certfile) if self.certfile else None
@@ -172,7 +175,7 @@ class LeadDaemon(Daemon):
     async def follow_addresses(self, app) -> None:
         """On 0.0.0.0/:: the served certificate names this machine's addresses: when they change (another network,
         a new lease), it is issued anew from the same authority and served from the next connection on."""
-        from lead.tls import ensure_certificate, names_for
+        from collie.lead.door.tls import ensure_certificate, names_for
 
         while True:
             await trio.sleep(ADDRESS_CHECK_SECONDS)
@@ -211,12 +214,13 @@ class LeadDaemon(Daemon):
         app, and the members' link (the tests build it the same way)."""
         from quart import g
 
-        from lead.events import install_events
-        from lead.pairing import Door, install_pairing
-        from lead.push import install_push
-        from lead.routes.turns import register as install_turns
-        from lead.trust import install_trust
-        from lead.web import install_web
+        from collie.lead.door.pairing import Door
+        from collie.lead.door.trust import install_trust
+        from collie.lead.routes.events import install_events
+        from collie.lead.routes.pairing import register as install_pairing
+        from collie.lead.routes.push import register as install_push
+        from collie.lead.routes.turns import register as install_turns
+        from collie.lead.web.serve import install_web
 
         self.door_rules = door = Door(self.args.host or "127.0.0.1", self.args.port or 0, tls=bool(self.certfile),
                                       names=self.args.name or [], public_url=getattr(self.args, "public_url", None),
@@ -224,14 +228,14 @@ class LeadDaemon(Daemon):
         door.trust_page = self.tls_files is not None
         return create_app(lambda a: (create_api(a, self.bridge, self.writer, self.credential, self.hub,
                                                 door=door, devices=self.devices, feed=self.feed,
-                                                redact_on=self.redact_on, stops=self.turns),
+                                                redact_on=self.redact_on, stops=self.turns, inbox=self.inbox),
                                      install_push(a, self.pusher),
                                      install_turns(a, self.turns),
                                      install_inbox_routes(a, self.hub, self.inbox),
                                      install_pairing(a, door, self.devices),
                                      install_events(a, self.feed,
                                                     owner_check=lambda: getattr(g, "sender", None) == OWNER),
-                                     install_web(a, self.bridge, self.hub, needs=self.feed.needs),
+                                     install_web(a, self.bridge, self.hub, needs=self.feed.needs, inbox=self.inbox),
                                      install_trust(a, self.tls_files),
                                      self.hub.install(a, self.shutdown)))
 
@@ -239,8 +243,8 @@ class LeadDaemon(Daemon):
         app = self.make_app()
         door = self.door_rules
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.hub.run)
-            nursery.start_soon(self.inbox.run)
+            await nursery.start(self.hub.run)
+            await nursery.start(self.inbox.run)
             await nursery.start(self.feed.run)
             await nursery.start(self.pusher.run)
             await nursery.start(self.turns.run)
@@ -280,7 +284,7 @@ ADDRESS_CHECK_SECONDS = 30.0
 
 
 async def _addresses_now() -> list[str]:
-    from lead.tls import machine_addresses
+    from collie.lead.door.tls import machine_addresses
 
     return await trio.to_thread.run_sync(machine_addresses)
 
@@ -327,7 +331,7 @@ def _port_of(address: str) -> int | None:
 
 
 def _check(args: argparse.Namespace, paths) -> tuple[int, str] | None:
-    """Off loopback the lead serves only TLS: the user's certificate, or one it makes (lead.tls)."""
+    """Off loopback the lead serves only TLS: the user's certificate, or one it makes (collie.lead.door.tls)."""
     problem = check_options(args, serve_env(paths))
     if problem:
         return EXIT_USAGE, problem

@@ -1,5 +1,5 @@
 import sys
 
-from member.daemon import main
+from collie.member.daemon import main
 
 sys.exit(main(sys.argv[1:]))

@@ -10,12 +10,12 @@ import os
 
 import trio
 
-from bridge.daemon import Daemon, run_daemon
-from crew import __version__, logs
-from crew.cli.serve import ServeParser, add_options
-from crew.crewconfig import read_crew
-from crew.errors import ConfigError
-from member.link import Link
+from collie.bridge.daemon import Daemon, run_daemon
+from collie.crew import __version__, logs
+from collie.crew.cli.serve import ServeParser, add_options
+from collie.crew.crewconfig import read_crew
+from collie.crew.errors import ConfigError
+from collie.member.link import Link
 
 log = logs.get("daemon")
 

@@ -2,7 +2,7 @@
 
 - Dial `wss://…/crew/v1` (or `ws://` to loopback) with the member token in the upgrade's
   `Authorization` header; `hello` → `welcome`. A refused token (closed `unauthorized`), `version`,
-  `label_in_use` (another machine holds this label: see the lead's rule in lead.hub), or no lead
+  `label_in_use` (another machine holds this label: see the lead's rule in collie.lead.members.hub), or no lead
   listening are reported and retried.
 - After every (re)connect: a full `snapshot` (agents that do not fit one frame follow as `agent`
   frames, named in its `more`); then an `agent` frame only when an agent's view changed. Coalescing
@@ -11,7 +11,7 @@
   goes — a lone ask is never delayed, nor a turn, state or ask change.
 - No frame is larger than crewwire.MAX_FRAME (the lead closes the link above it): a view keeps at
   most MAX_CONVERSATIONS open conversations — those that matter (waiting, working, then the newest,
-  crew.views.keep_conversations) — and says how many it left out (`left_out`); an items read too
+  collie.crew.views.keep_conversations) — and says how many it left out (`left_out`); an items read too
   large keeps its newest items behind the left-out line (S3).
 - `beat` every 10 s (and a WebSocket ping), so the lead sees silence within 30 s.
 - `request` frames run through this bridge's own writer and journal: a request id the member has
@@ -42,17 +42,17 @@ import attrs
 import trio
 from trio_websocket import ConnectionClosed, ConnectionRejected, HandshakeError, open_websocket_url
 
-from bridge.bridge import Bridge
-from bridge.pace import VIEWED_GAP
-from bridge.panes import chat_items
-from bridge.reader import LEFT_OUT, newest_of
-from bridge.writer import Writer
-from bridge.writes import WriteRequest
-from crew import __version__, crewwire, logs
-from crew.crewconfig import CrewConfig
-from crew.security import check_loopback_peer
-from crew.views import keep_conversations
-from crew.wire import unstructure
+from collie.bridge.bridge import Bridge
+from collie.bridge.pace import VIEWED_GAP
+from collie.bridge.panes import chat_items
+from collie.bridge.reader import LEFT_OUT, newest_of
+from collie.bridge.writer import Writer
+from collie.bridge.writes import WriteRequest
+from collie.crew import __version__, crewwire, logs
+from collie.crew.crewconfig import CrewConfig
+from collie.crew.security import check_loopback_peer
+from collie.crew.views import keep_conversations
+from collie.crew.wire import unstructure
 
 log = logs.get("crew")
 
@@ -60,7 +60,7 @@ MIN_GAP = crewwire.MIN_GAP
 FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 HEALTHY_AFTER = 10.0  # a link up this long resets the backoff (a lead that closes every link at once does not)
-GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (lead.hub)
+GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (collie.lead.members.hub)
 RESTART_RETRY = 1.0  # after a lead went away, a try this often (jittered ×0.5–1.5) ...
 RESTART_WINDOW = 120.0  # ... for this long; then the backoff grows again
 CONNECT_TIMEOUT = 10.0
@@ -79,7 +79,7 @@ AUTHORITY_MAX = 16384  # an authority's certificate is under 1 KiB
 async def read_authority(url: str, pin: str) -> bytes:
     """The lead's own authority (DER) from its `/trust/ca.crt`, read without verification and kept only when its
     SHA-256 is `pin`. Raises LeadRefused naming both fingerprints when it is another, or none is served."""
-    from crew.security import fingerprint_der
+    from collie.crew.security import fingerprint_der
 
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 443

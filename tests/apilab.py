@@ -11,15 +11,17 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from bridge.writer import Writer
-from crew import crewwire
-from crew.config import AgentConfig
-from crew.paths import Paths
-from lead.api import create_api, install_inbox_routes
-from lead.http import create_app
-from lead.hub import Hub, Member
-from lead.inbox import Inbox
-from lead.refusals import Refusals
+from collie.bridge.writer import Writer
+from collie.crew import crewwire
+from collie.crew.config import AgentConfig
+from collie.crew.paths import Paths
+from collie.lead.door.http import create_app
+from collie.lead.inbox.service import Inbox
+from collie.lead.members.hub import Hub
+from collie.lead.members.refusals import Refusals
+from collie.lead.members.session import Member
+from collie.lead.routes.api import create_api
+from collie.lead.routes.inbox import register as install_inbox_routes
 from tests.live import InlineJournal, bridge_for
 
 TOKEN = "t" * 64
@@ -74,7 +76,7 @@ async def api_lab(tmp, agents: list[AgentConfig], *, ready: tuple[str, ...] | No
         paths.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         hub = Hub(paths, b, w, refusals=InlineRefusals(paths.state_dir / "refusals.sqlite"))
         inbox = InlineInbox(paths.state_dir / "inbox.sqlite", hub, w)
-        app = create_app(lambda a: (create_api(a, b, w, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
+        app = create_app(lambda a: (create_api(a, b, w, TOKEN, hub, inbox=inbox), install_inbox_routes(a, hub, inbox)))
         async with trio.open_nursery() as n:
             await n.start(w.recover)
             n.start_soon(inbox.run)
@@ -86,7 +88,7 @@ async def api_lab(tmp, agents: list[AgentConfig], *, ready: tuple[str, ...] | No
 
 
 class FakeLink:
-    """A member's link as the hub sees it (`lead.hub.Conn`): records the requests the lead forwards
+    """A member's link as the hub sees it (`collie.lead.members.hub.Conn`): records the requests the lead forwards
     and answers each after `delay` seconds with the receipt `answer(msg)` returns; reads answer empty."""
 
     def __init__(self, answer, delay: float = 0.0) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from crew import control
-from crew.errors import NotRunningError
-from crew.paths import Paths
+from collie.crew import control
+from collie.crew.errors import NotRunningError
+from collie.crew.paths import Paths
 from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,7 +99,7 @@ def paths(tmp_path, monkeypatch) -> Paths:
 @pytest.fixture
 def cli(paths, capsys):
     """Run `collie ...` in-process; returns (status, stdout, stderr)."""
-    from crew.cli.main import main
+    from collie.crew.cli.main import main
 
     def run(*argv: str):
         try:
@@ -119,14 +119,14 @@ def collie_env(paths: Paths, **extra: str) -> dict[str, str]:
 
 
 def run_collie(paths: Paths, *argv: str, env: dict | None = None, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], cwd=REPO, env=env or collie_env(paths),
+    return subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *argv], cwd=REPO, env=env or collie_env(paths),
                           capture_output=True, text=True, timeout=timeout)
 
 
 class BridgeProcess:
     def __init__(self, paths: Paths, env: dict[str, str], *args: str) -> None:
         self.paths = paths
-        self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve", "--port", "0", *args],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def wait_ready(self, timeout: float = LIMIT) -> dict:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 
-from crew import control
-from crew.errors import NotRunningError
-from crew.paths import Paths
+from collie.crew import control
+from collie.crew.errors import NotRunningError
+from collie.crew.paths import Paths
 from tests.procs import LIMIT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -47,19 +47,19 @@ class Machine:
         self.agents: dict[str, subprocess.Popen] = {}
 
     def collie(self, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], cwd=REPO, env={**self.env, **(env or {})},
+        return subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *argv], cwd=REPO, env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=60)
 
     def agent(self, name: str, kind: str, *extra: str) -> None:
         sock = self.run / f"{name}.sock"
-        proc = subprocess.Popen([sys.executable, "-m", "fixtures", kind, "--socket", str(sock), *extra], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", kind, "--socket", str(sock), *extra], cwd=REPO,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert proc.stdout.readline().startswith("listening")
         self.agents[name] = proc
         assert self.collie("durable", "attach", name, "--socket", str(sock)).returncode == 0
 
     def serve(self, *args: str) -> dict:
-        self.bridge = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", *args], cwd=REPO, env=self.env,
+        self.bridge = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve", *args], cwd=REPO, env=self.env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         def up():
             try:
@@ -251,7 +251,7 @@ def invite_sims(crew: Crew, n: int, prefix: str = "sim") -> list[tuple[str, str]
     for a hundred members): [(label, token)]."""
     import secrets
 
-    from crew.crewstore import CrewStore
+    from collie.crew.crewstore import CrewStore
 
     store = CrewStore(crew.lead.paths.state_dir / "crew.sqlite")
     try:
@@ -331,11 +331,11 @@ async def start_sims(nursery, crew: Crew, sims: list[tuple[str, str]], *, change
         await all_ready.wait()
 
 
-# --- fake members from the testing kit (fixtures.member, docs/testing.md; issue 28) ----------------
+# --- fake members from the testing kit (collie.fixtures.member, docs/testing.md; issue 28) ----------------
 async def start_fake_members(nursery, crew: Crew, sims: list[tuple[str, str]], **kw) -> list:
-    """A `fixtures.member.FakeMember` for each (label, token) of `sims`, run in `nursery`; returns them
+    """A `collie.fixtures.member.FakeMember` for each (label, token) of `sims`, run in `nursery`; returns them
     once every one has sent its snapshot. `kw`: agents, conversations, script, beat (FakeMember's)."""
-    from fixtures.member import FakeMember
+    from collie.fixtures.member import FakeMember
 
     members = [FakeMember(crew.address, label, token, **kw) for label, token in sims]
     for m in members:

@@ -80,7 +80,7 @@ class DemoRun:
         self.raw = b""
         self.lock = threading.Lock()
         self.seen_pids: set[int] = set()
-        command = [*prefix, sys.executable, "-m", "crew.cli.main", "demo", *argv]
+        command = [*prefix, sys.executable, "-m", "collie.crew.cli.main", "demo", *argv]
         if tty:
             master, slave = os.openpty()
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", *size, 0, 0))  # rows, columns

@@ -16,17 +16,17 @@ import json
 import os
 import random
 import signal
-import threading
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 
-from crew import control
-from crew.errors import NotRunningError
+from collie.crew import control
+from collie.crew.errors import NotRunningError
 
 REPO = Path(__file__).resolve().parent.parent
 ACKED = ("sent", "queued", "accepted")
@@ -50,7 +50,7 @@ class Lab:
 
     # --- processes ------------------------------------------------------------------------------
     def start_agent(self) -> None:
-        self.agent = subprocess.Popen([sys.executable, "-m", "fixtures", "ledger", "--socket", str(self.sock),
+        self.agent = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "ledger", "--socket", str(self.sock),
                                        "--state", str(self.agent_state)], cwd=REPO, env=self.env,
                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.agent.stdout.readline()
@@ -67,7 +67,7 @@ class Lab:
         env = dict(self.env)
         if crash_at:
             env["COLLIE_CRASH_AT"] = crash_at
-        self.bridge = subprocess.Popen([sys.executable, "-m", "lead", "--port", "0"], cwd=REPO, env=env,
+        self.bridge = subprocess.Popen([sys.executable, "-m", "collie.lead", "--port", "0"], cwd=REPO, env=env,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

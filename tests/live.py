@@ -10,12 +10,12 @@ from pathlib import Path
 
 import trio
 
-from bridge.bridge import Bridge
-from bridge.journal import Journal
-from bridge.writer import Writer
-from crew.config import AgentConfig, BridgeConfig
-from crew.paths import Paths
-from crew.sdk import open_collie
+from collie.bridge.bridge import Bridge
+from collie.bridge.journal import Journal
+from collie.bridge.writer import Writer
+from collie.crew.config import AgentConfig, BridgeConfig
+from collie.crew.paths import Paths
+from collie.crew.sdk import open_collie
 
 ALL_CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
 
@@ -108,7 +108,7 @@ async def inbox_lab(tmp: Path, **kw):
     """A real SDK agent `a0` with one conversation `c`, a bridge reading it, a writer and an inbox (both
     with their SQL inline) under the bridge's state folder, the inbox running and the agent ready:
     yields (collie, pane, bridge, writer, inbox). `kw` goes to the agent (caps, on_send, ...)."""
-    from lead.hub import Hub
+    from collie.lead.members.hub import Hub
     from tests.apilab import InlineInbox  # here, not above: tests.apilab imports this module
 
     async with agent(tmp / "a0.sock", **kw) as collie:

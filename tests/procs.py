@@ -17,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from crew.acp.reaper import processes
+from collie.crew.acp.reaper import processes
 
 LIMIT = 120.0  # seconds: only a program that hangs reaches it, however busy the machine is
 

@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from crew.acp.adapter import Adapter
-from crew.sdk.agent import now_iso
+from collie.crew.acp.adapter import Adapter
+from collie.crew.sdk.agent import now_iso
 from tests.conftest import REPO
 from tests.test_acp_terminals import alive
 from tests.test_acp_view import collie
@@ -307,7 +307,7 @@ async def test_commands_sent_before_the_session_is_recorded_are_not_lost(tmp_pat
 
 
 async def _state(c) -> tuple[int, dict]:
-    from crew.sdk.server import Request
+    from collie.crew.sdk.server import Request
 
     c.ready()
     resp = await c.handle(Request(method="GET", path="/v1/state", segments=("v1", "state"), query={}, headers={},
@@ -346,7 +346,7 @@ async def test_a_stale_end_turn_after_a_stop_does_not_end_the_turn_so_its_ask_is
     The adapter does not end that turn on the stale answer: the ask reaches the phone, Allow reaches
     the agent once and the edit is made; the turn ends once the agent stays silent with no ask open,
     saying what happened; what the agent did for it shows with the next message, not lost."""
-    from crew.acp import adapter as adapter_module
+    from collie.crew.acp import adapter as adapter_module
 
     monkeypatch.setattr(adapter_module, "STALE_HOLD", 1.0, raising=False)
     async with lab(tmp_path, monkeypatch, env={"ACP_TEST_STALE": "1"}) as t:
@@ -371,7 +371,7 @@ async def test_an_ask_after_a_stale_turn_ended_is_shown_not_cancelled_unseen(tmp
     """Issue 38: after an error the agent (ACP_TEST_STALE) answers the next prompt stale; when its ask
     comes only after the adapter ended that turn, the ask is still shown (in a turn of its own) and
     its answer reaches the agent — it is never cancelled unseen."""
-    from crew.acp import adapter as adapter_module
+    from collie.crew.acp import adapter as adapter_module
 
     monkeypatch.setattr(adapter_module, "STALE_HOLD", 0.0, raising=False)
     async with lab(tmp_path, monkeypatch, env={"ACP_TEST_STALE": "1", "ACP_TEST_ASK_AFTER": "1"}) as t:

@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crew.errors import NotRunningError
+from collie.crew.errors import NotRunningError
 from tests.conftest import REPO, collie_env, run_collie
-from tests.test_durable_e2e import live, wait_for
 from tests.live import cleanup, short_dir
 from tests.procs import terminate
+from tests.test_durable_e2e import live, wait_for
 
 pytestmark = pytest.mark.slow
 AGENT = [sys.executable, str(REPO / "tests" / "acp_agent.py")]
@@ -44,7 +44,7 @@ class AdapterProcess:
 
     def start(self) -> None:
         env = collie_env(self.paths, ACP_TEST_STATE=str(self.agent_state), **self.env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "acp",
+        self.proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "acp", "run", "--name", "acp",
                                       "--cwd", str(self.work), "--socket", self.sock, *self.args, "--", *AGENT],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)
@@ -284,7 +284,7 @@ def test_attach_flag_attaches_through_the_durable_attach_path(paths, bridge):
     try:
         bridge(env=collie_env(paths)).wait_ready()
         env = collie_env(paths, XDG_RUNTIME_DIR=str(run), ACP_TEST_STATE=str(run / "agent.json"))
-        proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--attach", "--cwd", str(run),
+        proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "acp", "run", "--attach", "--cwd", str(run),
                                  "--", *AGENT], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         try:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import trio
 
-from crew.acp import adapter as adapter_mod
-from crew.acp.adapter import Adapter
+from collie.crew.acp import adapter as adapter_mod
+from collie.crew.acp.adapter import Adapter
 from tests.test_acp_terminals import alive, gone
 
 

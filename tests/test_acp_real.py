@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crew.errors import NotRunningError
+from collie.crew.errors import NotRunningError
 from tests import agents
 from tests.acpchecks import (SLOW, alive, back_after_the_crash, crashed_with_an_ask_open, stopped_mid_reply,
                              stopped_with_an_ask_open)
@@ -118,7 +118,7 @@ class RealAgent:
 
     def start(self) -> None:
         extra = [*(["--allow-terminal"] if self.terminal else []), *self.args]
-        self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", self.kind,
+        self.proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "acp", "run", "--name", self.kind,
                                       "--cwd", str(self.work), "--socket", self.sock, *extra, "--", *self.command],
                                      cwd=REPO, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._drainer = threading.Thread(target=self._drain, args=(self.proc.stderr,), daemon=True)

@@ -9,9 +9,9 @@ import subprocess
 import pytest
 import trio
 
-from crew.acp import terminals as terms_mod
-from crew.acp.rpc import RpcError
-from crew.acp.terminals import Terminals
+from collie.crew.acp import terminals as terms_mod
+from collie.crew.acp.rpc import RpcError
+from collie.crew.acp.terminals import Terminals
 
 ENVIRON = {"PATH": os.environ["PATH"], "HOME": "/home/someone", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
            "COLLIE_TOKEN": "collie-secret-token", "OPENAI_API_KEY": "sk-not-for-terminals",

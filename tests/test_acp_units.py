@@ -11,10 +11,10 @@ import trio
 import trio.testing
 from acp import schema
 
-from crew.acp import files, framing
-from crew.acp.framing import Decoder, Malformed, Message, Noise, TooLong, escape
-from crew.acp.rpc import Closed, Endpoint, RpcError
-from crew.acp.view import permission_ask
+from collie.crew.acp import files, framing
+from collie.crew.acp.framing import Decoder, Malformed, Message, Noise, TooLong, escape
+from collie.crew.acp.rpc import Closed, Endpoint, RpcError
+from collie.crew.acp.view import permission_ask
 
 
 def test_a_message_split_across_reads_is_one_message():
@@ -181,7 +181,7 @@ def test_permission_options_map_to_roles_with_our_own_ids():
 
 
 def test_the_default_name_comes_from_the_agent_not_its_launcher():
-    from crew.cli.acp_cmd import default_name
+    from collie.crew.cli.acp_cmd import default_name
 
     assert default_name(["npx", "@zed-industries/claude-code-acp"]) == "claude-code-acp"
     assert default_name(["python3.11", "tests/acp_agent.py"]) == "acp-agent"
@@ -191,7 +191,7 @@ def test_the_default_name_comes_from_the_agent_not_its_launcher():
 
 def test_restart_backoff_doubles_to_thirty_seconds_and_resets_after_a_healthy_minute():
     """Issue 14: a crashing agent is restarted after 1, 2, 4 … 30 s; a run of a minute resets it."""
-    from crew.acp.adapter import Backoff
+    from collie.crew.acp.adapter import Backoff
 
     b = Backoff()
     assert [b.after_exit(0, 0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
@@ -201,7 +201,7 @@ def test_restart_backoff_doubles_to_thirty_seconds_and_resets_after_a_healthy_mi
 
 async def test_the_supervisor_waits_exactly_the_backoff_between_restarts(autojump_clock, monkeypatch, tmp_path):
     """Issue 14: the restart loop sleeps exactly 1, 2, 4 s (virtual time) and says `Starting` meanwhile."""
-    from crew.acp.adapter import Adapter
+    from collie.crew.acp.adapter import Adapter
 
     starts, subtitles = [], []
 
@@ -231,8 +231,8 @@ async def test_the_supervisor_waits_exactly_the_backoff_between_restarts(autojum
 async def test_terminals_are_refused_unless_allowed_and_confined_when_allowed(tmp_path):
     """Issue 14: without --allow-terminal every terminal/* request is refused (−32601); with it a
     command runs in --cwd, its output and exit status come back, a cwd outside is refused."""
-    from crew.acp.adapter import Adapter
-    from crew.acp.terminals import Terminals
+    from collie.crew.acp.adapter import Adapter
+    from collie.crew.acp.terminals import Terminals
 
     adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda _: None)
     with pytest.raises(RpcError) as refused:
@@ -256,8 +256,8 @@ async def test_terminals_are_refused_unless_allowed_and_confined_when_allowed(tm
 def test_the_session_list_survives_a_restart_and_a_broken_file_is_not_overwritten(tmp_path):
     """Issue 14: sessions.json (0600) maps conversations to ACP sessions across restarts; a file that is
     not JSON stops the adapter with what to do instead of being replaced."""
-    from crew.acp.adapter import Sessions
-    from crew.errors import CollieError
+    from collie.crew.acp.adapter import Sessions
+    from collie.crew.errors import CollieError
 
     path = tmp_path / "sessions.json"
     s = Sessions(path)
@@ -308,7 +308,7 @@ async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, 
     refuses initialize), the adapter reports started and serves; the agent's row says why in words
     (Unreachable with that reason, not Ready: its stderr, its own error data, no class names). An agent
     that exits is restarted; one that answers with a refusal is not (it is healthy)."""
-    from crew.acp.adapter import Adapter
+    from collie.crew.acp.adapter import Adapter
 
     logs, subtitles = [], []
 
@@ -344,7 +344,7 @@ async def test_an_agent_that_fails_to_start_does_not_stop_the_adapter(tmp_path, 
 
 async def test_the_agents_stderr_is_relayed_escaped_line_by_line(tmp_path):
     """Every peer is untrusted: what the agent prints on stderr reaches the log escaped, one line each."""
-    from crew.acp.adapter import Adapter
+    from collie.crew.acp.adapter import Adapter
 
     logs = []
     adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=logs.append)
@@ -360,7 +360,7 @@ async def test_updates_for_a_session_not_yet_recorded_are_held_bounded_and_brief
     """Issue 24 "Beyond" (claude-code-acp's commands before the session is recorded): an update for
     an unknown session id is held, but only a few sessions, a few updates each, for HELD_FOR seconds
     — an agent sending updates for ids it never answered with cannot grow the adapter."""
-    from crew.acp.adapter import HELD_FOR, HELD_SESSIONS, HELD_UPDATES, Adapter
+    from collie.crew.acp.adapter import HELD_FOR, HELD_SESSIONS, HELD_UPDATES, Adapter
 
     adapter = Adapter(["true"], name="t", cwd=str(tmp_path), state_dir=tmp_path / "st", log=lambda line: None)
 
@@ -384,9 +384,9 @@ async def test_a_silent_turn_says_no_output_for_n_seconds_growing_and_it_goes_wi
     taken for one at work; the words go as soon as an update comes and the plain subtitle is back.
     With a plan step running the words go beside that step (line 2 shows the step); while an ask is
     open the turn waits for the human and is not called silent."""
+    from collie.crew.acp.adapter import Adapter, _Turn
     from tests.test_acp_agents import _answer_first
     from tests.test_acp_view import collie
-    from crew.acp.adapter import Adapter, _Turn
 
     c = collie()
     pane = c.conversation("c1", title="C")
@@ -450,8 +450,8 @@ async def test_a_silent_turn_says_no_output_for_n_seconds_growing_and_it_goes_wi
 def test_a_model_servers_json_error_passed_on_as_the_message_reads_as_words():
     """Issue 38: Gemini CLI answers a refused prompt with the model server's JSON error body as its
     message; the chat says `401 UNAUTHENTICATED: <the server's words>`, not the JSON."""
-    from crew.acp.rpc import RpcError
-    from crew.acp.words import reason_of
+    from collie.crew.acp.rpc import RpcError
+    from collie.crew.acp.words import reason_of
 
     body = '{"error":{"code":401,"message":"stand-in: this API key is not valid","status":"UNAUTHENTICATED"}}'
     assert reason_of(RpcError(401, body)) == "401 UNAUTHENTICATED: stand-in: this API key is not valid"

@@ -17,14 +17,14 @@ import time
 import httpx
 import pytest
 
-from crew.acp.adapter import STALE_NOTE
-from crew.paths import Paths
+from collie.crew.acp.adapter import STALE_NOTE
+from collie.crew.paths import Paths
 from tests import agents
+from tests.acpchecks import (SLOW, back_after_the_crash, crashed_with_an_ask_open, stopped_mid_reply,
+                             stopped_with_an_ask_open)
 from tests.conftest import BridgeProcess, collie_env, run_collie
 from tests.live import cleanup, short_dir
 from tests.modelstandin import Edit, Fail, Hang, Read, Shell, StandIn, Text
-from tests.acpchecks import (SLOW, back_after_the_crash, crashed_with_an_ask_open, stopped_mid_reply,
-                             stopped_with_an_ask_open)
 from tests.test_acp_real import Phone, RealAgent, _status, _turn_of, _visible, children, rid
 from tests.test_durable_e2e import live, wait_for
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from acp import schema
 
-from crew.acp.view import SessionView, compact_diff, permission_ask
-from crew.asks import BODY_MAX, sanitize_ask
-from crew.sdk.agent import Collie
-from crew.wire import WireRange
+from collie.crew.acp.view import SessionView, compact_diff, permission_ask
+from collie.crew.asks import BODY_MAX, sanitize_ask
+from collie.crew.sdk.agent import Collie
+from collie.crew.wire import WireRange
 
 SESSION_UPDATE = schema.SessionNotification
 
 
 def collie() -> Collie:
-    from crew.acp.adapter import CAPS
+    from collie.crew.acp.adapter import CAPS
 
     return Collie(caps=list(CAPS), runtime="t", subtitle=None, host_name="t", text_max=2000, history_limit=2000,
                   keeps_list=True, wire=WireRange(1, 1), tokens=[], caller_check=False, on_send=None,
@@ -177,7 +177,7 @@ def test_a_permission_ask_pushes_its_command_and_a_notification_offers_allow_onl
     with Allow and no command. The ask now pushes the tool call's title and its command or change (one line,
     within 60 and 120 characters), so the notification shows what the card shows and Allow is of that; a
     change over lines (a diff) shows its start and only opens the card."""
-    from lead.push import ask_fields, ask_payload
+    from collie.lead.push.pusher import ask_fields, ask_payload
 
     def pushed(tool_call, options=None):
         spec, card = ask_for(tool_call, options=options or [

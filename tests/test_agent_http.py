@@ -14,8 +14,8 @@ import os
 import pytest
 import trio
 
-from bridge.client import KEEP_IDLE, MAX_CONNECTIONS, AgentClient, AgentUnreachable
-from crew.config import AgentConfig
+from collie.bridge.client import KEEP_IDLE, MAX_CONNECTIONS, AgentClient, AgentUnreachable
+from collie.crew.config import AgentConfig
 
 STATE = b'{"rev":1,"instance":"e1","conversations":[]}'
 

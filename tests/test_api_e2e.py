@@ -9,10 +9,10 @@ import uuid
 import httpx
 import pytest
 
-from crew.receipts import MOVED_ON, NO_STARTERS
+from collie.crew.receipts import MOVED_ON, NO_STARTERS
 from tests.conftest import collie_env, run_collie
-from tests.test_durable_e2e import Agents, live, wait_for
 from tests.live import cleanup, short_dir
+from tests.test_durable_e2e import Agents, live, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -153,7 +153,7 @@ def test_the_demos_nightly_job_shows_its_step_while_it_works(lab):
     """C6, issue 36 (docs/demo.md): the demo's `nightly` shows `Step 2 of 3: Save a note` — its job runs (a
     turn of its own), and progress shows only while a conversation works; `Next step` moves it on, and past
     the last step the job replies and its header falls back to the workspace."""
-    from crew.cli.demo import WORKSHOP
+    from collie.crew.cli.demo import WORKSHOP
 
     assert ("nightly", "nightly") in WORKSHOP.agents
     c, *_ = lab

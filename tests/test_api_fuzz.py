@@ -3,7 +3,7 @@
 Invariant: whatever the route, credential, path segments, query and body — bytes that are not UTF-8,
 JSON nested up to 1,200 deep, lone surrogates, every JSON type in every field the routes read — the
 lead answers a JSON object, and a refusal carries `error` and `message`. Never a 500, never HTML.
-The routes come from the running app's own list (lead.api), so a new route is fuzzed too.
+The routes come from the running app's own list (collie.lead.routes.api), so a new route is fuzzed too.
 Bodies also hold numbers, nesting and sizes at the limits (issue 25.9: a 5,000-digit integer was a 500).
 Examples are derandomized: CI runs the same ~300 requests every time (about 10 s).
 """

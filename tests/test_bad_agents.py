@@ -13,11 +13,11 @@ from functools import partial
 import pytest
 import trio
 
-from bridge.bridge import Bridge
-from bridge.client import STATE_CAP
-from crew.config import AgentConfig
-from crew.sdk import agent as sdk_agent
-from crew.sdk.server import Response, handle_connection
+from collie.bridge.bridge import Bridge
+from collie.bridge.client import STATE_CAP
+from collie.crew.config import AgentConfig
+from collie.crew.sdk import agent as sdk_agent
+from collie.crew.sdk.server import Response, handle_connection
 from tests.live import bridge_for
 
 HELLO = {"wire": {"min": 1, "max": 1}, "runtime": "evil", "instance": "e1", "caps": ["asks"]}
@@ -109,7 +109,7 @@ async def test_a_bug_reading_one_agent_stays_with_that_agent(tmp, autojump_clock
     reads one agent's answer (here a stand-in bug in the ask parser; before: an ask with a nanosecond
     timestamp past 2^53 did it) makes that agent Unreachable `bridge-error`, logged once with its
     traceback, retried with backoff — the bridge and the other agent go on (before: the lead exited)."""
-    import bridge.reader as reader_mod
+    import collie.bridge.reader as reader_mod
 
     real = reader_mod.sanitize_ask
 
@@ -140,7 +140,7 @@ async def test_a_bug_reading_one_agent_stays_with_that_agent(tmp, autojump_clock
 async def test_an_ask_with_integers_past_2_53_is_read(tmp, autojump_clock):
     """Wire §4: an ask with a nanosecond timestamp is read and answerable; its digest is RFC 8785's
     (the number as a double), the bridge does not fail on it."""
-    from crew.wire import ask_digest
+    from collie.crew.wire import ask_digest
 
     ask = {"id": "ns", "kind": "text", "title": "t", "created_ns": 1764460800123456789}
     evil = Evil()

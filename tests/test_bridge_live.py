@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import trio
 
-from bridge import poller as poller_mod
-from bridge.bridge import FOOTER_NO_ANSWER, FOOTER_NO_LIST
-from bridge.reader import LEFT_OUT
-from crew.config import AgentConfig
+from collie.bridge import poller as poller_mod
+from collie.bridge.bridge import FOOTER_NO_ANSWER, FOOTER_NO_LIST
+from collie.bridge.reader import LEFT_OUT
+from collie.crew.config import AgentConfig
 from tests.live import ALL_CAPS, agent, bridge_for
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -166,7 +166,7 @@ async def test_token_next_is_accepted_during_rotation(tmp, autojump_clock):
 def open_agent_url(token, **kw):
     from contextlib import asynccontextmanager
 
-    from crew.sdk import open_collie
+    from collie.crew.sdk import open_collie
 
     @asynccontextmanager
     async def ctx():
@@ -290,7 +290,7 @@ async def test_a_burst_of_changes_writes_the_cache_once_a_second_and_the_last_st
     """Issue 15.1 (S2): the cache is written on the leading edge and then at most once per second,
     however often the agent changes; the newest state is written when the bridge stops, so a
     restart still opens every item it had read."""
-    from bridge.cache import Cache
+    from collie.bridge.cache import Cache
 
     saves: list[int] = []
 
@@ -355,9 +355,9 @@ async def test_a_hand_written_entry_that_breaks_a_rule_shows_unreachable_with_th
     agent beside them."""
     import json
 
-    from crew.config import load_bridge_config
-    from crew.fsutil import ensure_private_dir
-    from crew.paths import Paths
+    from collie.crew.config import load_bridge_config
+    from collie.crew.fsutil import ensure_private_dir
+    from collie.crew.paths import Paths
 
     paths = Paths(config_dir=tmp / "cfg", state_dir=tmp / "state")
     ensure_private_dir(paths.config_dir)
@@ -373,7 +373,7 @@ async def test_a_hand_written_entry_that_breaks_a_rule_shows_unreachable_with_th
 
     def client(agent):
         contacted.append(agent.name)
-        from bridge.client import AgentClient
+        from collie.bridge.client import AgentClient
         return AgentClient(agent)
 
     async with agent(sock, caps=ALL_CAPS) as collie:

@@ -35,7 +35,7 @@ def test_no_token_leaks_anywhere():
     try:
         # an agent reached over loopback HTTP with a canary token (T4, T5)
         env = {**crew.lead.env, "COLLIE_TOKEN": agent_token}
-        agent = subprocess.Popen([sys.executable, "-m", "fixtures", "deployer", "--url", "http://127.0.0.1:0"],
+        agent = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "deployer", "--url", "http://127.0.0.1:0"],
                                  cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(agent)
         url = agent.stdout.readline().split(" ", 1)[1].strip()

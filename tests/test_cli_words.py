@@ -1,6 +1,6 @@
 """What the `collie` command prints (issues 9.5, 9.15, 10.5): peer values escaped, words that say it once.
 
-The bridge here is a fake that speaks the control protocol (`crew.control`) from a thread, so each
+The bridge here is a fake that speaks the control protocol (`collie.crew.control`) from a thread, so each
 test chooses exactly what the agents and members "said" — including newlines and escape sequences.
 """
 
@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from crew.crewstore import CrewStore
-from crew.fsutil import ensure_private_dir
+from collie.crew.crewstore import CrewStore
+from collie.crew.fsutil import ensure_private_dir
 
 TOKEN = "0123456789abcdef" * 4
 FORGED = "x\n[bridge] FATAL: forged\x1b[2J\x1b]0;owned\x07"
@@ -187,7 +187,7 @@ def test_join_speaks_of_the_member_token(cli, paths, capsys):
     status, _, err = cli("crew", "join", "ws://127.0.0.1:8470", "--token-env", "UNSET_VAR")
     assert status == 2 and "member token" in err and "agent" not in err
     with pytest.raises(SystemExit):
-        from crew.cli.main import main
+        from collie.crew.cli.main import main
 
         main(["crew", "join", "--help"])
     assert "member token" in capsys.readouterr().out
@@ -240,7 +240,7 @@ def test_output_piped_to_a_reader_that_left_is_no_traceback(paths, verb):
     read, write = os.pipe()
     os.close(read)  # the reader is gone before collie writes a byte
     try:
-        proc = subprocess.run([sys.executable, "-m", "crew.cli.main", *verb], cwd=REPO, env=collie_env(paths),
+        proc = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *verb], cwd=REPO, env=collie_env(paths),
                               stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
     finally:
         os.close(write)

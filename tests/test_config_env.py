@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crew.config import load_bridge_config, parse_dotenv, single_agent
-from crew.paths import Paths
+from collie.crew.config import load_bridge_config, parse_dotenv, single_agent
+from collie.crew.paths import Paths
 
 TOKEN = "0123456789abcdef" * 4
 
@@ -58,7 +58,7 @@ def test_a_config_folder_others_can_write_is_refused(tmp_path):
     """9.11: a 0777 config folder (anyone could swap .env or crew.json) stops the start with the fix."""
     import os
 
-    from crew.errors import ConfigError
+    from collie.crew.errors import ConfigError
 
     paths = Paths(tmp_path / "c", tmp_path / "s")
     paths.config_dir.mkdir()
@@ -73,7 +73,7 @@ def test_a_config_folder_others_can_write_is_refused(tmp_path):
 
 def test_a_symlinked_env_file_is_refused(tmp_path):
     """9.11: .env is guarded like sources.json: a symlink is not followed."""
-    from crew.errors import ConfigError
+    from collie.crew.errors import ConfigError
 
     paths = Paths(tmp_path / "c", tmp_path / "s")
     paths.config_dir.mkdir()
@@ -96,8 +96,8 @@ def test_crew_json_token_is_checked_on_load_and_never_echoed(tmp_path):
     import json
     import os
 
-    from crew.crewconfig import read_crew
-    from crew.errors import ConfigError
+    from collie.crew.crewconfig import read_crew
+    from collie.crew.errors import ConfigError
 
     path = tmp_path / "crew.json"
     path.write_text(json.dumps({"version": 1, "lead": "ws://127.0.0.1:9/crew/v1", "token": TOKEN + "\r\n",

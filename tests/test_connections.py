@@ -29,11 +29,11 @@ import httpx
 import pytest
 import trio
 
-from lead.connections import PRESSURE_IDLE_SECONDS, ConnectionBudget, Limits
-from lead.events import HEARTBEAT
-from lead.http import (KEEP_ALIVE_SECONDS, KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_PROBES,
-                       SWEEP_SECONDS, USER_TIMEOUT_SECONDS, create_app, serve_http)
-from lead.hypercorn_fix import SEND_STALL_SECONDS
+from collie.lead.door.connections import PRESSURE_IDLE_SECONDS, ConnectionBudget, Limits
+from collie.lead.door.http import (KEEP_ALIVE_SECONDS, KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS,
+                                   KEEPALIVE_PROBES, SWEEP_SECONDS, USER_TIMEOUT_SECONDS, create_app, serve_http)
+from collie.lead.door.hypercorn_fix import SEND_STALL_SECONDS
+from collie.lead.feed.core import HEARTBEAT
 from tests.conftest import REPO, BridgeProcess, collie_env, run_collie
 
 
@@ -236,7 +236,7 @@ async def _open_after_client_closes(n: int) -> list[int]:
 
 
 async def test_a_connection_the_client_closed_is_released_at_once(autojump_clock):
-    """9.7 (lead.hypercorn_fix, fix 3): a closed connection gives its descriptor back at once, not after the
+    """9.7 (collie.lead.door.hypercorn_fix, fix 3): a closed connection gives its descriptor back at once, not after the
     75 s keep-alive timer — opening and closing connections fast cannot pile up descriptors."""
     assert await _open_after_client_closes(50) == [0, 0]
 
@@ -245,7 +245,7 @@ async def test_without_the_fix_closed_connections_hold_on(autojump_clock, monkey
     """Proves the test above fails without fix 3."""
     from hypercorn.trio.tcp_server import TCPServer
 
-    from lead import hypercorn_fix
+    from collie.lead.door import hypercorn_fix
 
     monkeypatch.setattr(hypercorn_fix.FixedTCPServer, "_read_data", TCPServer._read_data)
     assert await _open_after_client_closes(50) == [50, 50]
@@ -258,7 +258,7 @@ class LowLimitBridge(BridgeProcess):
     def __init__(self, paths, env, nofile: int) -> None:
         self.paths = paths
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "crew.cli.main", "serve", "--port", "0"], cwd=REPO, env=env,
+            [sys.executable, "-m", "collie.crew.cli.main", "serve", "--port", "0"], cwd=REPO, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
 
@@ -362,7 +362,7 @@ async def test_accepted_connections_find_a_gone_peer_plain_and_tls_but_not_unix(
     server on `/crew/v1` — has TCP keep-alive (an idle dead peer is dropped within 30 + 3 x 10 s) and a
     30 s user timeout (sent data unacknowledged that long ends it). A Unix socket gets none of it and is
     served as before. Read from the kernel on the server's own end of each connection."""
-    from lead.tls import make_certificate
+    from collie.lead.door.tls import make_certificate
 
     cert, key = make_certificate(["127.0.0.1"])
     (tmp_path / "cert.pem").write_bytes(cert)
@@ -408,7 +408,8 @@ async def test_accepted_connections_find_a_gone_peer_plain_and_tls_but_not_unix(
 def _live_channel_app():
     """A lead app serving only the live channel, over a bridge with no agents; `viewing` records
     (time, agent, on) each time the feed turns an agent's viewed polling on or off."""
-    from lead.events import Feed, install_events
+    from collie.lead.feed.events import Feed
+    from collie.lead.routes.events import install_events
 
     viewing: list = []
 
@@ -422,9 +423,9 @@ def _live_channel_app():
     feed = Feed(Bridge(), set_viewing=set_viewing)
 
     def install(a):
-        from lead.http import trust_connection
+        from collie.lead.door.http import trust_connection
 
-        a.before_request(trust_connection)  # as the API's door does for a paired phone (lead.connections)
+        a.before_request(trust_connection)  # as the API's door does for a paired phone (collie.lead.door.connections)
         install_events(a, feed, owner_check=lambda: True)
     return create_app(install), feed, viewing
 
@@ -494,7 +495,7 @@ async def test_an_http2_channel_the_phone_takes_nothing_of_ends_alone(autojump_c
     import h2.connection
     import h2.events
 
-    from lead.events import SEND_STALL
+    from collie.lead.feed.core import SEND_STALL
 
     app, feed, viewing = _live_channel_app()
     shutdown = trio.Event()

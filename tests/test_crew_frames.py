@@ -13,17 +13,17 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bridge.reader import AgentReader
-from bridge.writes import OPS, WriteRequest
-from crew import crewwire
-from crew.crewconfig import CrewConfig
-from crew.crewwire import FrameError, parse_lead_frame, parse_member_frame
-from crew.receipts import Receipt
-from crew.wire import WireRange
-from lead.crew_link import FORWARD_TIMEOUT, Conn
-from lead.member_session import Member, connected, viewing
-from lead.routing import forwarded_receipt
-from member.link import Link
+from collie.bridge.reader import AgentReader
+from collie.bridge.writes import OPS, WriteRequest
+from collie.crew import crewwire
+from collie.crew.crewconfig import CrewConfig
+from collie.crew.crewwire import FrameError, parse_lead_frame, parse_member_frame
+from collie.crew.receipts import Receipt
+from collie.crew.wire import WireRange
+from collie.lead.members.link import FORWARD_TIMEOUT, Conn
+from collie.lead.members.routing import forwarded_receipt
+from collie.lead.members.session import Member, connected, viewing
+from collie.member.link import Link
 
 TOKEN = "0123456789abcdef" * 4
 
@@ -277,7 +277,7 @@ async def test_a_read_the_member_cannot_read_is_answered_at_once_with_the_fault(
 async def test_the_kits_fake_member_refuses_a_malformed_request_at_once_too(autojump_clock):
     """The testing kit's fake member reads the lead's frames with the same models as member/link.py: a request
     it cannot read gets the same `bad_request` refusal in the same instant; a good one is still answered."""
-    from fixtures.member.link import FakeMember
+    from collie.fixtures.member.link import FakeMember
 
     to_member_send, to_member_recv = trio.open_memory_channel(10)
     to_lead_send, to_lead_recv = trio.open_memory_channel(10)

@@ -12,13 +12,13 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from bridge.reader import AgentReader
-from crew import crewwire
-from crew.crewconfig import CrewConfig
-from crew.crewstore import token_hash
-from crew.crewwire import FrameError, parse_member_frame
-from bridge.pace import VIEWED_GAP
-from member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
+from collie.bridge.pace import VIEWED_GAP
+from collie.bridge.reader import AgentReader
+from collie.crew import crewwire
+from collie.crew.crewconfig import CrewConfig
+from collie.crew.crewstore import token_hash
+from collie.crew.crewwire import FrameError, parse_member_frame
+from collie.member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
 from tests.live import short_dir
 
@@ -304,7 +304,7 @@ async def test_a_member_that_stops_reading_holds_nobody_past_the_forward_timeout
     write, read and `viewing` change queued behind it longer. Now a request's time limit counts from the
     call, its frame's send included: the write answers `unknown` (reason `link`) at 15 s exactly, the
     one queued behind it at its own 15 s, and the link is ended as stalled."""
-    from lead.hub import FORWARD_TIMEOUT, Conn, LinkStuck
+    from collie.lead.members.link import FORWARD_TIMEOUT, Conn, LinkStuck
 
     conn = Conn(StuckSocket(), "laptop", "boot")
     ended: dict[str, float] = {}
@@ -452,8 +452,8 @@ def test_the_member_says_what_a_refusal_means():
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "laptop"), bridge=None, writer=None)
 
     def closed(reason):
-        from wsproto.frame_protocol import CloseReason as Code
         from trio_websocket import CloseReason
+        from wsproto.frame_protocol import CloseReason as Code
         return ConnectionClosed(CloseReason(Code.POLICY_VIOLATION, reason))
 
     assert "refused this member (unauthorized): the member token is wrong" in link.describe(closed("unauthorized"))
@@ -467,7 +467,7 @@ async def test_a_view_that_arrives_while_the_views_file_is_saved_is_not_left_wai
     frame that came during that write (the turn a restarted member's recovery just ended) was left in the
     queue: the feeder replaced the event the frame had set and slept until the next frame. The lead then
     showed the turn running for good and the inbox held every send behind it (a fault test stuck 120 s)."""
-    from lead.hub import Conn
+    from collie.lead.members.link import Conn
     from tests.apilab import FakeLink, add_member, api_lab, frame
 
     with trio.fail_after(30):

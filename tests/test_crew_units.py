@@ -9,10 +9,10 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected
 
-from crew.crewconfig import CrewConfig, check_lead_address, read_crew, write_crew
-from crew.crewwire import Admission, admit, ws_url
-from crew.errors import ConfigError
-from crew.wire import WireRange
+from collie.crew.crewconfig import CrewConfig, check_lead_address, read_crew, write_crew
+from collie.crew.crewwire import Admission, admit, ws_url
+from collie.crew.errors import ConfigError
+from collie.crew.wire import WireRange
 
 TOKEN = "0123456789abcdef" * 4
 
@@ -96,8 +96,8 @@ def test_service_install_writes_a_user_unit(cli, paths, tmp_path, monkeypatch):
 
 
 def test_link_errors_are_described_even_inside_exception_groups():
-    from crew.crewconfig import CrewConfig
-    from member.link import Link
+    from collie.crew.crewconfig import CrewConfig
+    from collie.member.link import Link
 
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "x"), bridge=None, writer=None)
     rejected = ConnectionRejected(401, [], b"")
@@ -115,7 +115,7 @@ def test_service_unit_serves_with_the_users_host_and_port(cli, paths, tmp_path, 
     status, out, _ = cli("service", "install")
     unit = unit_file.read_text()
     assert status == 0 and "serves on 127.0.0.1:9123" in out
-    assert " -P -m crew.cli.main serve --host 127.0.0.1 --port 9123\n" in unit
+    assert " -P -m collie.crew.cli.main serve --host 127.0.0.1 --port 9123\n" in unit
     assert "network-online.target" not in unit and "After=" not in unit
     status, _, _ = cli("service", "install", "--port", "9200", "--host", "localhost")
     assert status == 0 and "serve --host localhost --port 9200\n" in unit_file.read_text()
@@ -152,7 +152,7 @@ def test_a_member_says_serve_options_are_unused(caplog):
     import argparse
     import logging
 
-    from member.daemon import _unused_options
+    from collie.member.daemon import _unused_options
 
     with caplog.at_level(logging.WARNING):
         _unused_options(argparse.Namespace(host=None, port="9000", tls_cert=None, tls_key=None, name=[]), None)

@@ -10,7 +10,7 @@ import stat
 import httpx
 import pytest
 
-from crew import control
+from collie.crew import control
 from tests.conftest import collie_env, run_collie
 from tests.procs import terminate
 

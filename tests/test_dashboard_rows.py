@@ -1,6 +1,6 @@
 """The dashboard's rows of members' agents are built once per view and still always current (D1, D5, §6).
 
-Invariants: `GET /api/dashboard`'s JSON text (lead.events.dashboard_json, which reuses each member row
+Invariants: `GET /api/dashboard`'s JSON text (collie.lead.feed.events.dashboard_json, which reuses each member row
 and its encoding) says exactly what `dashboard_sections` says; a member going offline, a new view of
 an agent (an ask raised) and an agent gone all show on the very next dashboard — the rows kept per
 reader never hide a change. Speed at crew scale is measured by bench/crew_scale.py, not here.
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 
-from crew import crewwire
-from lead.events import dashboard_json, dashboard_sections
-from lead.hub import Hub, Member, build_reader
+from collie.crew import crewwire
+from collie.lead.feed.dashboard import dashboard_json, dashboard_sections
+from collie.lead.members.hub import Hub
+from collie.lead.members.session import Member
+from collie.lead.members.views import build_reader
 from tests.crewlab import fake_view, toggle_ask
 
 
@@ -66,7 +68,8 @@ def test_the_live_channel_sends_the_sections_the_dashboard_shows():
     import trio
     import trio.testing
 
-    from lead.events import Feed, section_heads
+    from collie.lead.feed.dashboard import section_heads
+    from collie.lead.feed.events import Feed
 
     lab = Lab()
     lab.on_member_change = []

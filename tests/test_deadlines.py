@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 import trio
 
-from bridge.bridge import FOOTER_NO_ANSWER
-from bridge.client import THROUGH_LANES
-from bridge.writer import WRITE_TIMEOUT
-from crew.config import AgentConfig
-from fixtures.drip import Drip, unix_listener
+from collie.bridge.bridge import FOOTER_NO_ANSWER
+from collie.bridge.client import THROUGH_LANES
+from collie.bridge.writer import WRITE_TIMEOUT
+from collie.crew.config import AgentConfig
+from collie.fixtures.drip import Drip, unix_listener
 from tests.apilab import api_lab, rid
 
-READ_DEADLINE = 10.0  # bridge.bridge.READ_TIMEOUT
+READ_DEADLINE = 10.0  # collie.bridge.bridge.READ_TIMEOUT
 
 
 async def test_a_dripping_agent_is_cut_off_at_the_deadline_and_the_pool_survives(tmp, autojump_clock):

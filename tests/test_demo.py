@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crew.demo import SleepCycle, Summary, clip
-from crew.paths import Paths
+from collie.crew.demo import SleepCycle, Summary, clip
+from collie.crew.paths import Paths
 from tests.crewlab import REPO, wait_for
 from tests.demolab import alive, descendants
 from tests.procs import LIMIT, stop
@@ -75,7 +75,7 @@ def test_demo_runs_the_whole_crew_and_ctrl_c_leaves_nothing_behind():
                PYTHONPATH=str(REPO))
     real = Paths.from_env(env)
     before = tree(home)
-    proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "demo", "--awake", "2", "--asleep", "5"],
+    proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "demo", "--awake", "2", "--asleep", "5"],
                             cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             stdin=subprocess.DEVNULL)
     lines: queue.Queue[str] = queue.Queue()
@@ -147,8 +147,8 @@ def test_live_screen_fits_one_screen():
     """10.1: the live summary (machines, agents, open asks, inbox, last receipts) fits 45 lines of 100 columns."""
     from rich.console import Console
 
-    from crew.cli.demo import render
-    from crew.demo import Event
+    from collie.crew.cli.demo import render
+    from collie.crew.demo import Event
 
     dashboard = {"sections": [{"machine": m, "online": True, "agents": [
         {"name": f"a{i}", "line2": "deployer, local", "status": "ready", "open": 4, "waiting": 4} for i in range(2)]}
@@ -172,7 +172,7 @@ def test_live_screen_fits_one_screen():
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp_path):
     """Ctrl-C ends every process the demo started: one that ignores SIGTERM gets SIGKILL after STOP_GRACE."""
-    from crew.cli import demo
+    from collie.crew.cli import demo
 
     monkeypatch.setattr(demo, "STOP_GRACE", 0.3)
     procs = demo.Processes()
@@ -190,8 +190,8 @@ def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(monkeypatch, tmp
 def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(monkeypatch):
     """Issue 26: without --lan the lead binds 127.0.0.1; --lan takes this machine's network address, or
     the one given; loopback, wildcard and non-addresses are refused in one line before anything starts."""
-    from crew.cli import demo
-    from crew.errors import UsageError
+    from collie.crew.cli import demo
+    from collie.crew.errors import UsageError
 
     assert demo.lead_host(None) == "127.0.0.1"
     assert demo.lead_host("10.214.0.1") == "10.214.0.1"
@@ -215,7 +215,7 @@ def test_lead_host_is_loopback_unless_lan_and_refuses_what_a_phone_cannot_reach(
 def test_pairing_lines_say_what_to_do_and_escape_what_the_lead_sent():
     """Issue 26: the link on a line of its own; with TLS the fingerprint and what to compare on the phone;
     on loopback where it opens and how to reach a phone; how to get another; nothing unescaped."""
-    from crew.cli.demo import pairing_lines
+    from collie.crew.cli.demo import pairing_lines
 
     tls = pairing_lines({"link": "https://10.0.0.2:4/pair#abc", "fingerprint": "AB:CD", "loopback": False}, "more")
     assert tls[1] == "  https://10.0.0.2:4/pair#abc"
@@ -236,7 +236,7 @@ def test_running_demos_are_this_users_private_live_ones_newest_first(tmp_path):
     demo.json naming a live process; a folder left by a killed demo, or open to others, is not one."""
     import json
 
-    from crew.cli import demo
+    from collie.crew.cli import demo
 
     def make(name: str, pid: int, mode: int = 0o700, mtime: float = 0.0) -> Path:
         d = tmp_path / f"{demo.DEMO_PREFIX}{name}"
@@ -267,7 +267,7 @@ def test_a_silent_bridge_is_shown_as_silent_not_as_its_last_view():
 
 def test_keys_are_off_without_a_terminal_and_waiting_then_only_sleeps():
     """Keys are read only from a terminal; without one `wait` returns nothing (and the demo still polls)."""
-    from crew.cli.demo import Keys
+    from collie.crew.cli.demo import Keys
 
     with open(os.devnull) as stream:
         keys = Keys(stream)
@@ -278,7 +278,7 @@ def test_keys_are_off_without_a_terminal_and_waiting_then_only_sleeps():
 @pytest.mark.parametrize("value", ["-3", "0", "nan", "inf", "100000", "soon"])
 def test_awake_and_asleep_out_of_range_are_usage_errors_that_say_the_range(value, capsys):
     """Issue 26 check: `collie demo --awake -3` started a demo; a phase outside 1..86400 s is exit 2 naming it."""
-    from crew.cli.main import build_parser
+    from collie.crew.cli.main import build_parser
 
     for flag in ("--awake", "--asleep"):
         with pytest.raises(SystemExit) as done:
@@ -301,8 +301,8 @@ def test_awake_and_asleep_out_of_range_are_usage_errors_that_say_the_range(value
 def test_a_flag_that_does_not_apply_to_the_action_is_refused(argv, words, capsys, monkeypatch, tmp_path):
     """Issue 26 check: `demo pair --lan` and `demo restart --no-qr` ignored the flag; now exit 2 with why,
     before looking for a running demo (so the answer is the same with or without one)."""
-    from crew.cli import demo
-    from crew.cli.main import main
+    from collie.crew.cli import demo
+    from collie.crew.cli.main import main
 
     monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
     assert main(argv) == 2
@@ -315,8 +315,8 @@ def test_a_flag_that_does_not_apply_to_the_action_is_refused(argv, words, capsys
 def test_no_demo_running_names_collie_as_it_was_run(capsys, monkeypatch, tmp_path):
     """Issue 26 check: every command the demo prints names collie as it was run (a .venv path when it is not
     on PATH); "no demo is running: start one with `collie demo`" named bare `collie`."""
-    from crew.cli import demo
-    from crew.cli.main import main
+    from collie.crew.cli import demo
+    from collie.crew.cli.main import main
 
     monkeypatch.setattr(demo, "DEMO_ROOT", str(tmp_path))
     venv_collie = tmp_path / "venv" / "bin" / "collie"
@@ -339,7 +339,7 @@ LAN_LINK = {"link": "https://192.168.100.200:65535/pair#" + "k" * 32, "loopback"
 def test_the_qr_screen_fits_80x24_with_its_link_and_fingerprint_and_says_when_it_cannot(got):
     """Issue 26 check: on 80×24 the QR code, the whole link on one row, the certificate's fingerprint (--lan)
     and the keys fit one screen; a window too small for them says its size, what it needs and what to do."""
-    from crew.cli.demo import pair_rows, qr_screen
+    from collie.crew.cli.demo import pair_rows, qr_screen
 
     rows, note = qr_screen(got, 80, 24, "/home/you/.venv/bin/collie")
     assert rows is not None and note == "" and len(rows) <= 24 and all(len(r) <= 80 for r in rows)
@@ -379,7 +379,7 @@ def test_the_qr_screen_is_not_redrawn_until_a_key_and_the_live_view_keeps_the_li
 
     from rich.console import Console
 
-    from crew.cli.demo import RichScreen
+    from collie.crew.cli.demo import RichScreen
 
     screen = RichScreen(keys=_Keys())
     out = io.StringIO()
@@ -412,7 +412,7 @@ def test_with_no_qr_a_small_window_is_not_told_about_the_qr_code(tmp_path):
 
     from rich.console import Console
 
-    from crew.cli.demo import RichScreen
+    from collie.crew.cli.demo import RichScreen
 
     screen = RichScreen(keys=_Keys())
     out = io.StringIO()

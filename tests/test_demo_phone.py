@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from crew import control
-from crew.paths import Paths
+from collie.crew import control
+from collie.crew.paths import Paths
 from tests.crewlab import REPO, wait_for
 from tests.demolab import DemoRun, alive, home_env, listening
 from tests.procs import LIMIT
@@ -114,7 +114,7 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
 
             # the documented restart, from another terminal, while the page stays open
             started = control.call(lead.control_socket, "ping")["started"]
-            done = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
+            done = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
                                   capture_output=True, text=True, timeout=60)
             assert done.returncode == 0, done.stderr
             assert f"the demo's lead is back on {origin} (the same address)" in done.stdout
@@ -135,7 +135,7 @@ def test_demo_in_a_terminal_pairs_chromium_and_survives_a_lead_restart():
             # and the plain `collie restart` with the demo's lead folders (what the issue found coming back on a
             # new port, with the phone and the members left behind)
             started = started_at(lead)
-            done = subprocess.run([sys.executable, "-m", "crew.cli.main", "restart"], cwd=REPO, timeout=60,
+            done = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "restart"], cwd=REPO, timeout=60,
                                   env={**env, "COLLIE_CONFIG_DIR": str(lead.config_dir),
                                        "COLLIE_STATE_DIR": str(lead.state_dir)}, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
@@ -290,12 +290,12 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
         assert got["dashboard"] == 200 and got["sections"] == ["laptop", "local", "workshop"] and got["agents"] == 5
         assert got["reused_code"] == 401  # the link works once, and a second try names the command that works here
         assert got["reused_message"] == ("This pairing link was already used: a link pairs one phone. A new link comes "
-                                         f"from `{sys.executable} -m crew.cli.main demo pair` on the lead: ask whoever "
+                                         f"from `{sys.executable} -m collie.crew.cli.main demo pair` on the lead: ask whoever "
                                          "runs it.")
 
         lead = Paths(config_dir=Path(), state_dir=Path(demo.expect(r"\$\(cat (\S+)/api-token\)").group(1)))
         cert = (lead.state_dir / "tls" / "cert.pem").read_bytes()
-        done = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
+        done = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "demo", "restart"], cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         assert f"back on {origin} (the same address)" in done.stdout
@@ -324,7 +324,7 @@ def test_demo_lan_serves_tls_on_the_network_address_and_pairs_with_the_printed_f
                 return False
             return any(a["name"] == "forms" and a["status"] == "ready" and a["waiting_count"] == 4 for a in agents)
         wait_for(forms_ready, timeout=LIMIT, what="the workshop's forms agent started again and ready")
-        again = subprocess.run([sys.executable, "-m", "crew.cli.main", "demo", "pair", "--no-qr"], cwd=REPO, env=env,
+        again = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", "demo", "pair", "--no-qr"], cwd=REPO, env=env,
                                capture_output=True, text=True, timeout=30)
         assert again.returncode == 0, again.stderr
         assert f"  {origin}/pair#" in again.stdout and f"(SHA-256): {printed}" in again.stdout

@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from lead.devices import CHALLENGE_TTL, CHALLENGES_PER_DEVICE, RENEW_CONTEXT, Devices, RenewRefused, parse_sign_key
+from collie.lead.door.devices import (CHALLENGE_TTL, CHALLENGES_PER_DEVICE, RENEW_CONTEXT, Devices, RenewRefused,
+                                      parse_sign_key)
 
 T0 = 1_800_000_000.0
 

@@ -17,13 +17,14 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from bridge.cache import Cache
-from bridge.writer import Writer
-from bridge.writes import WriteRequest
-from crew.config import AgentConfig
-from lead.api import create_api, install_inbox_routes
-from lead.http import create_app
-from lead.hub import Hub
+from collie.bridge.cache import Cache
+from collie.bridge.writer import Writer
+from collie.bridge.writes import WriteRequest
+from collie.crew.config import AgentConfig
+from collie.lead.door.http import create_app
+from collie.lead.members.hub import Hub
+from collie.lead.routes.api import create_api
+from collie.lead.routes.inbox import register as install_inbox_routes
 from tests.apilab import TOKEN, InlineInbox, InlineJournal
 from tests.live import agent, bridge_for, cleanup, short_dir
 from tests.test_not_now import Gate, rid, send
@@ -88,7 +89,7 @@ async def lab(tmp, gate: Gate):
             writer = Writer(b, InlineJournal(b.paths.state_dir / "journal.sqlite"))
             hub = Hub(b.paths, b, writer)
             inbox = InlineInbox(b.paths.state_dir / "inbox.sqlite", hub, writer)
-            app = create_app(lambda a: (create_api(a, b, writer, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
+            app = create_app(lambda a: (create_api(a, b, writer, TOKEN, hub, inbox=inbox), install_inbox_routes(a, hub, inbox)))
             async with trio.open_nursery() as n:
                 n.start_soon(inbox.run)
                 while b.status("a0").status != "ready":

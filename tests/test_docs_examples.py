@@ -16,7 +16,7 @@ on Ctrl-C. A Python block that is a file in docs/examples/ runs as that file, th
 
 Other checks: docs/ stands alone (no path into a spec folder a clone does not have, every relative link
 resolves, every feature id cited is explained in docs/features.md); markdown tables do not break; the
-fixture agents are described in `python -m fixtures --help` and docs/fixtures.md.
+fixture agents are described in `python -m collie.fixtures --help` and docs/fixtures.md.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ import attrs
 import httpx
 import pytest
 
-from crew import control
-from crew.errors import CollieError
-from crew.paths import Paths
+from collie.crew import control
+from collie.crew.errors import CollieError
+from collie.crew.paths import Paths
 from tests.crewlab import REPO, wait_for
 
 DOCS = REPO / "docs"
@@ -135,11 +135,11 @@ class Sandbox:
         self.address = ""
 
     def collie(self, *argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], cwd=REPO, env=self.env,
+        return subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *argv], cwd=REPO, env=self.env,
                               capture_output=True, text=True, timeout=60)
 
     def start(self) -> None:
-        self.bridge = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "serve", "--port", "0"], cwd=REPO,
+        self.bridge = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "serve", "--port", "0"], cwd=REPO,
                                        env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def up():
@@ -359,10 +359,10 @@ def test_markdown_tables_do_not_break():
 
 
 def test_fixture_kinds_are_described():
-    """`python -m fixtures --help` says what every kind it accepts does, and docs/fixtures.md lists every kind."""
-    from fixtures.agents import KIND_HELP
+    """`python -m collie.fixtures --help` says what every kind it accepts does, and docs/fixtures.md lists every kind."""
+    from collie.fixtures.agents import KIND_HELP
 
-    out = subprocess.run([sys.executable, "-m", "fixtures", "--help"], cwd=REPO, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "collie.fixtures", "--help"], cwd=REPO, capture_output=True, text=True,
                          timeout=60).stdout
     page = (DOCS / "fixtures.md").read_text()
     positional = out.split("positional arguments:", 1)[1]

@@ -1,4 +1,4 @@
-"""The API's door (lead.door, issues 9.2, 9.10, 10.8): every route × every kind of credential, and strict bodies.
+"""The API's door (collie.lead.door.policy, issues 9.2, 9.10, 10.8): every route × every kind of credential, and strict bodies.
 
 Invariants:
 - no `/api` route answers without a valid credential (401), whatever the route, known or not;
@@ -18,10 +18,10 @@ import re
 
 import pytest
 
-from bridge.state import prepare_state
-from crew.config import BridgeConfig
-from lead import door
-from lead.daemon import LeadDaemon, parser
+from collie.bridge.state import prepare_state
+from collie.crew.config import BridgeConfig
+from collie.lead.daemon import LeadDaemon, parser
+from collie.lead.door import policy as door
 
 STANDING = "s" * 40
 REQUIRED = "r" * 40
@@ -197,7 +197,7 @@ async def test_api_tokens_are_checked_in_memory_and_a_change_by_the_cli_holds(pa
     the tokens' hashes in memory, the database being the record. `collie tokens revoke|create` write
     the database from another process and tell the lead (`tokens_changed`); from then on the revoked
     token is refused 401 and the new one accepted. (The lead also reloads every few seconds.)"""
-    from crew.crewstore import CrewStore
+    from collie.crew.crewstore import CrewStore
 
     prepare_state(paths)
     d = LeadDaemon(parser().parse_args([]), paths, BridgeConfig(agents=(), programs_off=False, sources_count=0))
@@ -230,8 +230,8 @@ async def test_a_token_change_the_cli_could_not_announce_holds_and_idle_ticks_re
 
     import trio
 
-    from crew.crewstore import CrewStore
-    from lead.hub import TOKENS_RELOAD_MAX
+    from collie.crew.crewstore import CrewStore
+    from collie.lead.members.records import TOKENS_RELOAD_MAX
 
     prepare_state(paths)
     cli = CrewStore(paths.state_dir / "crew.sqlite")  # what the `collie tokens` verbs use

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from crew.acp import files
+from collie.crew.acp import files
 
 
 def race(root, outside, fn, rounds: int = 3000) -> list:
@@ -168,8 +168,8 @@ async def test_a_file_request_that_blocks_does_not_hold_the_adapter(tree, monkey
     reason once `FILE_TIMEOUT` is up — the adapter never waits on a file."""
     import trio
 
-    from crew.acp import adapter as adapter_mod
-    from crew.acp.rpc import RpcError
+    from collie.crew.acp import adapter as adapter_mod
+    from collie.crew.acp.rpc import RpcError
 
     root, _ = tree
     (root / "hello.txt").write_text("hello")
@@ -208,8 +208,8 @@ async def test_a_flood_of_requests_is_bounded(monkeypatch):
     import trio
     import trio.testing
 
-    from crew.acp import rpc
-    from crew.acp.framing import Decoder, encode
+    from collie.crew.acp import rpc
+    from collie.crew.acp.framing import Decoder, encode
 
     monkeypatch.setattr(rpc, "REQUESTS_MAX", 4, raising=False)
     ours, theirs = trio.testing.memory_stream_pair()

@@ -54,7 +54,7 @@ class Hostile:
         self.out = self.run / "out.json"
         self.sock = str(self.run / "s" / "app.sock")
         env = collie_env(paths, ACP_HOSTILE=attack, ACP_HOSTILE_OUT=str(self.out), **env)
-        self.proc = subprocess.Popen([sys.executable, "-m", "crew.cli.main", "acp", "run", "--name", "hostile",
+        self.proc = subprocess.Popen([sys.executable, "-m", "collie.crew.cli.main", "acp", "run", "--name", "hostile",
                                       "--cwd", str(self.work), "--socket", self.sock, *args, "--", *HOSTILE],
                                      cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.stderr: list[str] = []

@@ -10,8 +10,8 @@ import sys
 import pytest
 import trio
 
-from crew.acp import terminals as terms_mod
-from crew.acp.rpc import RpcError
+from collie.crew.acp import terminals as terms_mod
+from collie.crew.acp.rpc import RpcError
 from tests.test_acp_terminals import ENVIRON, alive, create, finished
 
 LIMIT = 60.0  # the outer bound of every wait; each ends as soon as its condition holds (the machine may be loaded)
@@ -32,7 +32,7 @@ def escapes(pidfile) -> str:
 
 async def with_terminals(body, tmp_path, **kw):
     """`body(terminals)` inside a running `Terminals`, ended after it (its `serve` cancelled)."""
-    from crew.acp.terminals import Terminals
+    from collie.crew.acp.terminals import Terminals
 
     t = Terminals(str(tmp_path), environ=ENVIRON, **kw)
     with trio.fail_after(LIMIT * 2):
@@ -154,7 +154,7 @@ async def test_a_stop_ends_the_terminals_of_its_session(tmp_path, monkeypatch):
     every one of them."""
     import json
 
-    from crew.acp.adapter import Adapter
+    from collie.crew.acp.adapter import Adapter
     from tests.conftest import REPO
     from tests.test_acp_view import collie
 
@@ -196,7 +196,7 @@ async def test_no_collie_variable_and_no_unknown_lc_name_reaches_a_terminal(tmp_
     its known names: `LC_SECRET_TOKEN` stays out, `LC_TIME` comes in."""
     environ = {**ENVIRON, "COLLIE_CREW_TOKEN": "crew-secret", "COLLIE_DURABLE_TOKEN": "durable-secret",
                "LC_SECRET_TOKEN": "lc-secret", "LC_TIME": "C.UTF-8", "LC_IDENTIFICATION": "C"}
-    from crew.acp.terminals import Terminals
+    from collie.crew.acp.terminals import Terminals
 
     t = Terminals(str(tmp_path), environ=environ, env_names=("COLLIE_CREW_TOKEN", "EXTRA_ONE"))
     with trio.fail_after(LIMIT):

@@ -1,6 +1,6 @@
-"""Unauthenticated connections cannot lock paired phones and members out (issue 25.4; lead.connections).
+"""Unauthenticated connections cannot lock paired phones and members out (issue 25.4; collie.lead.door.connections).
 
-Real sockets against the lead's HTTP server (`lead.http.serve_http`), virtual time: slow-body `POST /pair`
+Real sockets against the lead's HTTP server (`collie.lead.door.http.serve_http`), virtual time: slow-body `POST /pair`
 requests from four loopback addresses fill the whole budget; a phone is still answered, the slow requests
 end `ARRIVAL_SECONDS` after they started, a 503 names the limit its client met, and HTTP/2 streams count.
 """
@@ -14,8 +14,8 @@ import pytest
 import trio
 from quart import request
 
-from lead.connections import ARRIVAL_SECONDS, ConnectionBudget, Limits
-from lead.http import SWEEP_SECONDS, create_app, serve_http, trust_connection
+from collie.lead.door.connections import ARRIVAL_SECONDS, ConnectionBudget, Limits
+from collie.lead.door.http import SWEEP_SECONDS, create_app, serve_http, trust_connection
 from tests.test_connections import _answer, _hold, _is_closed, _settle
 
 
@@ -192,7 +192,7 @@ async def test_slow_headers_and_silent_handshakes_cannot_keep_a_phone_out(autoju
     of the phone is answered (it takes the place of the longest-waiting untrusted one), the connection whose
     place it took is told so (plain HTTP: 503), and no connection waits more than ARRIVAL_SECONDS (+ one sweep)
     for its request: the rest are answered `408` then."""
-    from lead.tls import make_certificate
+    from collie.lead.door.tls import make_certificate
 
     app = _app()
     limits = Limits(total=8, per_client=8, pressure=100)

@@ -20,8 +20,8 @@ import pytest
 import trio
 from quart import jsonify, request
 
-from lead.http import create_app, serve_http
-from lead.jar import CLEAR_BYTES, KEEP_FOREIGN
+from collie.lead.door.http import create_app, serve_http
+from collie.lead.door.jar import CLEAR_BYTES, KEEP_FOREIGN
 
 OWN = "collie_device"
 CREDENTIAL = "A" * 43  # the shape of a device cookie's value
@@ -58,7 +58,7 @@ def whoami(app) -> None:
 async def lead(nursery, tmp_path):
     """The lead's HTTP server (its real app factory and limits) with one route that shows the cookies it got,
     on plain HTTP and on TLS; (plain URL, TLS URL, client TLS context)."""
-    from lead.tls import make_certificate
+    from collie.lead.door.tls import make_certificate
 
     cert, key = make_certificate(["127.0.0.1"])
     (tmp_path / "cert.pem").write_bytes(cert)

@@ -16,8 +16,8 @@ import textwrap
 import pytest
 import trio
 
-from bridge.client import AgentClient, AgentUnreachable
-from crew.config import AgentConfig
+from collie.bridge.client import AgentClient, AgentUnreachable
+from collie.crew.config import AgentConfig
 
 NOBODY = 65534
 TOKEN = "t" * 40
@@ -90,8 +90,8 @@ async def test_an_agent_url_on_loopback_held_by_another_user_gets_no_token(host)
 
 async def test_a_member_does_not_dial_a_lead_port_held_by_another_user():
     """The member's link neither sends its token in an upgrade nor talks to the squatter; its status says why."""
-    from crew.crewconfig import CrewConfig
-    from member.link import Link
+    from collie.crew.crewconfig import CrewConfig
+    from collie.member.link import Link
 
     squatter = await trio.to_thread.run_sync(Squatter)
     try:
@@ -112,7 +112,7 @@ async def test_a_member_does_not_dial_a_lead_port_held_by_another_user():
 async def test_the_kits_fake_member_sends_no_token_to_a_lead_port_held_by_another_user():
     """Issue 42.8: the testing kit's fake member checks its peer like the real member (`peer-not-you`) — the
     squatter gets not one byte (no upgrade, no token) and the member's last error says why."""
-    from fixtures.member.link import FakeMember
+    from collie.fixtures.member.link import FakeMember
 
     squatter = await trio.to_thread.run_sync(Squatter)
     try:

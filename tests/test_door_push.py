@@ -25,8 +25,8 @@ TOKEN = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"  # a GitHub token's shap
 
 ASKER = """
 import sys, trio
-from crew.sdk import open_collie
-from fixtures.agents import PERMISSION
+from collie.crew.sdk import open_collie
+from collie.fixtures.agents import PERMISSION
 async def main():
     async with open_collie(socket=sys.argv[1], caps=["asks"], runtime="asker") as c:
         pane = c.conversation("c", title="Keys")
@@ -138,10 +138,11 @@ def test_a_host_spelled_in_unicode_or_percent_escapes_is_pushed_to_where_a_clien
 async def test_a_name_that_resolves_to_a_private_address_is_not_pushed_to(tmp_path):
     """6: a DNS name is checked where it resolves, at each delivery: `push.example.com` resolving to
     127.0.0.1 gets nothing (the push service on loopback receives no request) unless loopback is allowed."""
-    import trio
     from types import SimpleNamespace as NS
 
-    from lead import push
+    import trio
+
+    from collie.lead.push import pusher as push
 
     class Resolver(trio.abc.HostnameResolver):
         async def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
@@ -239,7 +240,7 @@ def test_a_push_services_answer_is_read_at_most_a_few_kib_and_never_inflated(lab
         with lead() as c:
             url = f"http://127.0.0.1:{bomb.port}/bomb"
             assert c.post("/api/push/subscribe", json=Subscriber(url).json()).json() == {"ok": True}
-            from crew import control
+            from collie.crew import control
 
             pid = control.call(paths.control_socket, "ping")["pid"]
             before = vm_hwm_kib(pid)

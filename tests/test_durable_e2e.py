@@ -13,9 +13,9 @@ import httpx
 import pytest
 import trustme
 
-from crew import control
-from crew.paths import Paths
-from crew.wire import ask_digest
+from collie.crew import control
+from collie.crew.paths import Paths
+from collie.crew.wire import ask_digest
 from tests.conftest import REPO, BridgeProcess, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
@@ -36,7 +36,7 @@ class Agents:
         self.procs: list[subprocess.Popen] = []
 
     def start(self, kind: str, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
-        proc = subprocess.Popen([sys.executable, "-m", "fixtures", kind, *args], cwd=REPO, env=env or dict(os.environ),
+        proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", kind, *args], cwd=REPO, env=env or dict(os.environ),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(proc)
         line = proc.stdout.readline()
@@ -133,7 +133,7 @@ def test_attach_real_agents_list_them_and_survive_a_crash(paths, bridge, agents,
 
 TLS_AGENT = """
 import ssl, sys, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 async def main():
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(sys.argv[1])

@@ -12,13 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from bridge.reader import PAGE_LIMIT
-from lead.feed_core import (
-    ITEM_PAGES, LEASE, MAX_CHANNELS, MEMBER_ITEM_RETRIES, PER_DEVICE, EventLog, FeedState, Leases, MemberItems, admit,
-    agent_key, asks_ended, conv_key, for_viewer, hello, inbox_event, item_revs, items_event, needs_event, replay,
-    row_event, snapshot_bytes, view_change,
-)
-from lead.needs import agents_to_read
+from collie.bridge.reader import PAGE_LIMIT
+from collie.lead.feed.core import (ITEM_PAGES, LEASE, MAX_CHANNELS, MEMBER_ITEM_RETRIES, PER_DEVICE, EventLog,
+                                   FeedState, Leases, MemberItems, admit, agent_key, asks_ended, conv_key, for_viewer,
+                                   hello, inbox_event, item_revs, items_event, needs_event, replay, row_event,
+                                   snapshot_bytes, view_change)
+from collie.lead.feed.needs import agents_to_read
 
 CONV = ("conv", "m1", "lab", "c1")
 
@@ -192,9 +191,9 @@ def test_the_needs_list_reads_the_agents_that_changed_and_the_ones_gone():
 
 
 def test_get_api_needs_keeps_when_it_first_saw_an_ask_and_forgets_closed_ones():
-    """D1: `GET /api/needs` (lead.web.needs_list) is the live channel's list read whole: oldest first, an ask
+    """D1: `GET /api/needs` (collie.lead.web.serve.needs_list) is the live channel's list read whole: oldest first, an ask
     still open keeps the time first seen across requests, a closed one is forgotten (raised again, it is new)."""
-    from lead.web import needs_list
+    from collie.lead.web.serve import needs_list
 
     first_seen: dict = {}
     bridge = SimpleNamespace(readers={"desk": _reader("a1")})
@@ -215,7 +214,7 @@ def test_an_ask_whose_agent_cannot_be_answered_is_listed_apart_and_not_counted()
     Needs you (N) counts) for `unreachable`, with the agent's status and reason, and keeps the time first
     seen; back, it is counted again, as old. An agent on a machine that is offline (asleep, or not yet back
     after a lead restart) is not known to be gone: its ask still waits for you."""
-    from lead.needs import NeedsList
+    from collie.lead.feed.needs import NeedsList
 
     needs = NeedsList()
     machines = {"local": {"desk": _reader("a1")}, "m1": {"lab": _reader("b1")}}
@@ -238,11 +237,11 @@ def test_an_ask_whose_agent_cannot_be_answered_is_listed_apart_and_not_counted()
 
 
 def test_an_asks_first_seen_time_is_recalled_after_a_restart(tmp_path):
-    """36.6: the lead keeps when it first saw each open ask (lead.needs_file, 0600); a lead started anew
+    """36.6: the lead keeps when it first saw each open ask (collie.lead.feed.needs_file, 0600); a lead started anew
     recalls it, so an ask 8 min old is still 8 min old (not `now`); a recalled time never lies in the
     future, and a broken file costs only the ages."""
-    from lead.needs import NeedsList
-    from lead.needs_file import read_seen, write_seen
+    from collie.lead.feed.needs import NeedsList
+    from collie.lead.feed.needs_file import read_seen, write_seen
 
     before = NeedsList()
     before.read({"local": {"desk": _reader("a1", "a2")}}, 100.0)
@@ -307,7 +306,7 @@ def test_only_an_ask_decided_or_expired_needs_the_journal():
 def test_sections_follow_the_rows_the_feed_keeps():
     """D1, D5: the lead's own section first, then one per member by label, each waiting when one of its
     rows waits; a member with no rows has no section; an offline member's section says so."""
-    from lead.dashboard import heads_of
+    from collie.lead.feed.dashboard import heads_of
 
     m = {"b": SimpleNamespace(online=False, offline_since="2026-01-01T00:00:00Z"),
          "a": SimpleNamespace(online=True, offline_since=None), "c": SimpleNamespace(online=True, offline_since=None)}
@@ -331,7 +330,7 @@ def test_an_inbox_item_that_changed_many_times_is_sent_once_as_it_is_now():
 def test_a_snapshot_carries_the_dashboard_the_needs_and_what_the_channel_views():
     """phone-api.md: a fresh channel's snapshot has the dashboard and the Needs you list (29); viewing a
     conversation, its pane and all its items (none read yet: an empty list, never null)."""
-    from lead.feed_core import snapshot_data
+    from collie.lead.feed.core import snapshot_data
 
     assert snapshot_data([{"machine": "local"}], [], None) == {
         "dashboard": {"sections": [{"machine": "local"}]}, "view": None, "needs": []}
@@ -342,12 +341,12 @@ def test_a_snapshot_carries_the_dashboard_the_needs_and_what_the_channel_views()
 
 
 def test_the_live_channels_decisions_run_without_trio():
-    """STYLE.md habit 1, issue 30: the pieces that decide (lead.feed_core, lead.dashboard, lead.needs)
+    """STYLE.md habit 1, issue 30: the pieces that decide (collie.lead.feed.core, collie.lead.feed.dashboard, collie.lead.feed.needs)
     import no trio, so every rule above is a plain call."""
     import subprocess
     import sys
 
-    probe = ("import sys, lead.feed_core, lead.dashboard, lead.needs; "
+    probe = ("import sys, collie.lead.feed.core, collie.lead.feed.dashboard, collie.lead.feed.needs; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'trio'))")
     got = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert got.stdout.strip() == "[]"

@@ -8,7 +8,7 @@ import argparse
 import pytest
 import trio
 
-from fixtures.agents import endless, main
+from collie.fixtures.agents import endless, main
 
 
 class Stand:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gc
 
-from bridge.daemon import freeze_startup_heap
+from collie.bridge.daemon import freeze_startup_heap
 
 
 def test_start_up_objects_leave_the_collectors_generations():

@@ -24,8 +24,8 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from crew import crewwire
-from lead.hub import MAX_BAD_FRAMES
+from collie.crew import crewwire
+from collie.lead.members.session import MAX_BAD_FRAMES
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
 from tests.live import short_dir
 

@@ -6,7 +6,7 @@
   dropped, or — for a body too large to drain — the answer says `Connection: close` and the
   connection closes after it. Never a connection that neither answers nor closes.
 
-`lead.hypercorn_fix` holds the fixes; each test below has a twin proving it fails without them.
+`collie.lead.door.hypercorn_fix` holds the fixes; each test below has a twin proving it fails without them.
 Virtual time (autojump_clock) makes the waits exact and a stall fail at once.
 """
 
@@ -17,8 +17,8 @@ import trio
 from hypercorn.events import RawData
 from quart import jsonify, request
 
-from lead import hypercorn_fix
-from lead.http import GRACEFUL_SECONDS, create_app, serve_http
+from collie.lead.door import hypercorn_fix
+from collie.lead.door.http import GRACEFUL_SECONDS, create_app, serve_http
 
 STALL = 10.0  # virtual seconds: far more than any step on loopback takes
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.writes import WriteRequest
-from lead.inbox import KEEP_FINISHED, TTL_DEFAULT, InboxCore, Item, Waiting, entry_fingerprint, item_id
+from collie.bridge.writes import WriteRequest
+from collie.lead.inbox.core import KEEP_FINISHED, TTL_DEFAULT, InboxCore, entry_fingerprint, item_id
+from collie.lead.inbox.item import Item
+from collie.lead.inbox.texts import Waiting
 
 DAY = 24 * 3600.0
 
@@ -87,7 +89,7 @@ def test_done_when_the_turn_it_started_ends(turn, state, done):
 def test_the_owner_is_named_by_a_display_name_never_the_owner():
     """I7, crew.md §4, issue 36: `waiting for approval from <owner>` names the owner from COLLIE_OWNER, else
     the lead's account's full name (its passwd entry), else its login name — never `the owner`."""
-    from lead.daemon import owner_name
+    from collie.lead.daemon import owner_name
 
     assert owner_name({"COLLIE_OWNER": "Ana"}, ("Bo Ek,,,", "bo")) == "Ana"
     assert owner_name({}, ("Bo Ek,Room 1,,", "bo")) == "Bo Ek"

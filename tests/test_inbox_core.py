@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import attrs
 
-from bridge.writes import WriteRequest
-from crew.receipts import NOT_CONFIRMED, Receipt, refused
-from lead import inbox_texts as texts
-from lead.inbox_core import (FINISHED_IN_MEMORY, HOLD_MAX, IDLE_TICK, ITEM_LINE_EVERY, PAUSE_MAX, RETRY_MAX, TICK,
-                             TTL_DEFAULT, UNKNOWN_TURN, WAITING_MAX, InboxCore, Item, Items, entry_fingerprint,
-                             item_id)
-from lead.inbox_pace import Looks, Pacing
+from collie.bridge.writes import WriteRequest
+from collie.crew.receipts import NOT_CONFIRMED, Receipt, refused
+from collie.lead.inbox import texts
+from collie.lead.inbox.core import (FINISHED_IN_MEMORY, HOLD_MAX, IDLE_TICK, ITEM_LINE_EVERY, PAUSE_MAX, RETRY_MAX,
+                                    TICK, TTL_DEFAULT, UNKNOWN_TURN, WAITING_MAX, InboxCore, Items, entry_fingerprint,
+                                    item_id)
+from collie.lead.inbox.item import Item
+from collie.lead.inbox.pace import Looks, Pacing
 
 KEY = ("laptop", "desk")
 
@@ -377,7 +378,7 @@ def test_a_message_that_would_take_a_send_past_its_agents_limit_is_refused_and_c
     """I7, I10: a sender's message grows its waiting send only up to the agent's `text_max`."""
     import pytest
 
-    from lead.inbox_core import TextTooLong
+    from collie.lead.inbox.core import TextTooLong
 
     waiting = item("a")  # text "t"
     assert InboxCore.message(waiting, "x" * 7, limit=10)["text"] == "t\n\n" + "x" * 7  # exactly 10

@@ -17,14 +17,16 @@ from contextlib import asynccontextmanager
 import attrs
 import trio
 
-from bridge.journal import Journal
-from bridge.writer import Writer
-from crew.config import AgentConfig
-from lead import inbox as inbox_mod
-from lead.api import create_api, install_inbox_routes
-from lead.http import create_app
-from lead.hub import Hub
-from lead.inbox import Inbox, item_id
+from collie.bridge.journal import Journal
+from collie.bridge.writer import Writer
+from collie.crew.config import AgentConfig
+from collie.lead.door.http import create_app
+from collie.lead.inbox import service as inbox_mod
+from collie.lead.inbox.core import item_id
+from collie.lead.inbox.service import Inbox
+from collie.lead.members.hub import Hub
+from collie.lead.routes.api import create_api
+from collie.lead.routes.inbox import register as install_inbox_routes
 from tests.apilab import InlineInbox
 from tests.live import agent, bridge_for
 
@@ -122,7 +124,7 @@ async def lead(tmp, watch=None, *, agents=1, conversations=("c", "d"), wall=None
             hub = Hub(b.paths, b, writer)
             inbox = Inbox(b.paths.state_dir / "inbox.sqlite", hub, writer, owner="Ana",
                           **({"wall": wall} if wall else {}))
-            app = create_app(lambda a: (create_api(a, b, writer, TOKEN, hub), install_inbox_routes(a, hub, inbox)))
+            app = create_app(lambda a: (create_api(a, b, writer, TOKEN, hub, inbox=inbox), install_inbox_routes(a, hub, inbox)))
             async with trio.open_nursery() as n:
                 await n.start(writer.recover)
                 n.start_soon(inbox.run)
@@ -382,7 +384,7 @@ async def test_queued_items_do_not_wait_for_the_idle_poll(tmp, autojump_clock):
     """Issue 16.1, I2: with an agent that cannot long-poll (plain polling every 10 s), queued items whose
     turns take 0.5 s each run back to back: while an item waits for its turn to end the inbox asks the
     bridge to read again, so each is done about a tick after its turn ended, not at the next idle poll."""
-    from bridge.poller import IDLE_EVERY
+    from collie.bridge.poller import IDLE_EVERY
     from tests.live import ALL_CAPS, inbox_lab
 
     async def slow(pane, text):
@@ -390,7 +392,7 @@ async def test_queued_items_do_not_wait_for_the_idle_poll(tmp, autojump_clock):
         pane.reply(f"got {text}")
     async with inbox_lab(tmp, caps=[c for c in ALL_CAPS if c != "watch"], on_send=slow) as (_c, _p, _b, _w, inbox):
         t0 = trio.current_time()
-        from bridge.writes import WriteRequest
+        from collie.bridge.writes import WriteRequest
         ids = [rid() for _ in range(4)]
         for r in ids:
             got = await inbox.submit("local", WriteRequest(request_id=r, op="send", agent="a0", conversation="c",
@@ -432,7 +434,7 @@ async def test_the_record_survives_a_restart(tmp):
     file has the waiting items (in order, with their entry fingerprints) and the finished ones."""
     from types import SimpleNamespace
 
-    from bridge.writes import WriteRequest
+    from collie.bridge.writes import WriteRequest
 
     def stubs():
         hub = SimpleNamespace(members={}, on_member_change=[], on_view_change=[], inbox=None, reader=lambda m, a: None)

@@ -1,4 +1,4 @@
-"""The inbox's state machine as one table (lead.inbox_core.TRANSITIONS; crew.md §4, I1–I11; issue 41):
+"""The inbox's state machine as one table (collie.lead.inbox.item.TRANSITIONS; crew.md §4, I1–I11; issue 41):
 every change of an item's state the inbox makes is in it, and any other raises before anything changes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
-from lead.inbox_core import ACTIVE, FINISHED, TRANSITIONS, IllegalTransition, Item, transition
-from lead.inbox_store import Record
+from collie.lead.inbox.item import ACTIVE, FINISHED, TRANSITIONS, IllegalTransition, Item, transition
+from collie.lead.inbox.store import Record
 
 STATES = (*ACTIVE, *FINISHED)
 LEGAL = {("pending", "approved"), ("pending", "expired"), ("pending", "cancelled"),

@@ -19,9 +19,9 @@ import logging
 import pytest
 import trio
 
-from bridge.writes import WriteRequest
-from crew.config import AgentConfig
-from lead import inbox as inbox_mod
+from collie.bridge.writes import WriteRequest
+from collie.crew.config import AgentConfig
+from collie.lead.inbox import core as inbox_core
 from tests.apilab import FakeLink, add_member, api_lab, rid
 from tests.live import agent
 
@@ -108,9 +108,9 @@ async def test_a_send_behind_any_write_on_the_leads_agent_waits_and_goes_once(tm
             assert (phone["outcome"], phone["reason"]) == ("queued", "inbox") and relay.outcome == "queued"
             assert (steer["outcome"], steer["reason"]) == ("refused", "busy")  # B7: steer stays busy
             assert trio.current_time() == t0
-            items = [lab.inbox.by_id[phone["request_id"]], lab.inbox.by_id[inbox_mod.item_id("relay", relay.request_id)]]
+            items = [lab.inbox.by_id[phone["request_id"]], lab.inbox.by_id[inbox_core.item_id("relay", relay.request_id)]]
             with trio.fail_after(60):
-                while any(i.state not in inbox_mod.FINISHED for i in items):
+                while any(i.state not in inbox_core.FINISHED for i in items):
                     await trio.sleep(0.05)
             assert held["at"] - t0 == pytest.approx(HOLD, abs=0.1)
             posts = [(t, p) for t, m, p in collie.recorder.calls
@@ -184,7 +184,7 @@ async def test_a_send_behind_any_write_on_a_members_agent_waits_and_goes_once(tm
                                                                   conversation="c", text="from a sender"),
                                            sender="relay", approval="standing")
             assert phone["outcome"] == "queued" and relay.outcome == "queued" and trio.current_time() == t0
-            ids = [phone["request_id"], inbox_mod.item_id("relay", relay.request_id)]
+            ids = [phone["request_id"], inbox_core.item_id("relay", relay.request_id)]
             shown = 0
             with trio.fail_after(30):
                 while sum(1 for _, m in link.calls if m["id"] in ids) < 2:
@@ -223,7 +223,7 @@ async def test_a_not_now_answer_pauses_the_item_with_a_backoff_and_its_log_is_bo
                                                             conversation="c", text="hello"),
                                      sender="relay", approval="standing")
         assert got.outcome == "queued"
-        iid = inbox_mod.item_id("relay", got.request_id)
+        iid = inbox_core.item_id("relay", got.request_id)
         with trio.fail_after(300):
             while lab.inbox.by_id[iid].state != "running" or (lab.inbox.by_id[iid].runtime_ref or {}).get("turn") is None:
                 await trio.sleep(0.5)
@@ -252,7 +252,7 @@ async def test_items_behind_a_held_item_for_other_conversations_run_meanwhile(tm
             got = await lab.inbox.submit("laptop", WriteRequest(request_id=rid(), op="send", agent="desk",
                                                                 conversation=conv, text=f"to {conv}"),
                                          sender="relay", approval="standing")
-            return inbox_mod.item_id("relay", got.request_id)
+            return inbox_core.item_id("relay", got.request_id)
         held = await submit("c")
         while not link.calls:
             await trio.sleep(0.01)
@@ -284,7 +284,7 @@ async def test_a_send_no_machine_can_quote_a_turn_for_ends_with_a_true_refusal(t
         got = await lab.inbox.submit("laptop", WriteRequest(request_id=rid(), op="send", agent="desk",
                                                             conversation="unseen", text="hello"),
                                      sender="relay", approval="standing")
-        iid = inbox_mod.item_id("relay", got.request_id)
+        iid = inbox_core.item_id("relay", got.request_id)
         with trio.fail_after(60):
             while lab.inbox.by_id[iid].state != "failed":
                 await trio.sleep(0.01)
@@ -293,7 +293,7 @@ async def test_a_send_no_machine_can_quote_a_turn_for_ends_with_a_true_refusal(t
         assert all(m["args"]["turn"] is None and m["args"]["current_turn"] for _, m in link.calls)
         item = lab.inbox.by_id[iid]
         assert item.reason == "turn_moved" and item.receipt["outcome"] == "refused"
-        assert item.receipt["message"] == inbox_mod.UNKNOWN_TURN
+        assert item.receipt["message"] == inbox_core.UNKNOWN_TURN
         assert lab.inbox.state_text(item) == "failed: turn_moved"
 
 

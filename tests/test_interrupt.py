@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 SDK_PROGRAM = """
 import sys, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 async def main():
     async with open_collie(socket=sys.argv[1], host_name="t") as collie:
         collie.ready()
@@ -43,7 +43,7 @@ def interrupt(argv: list[str]) -> subprocess.CompletedProcess:
 
 def test_a_fixture_agent_ends_on_ctrl_c_without_a_traceback():
     sock = short_dir("ki") / "a.sock"
-    got = interrupt([sys.executable, "-m", "fixtures", "deployer", "--socket", str(sock)])
+    got = interrupt([sys.executable, "-m", "collie.fixtures", "deployer", "--socket", str(sock)])
     assert "Traceback" not in got.stderr, got.stderr
     assert got.returncode == 0 and not sock.exists()
 

@@ -9,10 +9,10 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from bridge.writer import Writer
-from crew.config import AgentConfig
-from lead.api import create_api
-from lead.http import create_app
+from collie.bridge.writer import Writer
+from collie.crew.config import AgentConfig
+from collie.lead.door.http import create_app
+from collie.lead.routes.api import create_api
 from tests.live import InlineJournal, agent, bridge_for
 
 TOKEN = "t" * 64

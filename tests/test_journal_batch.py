@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 import trio
 
-from bridge.journal import Journal, Row
+from collie.bridge.journal import Journal, Row
 from tests.live import cleanup, short_dir
 
 

@@ -1,4 +1,4 @@
-"""`python -m fixtures member` (issue 28, docs/testing.md "Labs"): K members in one process join a
+"""`python -m collie.fixtures member` (issue 28, docs/testing.md "Labs"): K members in one process join a
 real lead through `collie crew invite`'s own path, one line each; Ctrl-C ends it quietly with a summary
 of the requests received; a single member takes its token from a variable that is never printed; a
 script drives what the lead shows; mistakes are refused before anything joins."""
@@ -15,13 +15,13 @@ import uuid
 
 import pytest
 
-from fixtures.pytest_plugin import collie_lead, collie_lead_pool  # noqa: F401 (fixtures)
+from collie.fixtures.pytest_plugin import collie_lead, collie_lead_pool  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
 from tests.procs import LIMIT, ended, readline
 
 
 def start(lead, *args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", lead.ws_url.removesuffix("/crew/v1"),
+    return subprocess.Popen([sys.executable, "-m", "collie.fixtures", "member", "--lead", lead.ws_url.removesuffix("/crew/v1"),
                              *args], cwd=REPO, env={**lead.env, "PYTHONPATH": str(REPO), **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -30,12 +30,12 @@ def interrupt(proc: subprocess.Popen) -> tuple[int, str, str]:
     """Ctrl-C, then what it printed once it ended (every test calls this in a `finally`: the member never
     outlives its test, and its pipes are closed)."""
     proc.send_signal(signal.SIGINT)
-    out, err = ended(proc, "python -m fixtures member after Ctrl-C")
+    out, err = ended(proc, "python -m collie.fixtures member after Ctrl-C")
     return proc.returncode, out, err
 
 
 def read_lines(proc: subprocess.Popen, n: int) -> list[str]:
-    return [readline(proc, "python -m fixtures member").strip() for _ in range(n)]
+    return [readline(proc, "python -m collie.fixtures member").strip() for _ in range(n)]
 
 
 @pytest.mark.slow
@@ -118,13 +118,13 @@ def test_mistakes_are_refused_before_anything_joins(collie_lead, args, error):
         script.write_text(json.dumps({"requests": [{"op": "sned", "receipt": {"outcome": "unknown"}}]}))
         args = [str(script) if a == "SNED" else a for a in args]
     proc = start(collie_lead, *args)
-    out, err = ended(proc, "python -m fixtures member refusing its options")
+    out, err = ended(proc, "python -m collie.fixtures member refusing its options")
     assert proc.returncode == 2 and error in err
     assert collie_lead.members() == []
 
 
 def test_a_lead_off_loopback_needs_wss(tmp_path):
-    got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", "ws://10.1.2.3:8470", "--invite",
+    got = subprocess.run([sys.executable, "-m", "collie.fixtures", "member", "--lead", "ws://10.1.2.3:8470", "--invite",
                           "--label", "a"], cwd=REPO, capture_output=True, text=True, timeout=LIMIT,
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2 and "wss://" in got.stderr
@@ -134,7 +134,7 @@ def test_a_lead_off_loopback_needs_wss(tmp_path):
 @pytest.mark.parametrize("lead", ["ftp://127.0.0.1:8470", "127.0.0.1:8470"])
 def test_a_lead_address_of_another_scheme_is_refused_naming_every_accepted_one(tmp_path, lead):
     """D5: https:// and http:// (to this machine) work too, so the refusal names them beside wss:// and ws://."""
-    got = subprocess.run([sys.executable, "-m", "fixtures", "member", "--lead", lead, "--invite", "--label", "a"],
+    got = subprocess.run([sys.executable, "-m", "collie.fixtures", "member", "--lead", lead, "--invite", "--label", "a"],
                          cwd=REPO, capture_output=True, text=True, timeout=LIMIT,
                          env={**os.environ, "COLLIE_STATE_DIR": str(tmp_path)})
     assert got.returncode == 2
@@ -178,7 +178,7 @@ def test_a_member_that_cannot_reach_the_lead_says_so_and_never_joined():
     """D2: nothing listening at the address: one line saying so (not one per retry), and Ctrl-C's summary
     says the member never joined and why."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", f"ws://127.0.0.1:{port}",
+    proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "member", "--lead", f"ws://127.0.0.1:{port}",
                              "--token-env", "LAB_TOKEN", "--label", "lab-1"], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": str(REPO), "LAB_TOKEN": "t" * 43},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -214,7 +214,7 @@ def test_https_at_a_plain_http_lead_says_the_scheme_may_be_wrong(collie_lead):
     """D2: https:// to a lead that serves plain HTTP: the TLS handshake gets no answer; the member says so
     and names the address to use."""
     plain = collie_lead.ws_url.removesuffix("/crew/v1").replace("ws://", "https://")
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "member", "--lead", plain, "--invite", "--label",
+    proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "member", "--lead", plain, "--invite", "--label",
                              "lab-1"], cwd=REPO, env={**collie_lead.env, "PYTHONPATH": str(REPO)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -233,7 +233,7 @@ def test_a_member_joins_a_tls_lead_trusting_its_ca_through_ssl_cert_file(tmp_pat
     wss:// and trusts the lead's CA through SSL_CERT_FILE."""
     import trustme
 
-    from fixtures.pytest_plugin import Lead, _private_dir
+    from collie.fixtures.pytest_plugin import Lead, _private_dir
 
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from crew.receipts import REASONS
-from fixtures.pytest_plugin import collie_lead, collie_lead_pool, fake_agent, fake_member  # noqa: F401 (fixtures)
+from collie.crew.receipts import REASONS
+from collie.fixtures.pytest_plugin import collie_lead, collie_lead_pool, fake_agent, fake_member  # noqa: F401 (fixtures)
 from tests.crewlab import REPO
 
 DOC = REPO / "docs" / "testing.md"

@@ -12,11 +12,11 @@ import socket
 import pytest
 import trio
 
-from crew.receipts import REASONS
-from crew.wire import ask_digest
-from fixtures.member.link import FakeMember, shape_problem
-from fixtures.member.script import ScriptError, load_script, parse_script
-from fixtures.member.state import FakeAgent
+from collie.crew.receipts import REASONS
+from collie.crew.wire import ask_digest
+from collie.fixtures.member.link import FakeMember, shape_problem
+from collie.fixtures.member.script import ScriptError, load_script, parse_script
+from collie.fixtures.member.state import FakeAgent
 from tests.crewlab import REPO
 
 WALL = 1_796_000_000.0
@@ -179,8 +179,8 @@ def test_the_first_matching_rule_with_uses_left_decides():
 def test_a_snapshot_too_big_for_one_frame_names_the_rest_and_every_frame_fits_the_wire():
     """100 agents of 200 conversations (~7 MB of views): the snapshot carries what fits one frame,
     names the others in `more`, and they follow as `agent` frames; the lead's parser takes every frame."""
-    from crew import crewwire
-    from fixtures.member.link import snapshot_frames
+    from collie.crew import crewwire
+    from collie.fixtures.member.link import snapshot_frames
 
     agents = [FakeAgent(f"agent-{i}", 200, "i", WALL) for i in range(1, 101)]
     frames = snapshot_frames([(a.name, crewwire.encode(a.view())) for a in agents])
@@ -215,7 +215,7 @@ async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(
     a machine gone quiet — and everything resumes after it, on exact virtual times."""
     import trio
 
-    from fixtures.member.link import FakeMember
+    from collie.fixtures.member.link import FakeMember
 
     m = FakeMember("ws://127.0.0.1:1", "laptop", "t" * 64, agents=1, conversations=1)
     ws = FakeSocket()
@@ -242,7 +242,7 @@ async def test_a_member_that_cannot_join_says_why_once_per_distinct_failure_whil
         autojump_clock, capsys, monkeypatch):
     """D2: each retry that fails the same way prints nothing more; a different failure prints its own
     line. The summary says it never joined, after how many tries, and why."""
-    from fixtures.member import cli, link
+    from collie.fixtures.member import cli, link
 
     refusals = iter([ConnectionRefusedError(111, "Connection refused")] * 6 + [socket.gaierror(-2, "unknown")] * 3)
 

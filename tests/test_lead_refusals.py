@@ -2,7 +2,7 @@
 features B2, B3, B7, I1; docs/phone-api.md).
 
 A request id is applied at most once and a repeat gets the stored receipt: for a member's agent the
-member's journal keeps what it was sent, and the lead keeps (lead.refusals) what it refused before
+member's journal keeps what it was sent, and the lead keeps (collie.lead.members.refusals) what it refused before
 forwarding — `busy` on its session lock, `machine_offline`, `older_collie`. The lead's phone API in one
 trio run (tests.apilab) with a member link that answers like a member; the store's SQL runs inline so
 the clock stays exact. tests/test_live_crew_refusals.py does the same with real processes.
@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from lead import refusals as refusals_mod
-from lead.hub import FORWARD_TIMEOUT
+from collie.lead.members import refusals as refusals_mod
+from collie.lead.members.link import FORWARD_TIMEOUT
 from tests.apilab import FakeLink, InlineRefusals, add_member, api_lab, rid
 from tests.test_disk_full import Full
 

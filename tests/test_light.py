@@ -19,11 +19,13 @@ import httpx
 import pytest
 import trio
 
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
-from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
-from tests.phonelab import pair_link
+from tests.phonelab import (
+    browser,  # noqa: F401 (the module's browser fixture)
+    pair_link,
+)
 from tests.phonelab import paired as paired_from
 
 pytestmark = pytest.mark.slow
@@ -294,7 +296,7 @@ STATIC_IMPORTS = re.compile(r"""\bimport\b(?:[^;"'()]*?\bfrom)?\s*["']\./([\w-]+
 
 def imported(pattern, names) -> set[str]:
     """The modules `pattern` finds imported from `names`, and theirs in turn (walked here, apart from the lead's walk)."""
-    from lead.web import WEB
+    from collie.lead.web.serve import WEB
     graph, todo = set(), list(names)
     while todo:
         name = todo.pop()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crew import control
+from collie.crew import control
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
 from tests.test_pairing import Stream

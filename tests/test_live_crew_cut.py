@@ -1,7 +1,7 @@
 """A member's agent with more open conversations than a view carries, as real processes (issue 32;
 crew.md §3, §6; features I1, I2, L1).
 
-A lead and a member on loopback; the member's agent (`python -m fixtures many --conversations 231`) keeps
+A lead and a member on loopback; the member's agent (`python -m collie.fixtures many --conversations 231`) keeps
 its conversations, turns and request ids in a state file (`--state`), which is the agent's own record of
 what it received. Its turns take 3 s, so a send queued behind one is dispatched later by the inbox.
 """
@@ -48,7 +48,7 @@ def test_sends_to_conversations_past_the_view_reach_the_agent_once_and_the_lead_
     crew.start_lead()
     m = crew.add_member("laptop")
     sock, state = m.run / "desk.sock", m.run / "desk.json"
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures", "many", "--socket", str(sock), "--conversations",
+    proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures", "many", "--socket", str(sock), "--conversations",
                              str(OPEN), "--turn-ms", "3000", "--state", str(state)], cwd=REPO, env=m.env,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline().startswith("listening")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.tally import read_ledger
+from collie.fixtures.tally import read_ledger
 from tests.crewlab import REPO, Crew, CutProxy, Machine, wait_for
 from tests.live import short_dir
 
@@ -62,7 +62,7 @@ def join(crew: Crew, label: str, address: str) -> Machine:
 def tally(m: Machine) -> Path:
     """The `tally` agent on member `m`, attached as `tally`; returns its ledger."""
     sock, ledger = m.run / "tally.sock", m.run / "ledger.jsonl"
-    proc = subprocess.Popen([sys.executable, "-m", "fixtures.tally", "--socket", str(sock), "--ledger", str(ledger)],
+    proc = subprocess.Popen([sys.executable, "-m", "collie.fixtures.tally", "--socket", str(sock), "--ledger", str(ledger)],
                             cwd=REPO, env=m.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout.readline().startswith("listening")
     m.agents["tally"] = proc

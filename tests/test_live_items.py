@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import trio
 
-from lead.events import COALESCE, Feed
+from collie.lead.feed.core import COALESCE
+from collie.lead.feed.events import Feed
 from tests.live import writer_lab
 
 

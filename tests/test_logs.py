@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from crew import logs
+from collie.crew import logs
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d{4} ")
 

@@ -1,7 +1,7 @@
 """A member dials its lead again at once after the lead went away (restart), and is back within seconds of
 the restarted lead answering (issue 36.4, crew.md §2; docs/crew.md "Reconnecting").
 
-The rule (member.link.Redial) runs on virtual time with a jitter that returns the middle of its range, so
+The rule (collie.member.link.Redial) runs on virtual time with a jitter that returns the middle of its range, so
 every try happens at an exact time; then real processes: a lead restarted with `collie restart`, again
 and again, and the member timed back online after each."""
 
@@ -14,9 +14,9 @@ import pytest
 import trio
 from trio_websocket import CloseReason, ConnectionClosed
 
-from crew import control
-from crew.crewconfig import CrewConfig
-from member.link import BACKOFF_MAX, Link
+from collie.crew import control
+from collie.crew.crewconfig import CrewConfig
+from collie.member.link import BACKOFF_MAX, Link
 from tests.crewlab import Crew, wait_for
 
 TOKEN = "0123456789abcdef" * 4

@@ -14,17 +14,18 @@ import time
 import attrs
 import pytest
 
-from bridge.writes import WriteRequest
-from crew import crewwire
-from crew.crewwire import FrameError, Hello, Viewing
-from crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt
-from crew.wire import WireRange
-from lead.member_session import (LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD, SAY_AGAIN_AFTER, FrameQueue,
-                                 LineLimiter, Member, admit_hello, apply_frame, claim, connected, crew_row, intake,
-                                 keeps_label, link_ended, mark_offline, silent, too_many_bad, viewed, viewing)
-from lead.member_views import MEMBER_VIEWS_MAX, TOO_BIG, digest, install_views, views_kept
-from lead.refusals import Seen
-from lead.routing import forwarded_receipt, judge_repeat, own_html, read_answer, refusal_before_forward
+from collie.bridge.writes import WriteRequest
+from collie.crew import crewwire
+from collie.crew.crewwire import FrameError, Hello, Viewing
+from collie.crew.receipts import NOT_CERTAIN, NOT_CONFIRMED, OLDER_COLLIE, Receipt
+from collie.crew.wire import WireRange
+from collie.lead.members.refusals import Seen
+from collie.lead.members.routing import forwarded_receipt, judge_repeat, own_html, read_answer, refusal_before_forward
+from collie.lead.members.session import (LINK_LINES, MAX_BAD_FRAMES, MAX_QUEUED, PARSE_IN_THREAD, SAY_AGAIN_AFTER,
+                                         FrameQueue, LineLimiter, Member, admit_hello, apply_frame, claim, connected,
+                                         crew_row, intake, keeps_label, link_ended, mark_offline, silent,
+                                         too_many_bad, viewed, viewing)
+from collie.lead.members.views import MEMBER_VIEWS_MAX, TOO_BIG, digest, install_views, views_kept
 from tests.crewlab import fake_view
 
 
@@ -353,7 +354,7 @@ def test_a_members_chat_items_never_bring_their_own_html():
 def test_a_members_views_file_reads_back_what_was_written_and_is_private(tmp_path):
     """crew.md §2: a member's last views survive a lead restart, in a 0600 file of its own; a missing or
     unreadable file is no views, not a failed start."""
-    from lead.views_file import read_views, remove_views, views_path, write_views
+    from collie.lead.members.views_file import read_views, remove_views, views_path, write_views
 
     views = {"a": json.dumps(fake_view("a")), "b\"x": json.dumps(fake_view("b\"x"))}
     write_views(tmp_path / "crew-views", {"laptop": views})

@@ -13,13 +13,13 @@ from __future__ import annotations
 import pytest
 import trio
 
-from bridge.state import prepare_state
-from crew.config import BridgeConfig
-from crew.crewwire import OFFLINE_AFTER
-from lead.crew_link import Conn
-from lead.daemon import LeadDaemon, parser
-from lead.hub import SAVE_EVERY
-from lead.member_session import Member
+from collie.bridge.state import prepare_state
+from collie.crew.config import BridgeConfig
+from collie.crew.crewwire import OFFLINE_AFTER
+from collie.lead.daemon import LeadDaemon, parser
+from collie.lead.members.hub import SAVE_EVERY
+from collie.lead.members.link import Conn
+from collie.lead.members.session import Member
 
 
 @pytest.fixture

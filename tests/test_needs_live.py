@@ -3,7 +3,7 @@
 Invariants: the live channel sends a `needs` event whenever the set of open asks changes — an ask
 raised or closed anywhere, and also an ask closed and another raised in its place in one view, which
 moves no count and so no dashboard row (before, the page learned of it only at some later row event:
-seconds late, or never) — and the list it carries is `GET /api/needs`'s (lead.web.needs_list), oldest
+seconds late, or never) — and the list it carries is `GET /api/needs`'s (collie.lead.web.serve.needs_list), oldest
 first. The plain list is tested directly; the feed on trio's autojump clock.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from lead.events import Feed
-from lead.needs import NeedsList
-from lead.web import needs_list
+from collie.lead.feed.events import Feed
+from collie.lead.feed.needs import NeedsList
+from collie.lead.web.serve import needs_list
 from tests.crewlab import fake_view
 from tests.test_dashboard_rows import Lab
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from crew import control
+from collie.crew import control
 from tests.crewlab import Crew, wait_for
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from crew import control
+from collie.crew import control
 from tests.crewlab import REPO, Machine, wait_for
 from tests.live import short_dir
 
@@ -74,7 +74,7 @@ def test_lead_and_member_in_separate_network_namespaces(namespaces):
         member.agent("bot", "streamer")
         lead.paths.state_dir.mkdir(parents=True, mode=0o700)
         procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", lead_ns, sys.executable, "-m", "crew.cli.main", "serve", "--host", LEAD_IP,
+            ["ip", "netns", "exec", lead_ns, sys.executable, "-m", "collie.crew.cli.main", "serve", "--host", LEAD_IP,
              "--port", "8470", "--tls-cert", str(cert_file), "--tls-key", str(key_file)],
             cwd=REPO, env=lead.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         wait_for(lambda: _ping(lead), what="lead up")
@@ -84,7 +84,7 @@ def test_lead_and_member_in_separate_network_namespaces(namespaces):
                                env={"T": token})
         assert joined.returncode == 0, joined.stderr
         procs.append(subprocess.Popen(
-            ["ip", "netns", "exec", member_ns, sys.executable, "-m", "crew.cli.main", "serve"],
+            ["ip", "netns", "exec", member_ns, sys.executable, "-m", "collie.crew.cli.main", "serve"],
             cwd=REPO, env={**member.env, "SSL_CERT_FILE": str(ca_file)}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL))
         wait_for(lambda: any(m["online"] and m["agents"] for m in

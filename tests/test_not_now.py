@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from bridge.client import AgentUnreachable
-from bridge.writes import WriteRequest
-from lead import inbox as inbox_mod
+from collie.bridge.client import AgentUnreachable
+from collie.bridge.writes import WriteRequest
+from collie.lead.inbox import core as inbox_core
 from tests.live import cleanup, inbox_lab, short_dir
 
 
@@ -95,7 +95,7 @@ async def test_a_queued_send_that_reaches_nothing_waits_and_runs_later(tmp, auto
         assert "failed" not in mine and mine[-1] == "done", mine
         assert "approved" in mine[mine.index("running"):], mine  # held after the refused dispatch
         ran_again = [c[0] for c in collie.recorder.calls if c[2] == "/v1/conversations/c/send"][-1]
-        assert ran_again - refused_at[0] == pytest.approx(inbox_mod.RETRY_MIN, abs=inbox_mod.TICK)
+        assert ran_again - refused_at[0] == pytest.approx(inbox_core.RETRY_MIN, abs=inbox_core.TICK)
         assert (await inbox.get(second.request_id)).receipt["outcome"] == "sent"
 
 

@@ -1,4 +1,4 @@
-"""A request id runs once (bridge.once, features B2/B3, wire-v1 §1 and §8, crew.md §3-§4): the in-flight
+"""A request id runs once (collie.bridge.once, features B2/B3, wire-v1 §1 and §8, crew.md §3-§4): the in-flight
 table, the repeat judgement and the `disk_full` receipt that the bridge's writer, the lead's routing and the
 inbox share. On trio's virtual clock: exact times, no real sleeps."""
 
@@ -11,9 +11,9 @@ import attrs
 import pytest
 import trio
 
-from bridge.once import InFlight, conflicts, judge_repeat, not_recorded
-from bridge.writes import WriteRequest
-from crew.receipts import REASONS, Reason, refused
+from collie.bridge.once import InFlight, conflicts, judge_repeat, not_recorded
+from collie.bridge.writes import WriteRequest
+from collie.crew.receipts import REASONS, Reason, refused
 
 
 def req(text: str = "go", op: str = "steer", rid: str = "r1") -> WriteRequest:

@@ -16,11 +16,10 @@ import types
 from functools import partial
 
 import pytest
-
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from lead.hub import LINK_LINES
+from collie.lead.members.session import LINK_LINES
 from tests.crewlab import Crew, wait_for
 from tests.live import short_dir
 
@@ -39,7 +38,7 @@ async def test_a_member_that_never_answers_a_read_does_not_hold_up_other_phones(
     a conversation of member `mute`, which never answers the lead's reads (it keeps its link alive and its
     view changing). Phone B, on the dashboard, still gets the row of member `ok`'s change in the same pass
     — at the virtual instant it happened — not after A's reads of `mute` time out (2 x 5 s a pass)."""
-    from lead import events
+    from collie.lead.feed import events
 
     monkeypatch.setattr(events, "pane_state", lambda reader, conv, *, recent_sends, machine, online: {
         "rev": reader.rev})
@@ -107,9 +106,9 @@ def test_the_bridge_log_keeps_to_its_size_cap(tmp_path, monkeypatch, capsys):
     import argparse
     import os
 
-    from crew import logs
-    from crew.cli import logs_cmd
-    from crew.paths import Paths
+    from collie.crew import logs
+    from collie.crew.cli import logs_cmd
+    from collie.crew.paths import Paths
 
     monkeypatch.setattr(logs, "LOG_MAX", 10_000)
     paths = Paths(config_dir=tmp_path / "cfg", state_dir=tmp_path)
@@ -190,7 +189,7 @@ def test_a_snapshot_cannot_name_more_agents_than_a_member_may_show():
     let one member show 200 agents (and hold twice the views on the lead). The same names in both count once."""
     import pytest
 
-    from crew import crewwire
+    from collie.crew import crewwire
     from tests.crewlab import fake_view
 
     carried = [fake_view(f"a{i}", 1) for i in range(crewwire.MAX_AGENTS)]
@@ -214,7 +213,7 @@ async def test_a_flood_of_asks_from_one_member_keeps_the_push_memory_bounded_and
     import sqlite3
     from types import SimpleNamespace as NS
 
-    from lead import push
+    from collie.lead.push import pusher as push
 
     monkeypatch.setattr(push, "REMEMBER_PER_MACHINE", 300)
 
@@ -315,7 +314,7 @@ async def test_a_sender_cannot_fill_the_disk_with_finished_items(tmp_path, monke
     against a sender, and another sender's stay."""
     import sqlite3
 
-    from lead import inbox as inbox_mod
+    from collie.lead.inbox import service as inbox_mod
     from tests.test_inbox_live import lead, rid
 
     monkeypatch.setattr(inbox_mod, "FINISHED_PER_SENDER", 5)
@@ -361,19 +360,19 @@ async def test_a_members_items_answer_of_a_million_tiny_items_does_not_block_the
     with a phone viewing its conversation). Now such an answer is a bad frame, refused before it is
     structured: the phone's items read answers at once with the "didn't answer" footer, no loop step
     blocks over 20 ms, and the lead's own items pages work."""
-    from crew import crewwire
+    from collie.crew import crewwire
     from tests.apilab import FakeLink, add_member, api_lab, frame
     from tests.crewlab import fake_view
 
     class Flooding(FakeLink):
-        label, bad_frames = "evil", 0  # what the hub counts a bad frame on (lead.hub.Conn)
+        label, bad_frames = "evil", 0  # what the hub counts a bad frame on (collie.lead.members.hub.Conn)
 
         def resolve(self, request_id, answer):
             pass
 
         async def call(self, msg, timeout):
             if msg["type"] == "read" and msg["what"] == "items":
-                return flood  # the frame as the lead's feeder thread parsed it (lead.hub: frames over 64 KiB)
+                return flood  # the frame as the lead's feeder thread parsed it (collie.lead.members.hub: frames over 64 KiB)
             return await super().call(msg, timeout)
 
     flood = frame({"type": "read_result", "id": "r", "ok": True, "result": {"items": [{}] * 250_000, "open": True}})
@@ -396,8 +395,8 @@ async def test_a_members_items_answer_of_a_million_tiny_items_does_not_block_the
 
 def test_the_crew_wires_items_bound_follows_the_members_cache():
     """The bound above is the member's own: KEEP_ITEMS a conversation, plus the left-out line."""
-    from bridge.reader import KEEP_ITEMS
-    from crew import crewwire
+    from collie.bridge.reader import KEEP_ITEMS
+    from collie.crew import crewwire
 
     assert crewwire.MAX_READ_ITEMS == KEEP_ITEMS + 1
 
@@ -409,7 +408,7 @@ async def test_a_members_items_never_bring_their_own_html_to_the_phone(tmp_path)
     the lead's page (a fake "Ship it" button, a link or refresh to another site). Now the lead renders
     every member item's Markdown itself from its text and drops any other `html` — on the items route and
     on the live channel (both read through `Hub.read`)."""
-    from crew.markdown import render
+    from collie.crew.markdown import render
     from tests.apilab import FakeLink, add_member, api_lab, frame
     from tests.crewlab import fake_view
 
@@ -440,7 +439,7 @@ async def test_a_members_items_never_bring_their_own_html_to_the_phone(tmp_path)
 def big_view(name: str) -> dict:
     """An agent's view whose `agent` frame is just under the crew wire's 1 MiB: 200 conversations with
     long titles (what one hostile member may send for each of its 100 agents)."""
-    from crew import crewwire
+    from collie.crew import crewwire
     from tests.crewlab import fake_view
 
     view = fake_view(name, crewwire.MAX_CONVERSATIONS)
@@ -462,8 +461,8 @@ async def test_one_member_cannot_make_the_lead_keep_more_than_its_views_budget(c
     not kept — by the lead's own count, and in its views file — and its agent shows Unreachable with
     the reason `view-too-big`, logged (escaped) at most `LINK_LINES` times a minute; the member's agents
     that fit stay ready, another member is untouched, and a later view that fits is shown again."""
-    from crew import control
-    from lead.hub import MEMBER_VIEWS_MAX, TOO_BIG
+    from collie.crew import control
+    from collie.lead.members.views import MEMBER_VIEWS_MAX, TOO_BIG
     from tests.crewlab import fake_view, hello_frame, invite, sim_member
 
     crew.start_lead()
@@ -532,8 +531,9 @@ async def test_a_view_over_the_budget_keeps_the_agents_last_view_and_a_views_fil
     budget. Views restored at start-up (a file an older lead wrote, without the budget) are cut to it too."""
     from types import SimpleNamespace as NS
 
-    from lead import hub as hub_mod
-    from lead.hub import TOO_BIG, Member, digest
+    from collie.lead.members import hub as hub_mod
+    from collie.lead.members.session import Member
+    from collie.lead.members.views import TOO_BIG, digest
     from tests.apilab import FakeLink, add_member, api_lab, frame
     from tests.crewlab import fake_view
 

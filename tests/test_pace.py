@@ -11,8 +11,8 @@ import uuid
 import pytest
 import trio
 
-from bridge.pace import BURST, MIN_GAP, VIEWED_GAP, ReadPace
-from bridge.writes import WriteRequest
+from collie.bridge.pace import BURST, MIN_GAP, VIEWED_GAP, ReadPace
+from collie.bridge.writes import WriteRequest
 from tests.live import ALL_CAPS, writer_lab
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
@@ -285,7 +285,7 @@ async def test_an_idle_inbox_rests_and_wakes_for_the_next_queued_send(tmp, autoj
     """Issue 16 (idle CPU), I2: with nothing waiting and nothing to commit the inbox looks once a minute,
     not every second; after such a rest a send queued behind a running turn still goes to the agent
     the moment that turn ends."""
-    from lead import inbox as inbox_mod
+    from collie.lead.inbox import core as inbox_core
     from tests.live import inbox_lab
 
     gate = trio.Event()
@@ -302,7 +302,7 @@ async def test_an_idle_inbox_rests_and_wakes_for_the_next_queued_send(tmp, autoj
         inbox._tick = lambda nursery: (ticks.append(trio.current_time()), tick(nursery))[1]
         await trio.sleep(300)
         assert 4 <= len(ticks) <= 6  # every IDLE_TICK (60 s), not 300 times
-        assert inbox_mod.IDLE_TICK == 60.0
+        assert inbox_core.IDLE_TICK == 60.0
 
         def send(text):
             return WriteRequest(request_id=str(uuid.uuid4()), op="send", agent="a0", conversation="c", text=text)

@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from bridge.reader import AgentReader, ItemLog, newest_of
-from lead.packing import StreamPacker, accepts_gzip, etag, matches
+from collie.bridge.reader import AgentReader, ItemLog, newest_of
+from collie.lead.door.packing import StreamPacker, accepts_gzip, etag, matches
 
 
 @pytest.mark.parametrize("header, gz", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import sync_playwright
 
-from lead.web import WEB
+from collie.lead.web.serve import WEB
 from tests.browser import launch
 
 

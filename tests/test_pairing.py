@@ -4,7 +4,6 @@ real TLS with the generated certificate, HTTP/2, and the live channel (issue 11;
 from __future__ import annotations
 
 import json
-from contextlib import closing
 import re
 import socket
 import ssl
@@ -12,6 +11,7 @@ import stat
 import threading
 import time
 import uuid
+from contextlib import closing
 
 import h2.config
 import h2.connection
@@ -20,7 +20,7 @@ import h2.events
 import httpx
 import pytest
 
-from crew import control
+from collie.crew import control
 from tests.conftest import collie_env, run_collie
 from tests.live import cleanup, short_dir
 from tests.test_durable_e2e import Agents, live, wait_for
@@ -411,7 +411,7 @@ def test_http2_phone_closing_its_live_channel_drops_the_viewing_and_keeps_the_co
 def test_serve_pair_and_doctor_print_the_certificate_fingerprint(lead):
     """TLS without homework: the SHA-256 fingerprint of the lead's own certificate authority (issue 35) is printed
     by serve (its ready line in the log), pair and doctor, and they agree."""
-    from lead.tls import fingerprint_file
+    from collie.lead.door.tls import fingerprint_file
 
     paths = lead["paths"]
     fp = fingerprint_file(paths.state_dir / "tls" / "ca.pem")

@@ -6,10 +6,10 @@ import sqlite3
 
 import pytest
 
-from lead.devices import TICKET_TTL, TICKETS_PER_DEVICE, CODE_TTL, Devices, PairingRefused, clean_name
-from lead.pairing import Door, split_host
-from lead.events import EventLog, diff_rows
-from lead.tls import covered, fingerprint_pem, make_certificate
+from collie.lead.door.devices import CODE_TTL, TICKET_TTL, TICKETS_PER_DEVICE, Devices, PairingRefused, clean_name
+from collie.lead.door.pairing import Door, split_host
+from collie.lead.door.tls import covered, fingerprint_pem, make_certificate
+from collie.lead.feed.core import EventLog, diff_rows
 
 T0 = 1_800_000_000.0
 
@@ -145,7 +145,7 @@ async def test_a_viewing_lease_lapses_when_not_renewed(autojump_clock):
     phone that disappears never keeps it there; repeating it renews; `on: false` ends it at once."""
     import trio
 
-    from lead.events import Feed
+    from collie.lead.feed.events import Feed
 
     calls: list = []
 
@@ -176,7 +176,7 @@ async def test_a_change_while_a_view_is_read_is_not_hidden_by_the_older_read(aut
     that expired while the chat opened never got its `Timed out before an answer:` line)."""
     import trio
 
-    from lead.events import Feed
+    from collie.lead.feed.events import Feed
 
     class RacyFeed(Feed):
         state = {"pane": {"asks": ["a1"]}, "items": [{"seq": 1, "kind": "ask", "ask_id": "a1", "end": None}]}
@@ -230,7 +230,7 @@ async def test_a_members_ask_reaches_a_viewing_phone_without_waiting_for_a_read_
     that took most of the tail under load); when those lines moved, a corrected pane follows the read."""
     import trio
 
-    from lead import events
+    from collie.lead.feed import events
 
     monkeypatch.setattr(events, "pane_state", lambda reader, conv, *, recent_sends, machine, online: {
         "ask": reader.ask, "recent": list(recent_sends)})
@@ -305,7 +305,8 @@ async def test_a_phone_that_abandons_its_live_channels_cannot_take_everyone_else
     (`503 busy`); another phone still gets a channel. The local credential is not capped per phone."""
     import pytest
 
-    from lead.events import MAX_CHANNELS, PER_DEVICE, Feed
+    from collie.lead.feed.core import MAX_CHANNELS, PER_DEVICE
+    from collie.lead.feed.events import Feed
 
     feed = Feed(FakeBridge())
     first = [feed.open("phone-a") for _ in range(PER_DEVICE)]
@@ -362,9 +363,9 @@ def test_one_phone_asking_for_tickets_again_and_again_drops_only_its_own(devices
 def test_a_refused_link_names_the_command_the_lead_was_given(tmp_path):
     """Issue 26 check: in `collie demo` a used link said "Run `collie pair` again", which there answers
     "no bridge is running"; the lead's COLLIE_PAIR_COMMAND (its .env, set by the demo) names the command."""
-    from crew.config import load_env
-    from crew.paths import Paths
-    from lead.daemon import pair_command
+    from collie.crew.config import load_env
+    from collie.crew.paths import Paths
+    from collie.lead.daemon import pair_command
 
     paths = Paths(config_dir=tmp_path / "cfg", state_dir=tmp_path / "state")
     paths.config_dir.mkdir(mode=0o700)

@@ -11,9 +11,9 @@ import textwrap
 import pytest
 import trio
 
-from bridge import client as client_mod
-from bridge.client import AgentClient, AgentUnreachable
-from crew.config import AgentConfig
+from collie.bridge import client as client_mod
+from collie.bridge.client import AgentClient, AgentUnreachable
+from collie.crew.config import AgentConfig
 from tests.live import agent
 
 NOBODY = 65534

@@ -4,15 +4,14 @@ secrets (X1) and counting requests waiting for approval (I3)."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import re
 from types import SimpleNamespace
 
-import asyncio
-
 from quart import Quart
 
-from lead.web import MODULES, Static, approvals_list, install_web, needs_list
+from collie.lead.web.serve import MODULES, Static, approvals_list, install_web, needs_list
 
 
 def app_with_page():
@@ -63,7 +62,7 @@ async def _versioned():
 
 
 def test_the_version_changes_with_any_file(tmp_path):
-    from lead.web import WEB
+    from collie.lead.web.serve import WEB
     for f in WEB.iterdir():  # the served files and what is written into them (boot.js)
         (tmp_path / f.name).write_bytes(f.read_bytes())
     before = Static(tmp_path).version
@@ -95,7 +94,7 @@ def test_boot_runs_inline_allowed_by_its_hash_alone():
     import base64
     import hashlib
 
-    from lead.web import WEB
+    from collie.lead.web.serve import WEB
     static = Static()
     page = static.files["index.html"][0]
     boot = (WEB / "boot.js").read_bytes()
@@ -114,16 +113,16 @@ def test_needs_you_masks_secrets_and_counts_waiting_approvals():
     assert "ghp_0123456789abcdefghij" not in got[0]["title"] and "sk-ant-api03-abc" not in got[0]["conversation_title"]
     shown = needs_list(SimpleNamespace(readers={"desk": reader}), None, {}, 1.0, redact_on=False)
     assert "ghp_0123456789abcdefghij" in shown[0]["title"]
-    hub = SimpleNamespace(inbox=SimpleNamespace(pending={("local", "desk"): {"x": 1, "y": 2}, ("m", "a"): {}}))
-    assert approvals_list(hub) == [{"machine": "local", "agent": "desk", "count": 2}]
-    assert approvals_list(None) == [] and approvals_list(SimpleNamespace(inbox=None)) == []
+    inbox = SimpleNamespace(pending={("local", "desk"): {"x": 1, "y": 2}, ("m", "a"): {}})
+    assert approvals_list(inbox) == [{"machine": "local", "agent": "desk", "count": 2}]
+    assert approvals_list(None) == []  # a lead without an inbox counts none
 
 
 
 def test_a_pane_on_the_phone_has_its_secrets_masked():
     """X1: the chat header (title, line 2) and the ask card (title, body) mask secrets like the list does;
     the digest the answer quotes is untouched."""
-    from bridge.panes import masked_pane
+    from collie.bridge.panes import masked_pane
     secret = "ghp_0123456789abcdefghij0123456789abcdef"
     ask = {"id": "a", "title": f"Push {secret}?", "body": f"with {secret}", "digest": "d1"}
     pane = {"title": f"deploy {secret}", "line2": f"key {secret}", "ask": ask, "asks": [ask], "asks_more": [ask]}

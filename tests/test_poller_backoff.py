@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from crew.config import AgentConfig
+from collie.crew.config import AgentConfig
 from tests.live import bridge_for, cleanup, short_dir
 
 

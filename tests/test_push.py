@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lead.push import (AGENT_PER_HOUR, MANY, PushLimiter, ask_payload, canonical_endpoint, check_endpoint,
-                       parse_subscription)
+from collie.lead.push.pusher import (AGENT_PER_HOUR, MANY, PushLimiter, ask_payload, canonical_endpoint,
+                                     check_endpoint, parse_subscription)
 from tests.conftest import collie_env, run_collie
 from tests.live import cleanup, short_dir
 from tests.pushlab import FakePushService, Subscriber
@@ -249,6 +249,6 @@ def test_an_ask_pushes_once_encrypted_end_to_end_and_not_again_after_a_restart(p
 
 
 def control_live(paths) -> dict:
-    from crew import control
+    from collie.crew import control
 
     return control.call(paths.control_socket, "live")

@@ -16,8 +16,8 @@ import threading
 import httpx
 import pytest
 
-from crew.asks import sanitize_ask
-from lead.push import PAYLOAD_MAX, answer_offer, ask_fields, ask_payload, encode
+from collie.crew.asks import sanitize_ask
+from collie.lead.push.pusher import PAYLOAD_MAX, answer_offer, ask_fields, ask_payload, encode
 from tests.conftest import REPO, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
@@ -118,7 +118,7 @@ def test_a_notification_offers_allow_only_when_it_shows_what_the_card_shows():
 CONVERSATIONS = ("deploy", "rotate", "tidy", "clean")
 AGENT = """
 import os, sys, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 OPTIONS, CONVERSATIONS = %r, %r
 async def main():
     async with open_collie(socket=sys.argv[1], caps=["asks"], runtime="locker") as c:

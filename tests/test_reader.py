@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.reader import LEFT_OUT, AgentReader
-from crew.asks import sanitize_actions, sanitize_ask, sanitize_item
-from crew.wire import WireRange, ask_digest, doctor_mismatch, utc_time
+from collie.bridge.reader import LEFT_OUT, AgentReader
+from collie.crew.asks import sanitize_actions, sanitize_ask, sanitize_item
+from collie.crew.wire import WireRange, ask_digest, doctor_mismatch, utc_time
 
 
 def hello(instance="i1", wire=(1, 1), caps=("asks", "history")):
@@ -145,7 +145,7 @@ def test_an_agent_that_lost_its_state_is_read_again_from_0_and_its_old_items_go(
     agent only drops items from the start, so a transcript that ends before the last seq Collie holds
     was lost too. Chat then shows what the agent has now — never its lost lines mixed with new ones at
     the same seqs — a phone following `next_since` gets `reset`, and the cache forgets them as well."""
-    from bridge.cache import Cache
+    from collie.bridge.cache import Cache
 
     cache = Cache(tmp_path / "cache.sqlite")
     reader.on_hello(hello("i1"), 0)
@@ -229,7 +229,7 @@ def test_agent_times_reach_the_phone_in_one_utc_form(given, shown):
 def test_conversations_sort_newest_first_whatever_form_their_times_take(reader):
     """L2: a lower-case RFC 3339 time sorted above every upper-case one (text order: 't' > 'T'); an
     ask's expiry, an item's time and the list's activity all reach the phone in the one form."""
-    from bridge.panes import conversation_rows
+    from collie.bridge.panes import conversation_rows
 
     reader.on_hello(hello(), 0)
     convs = [{"id": "old", "title": "Old", "state": "idle", "turn": 1, "items_rev": 0,

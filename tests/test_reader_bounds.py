@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bridge import reader as reader_mod
-from bridge.cache import Cache
-from bridge.reader import KEEP_ITEMS, LEFT_OUT, MAX_CONVERSATIONS, AgentReader, item_cost
+from collie.bridge import reader as reader_mod
+from collie.bridge.cache import Cache
+from collie.bridge.reader import KEEP_ITEMS, LEFT_OUT, MAX_CONVERSATIONS, AgentReader, item_cost
 
 
 def hello(instance="i1"):
@@ -168,8 +168,8 @@ async def test_a_large_state_is_parsed_in_a_worker_thread(monkeypatch):
 
     import trio
 
-    from bridge import poller as poller_mod
-    from crew.config import AgentConfig
+    from collie.bridge import poller as poller_mod
+    from collie.crew.config import AgentConfig
     from tests.live import agent, bridge_for, cleanup, short_dir
 
     where: list[tuple[int, bool]] = []

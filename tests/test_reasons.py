@@ -1,6 +1,6 @@
-"""One `Reason` enum for refusals (crew.receipts.Reason, issue 41): the reasons Collie gives are exactly the
+"""One `Reason` enum for refusals (collie.crew.receipts.Reason, issue 41): the reasons Collie gives are exactly the
 ones docs/phone-api.md lists, their wire value is the same string as before, and what the enum says of
-each (holds an inbox item, or final) is what the inbox does (lead/inbox_core.py)."""
+each (holds an inbox item, or final) is what the inbox does (lead/inbox/core.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import attrs
 
-from crew.receipts import REASONS, Reason, refused
-from lead.inbox_core import HOLD, TRANSIENT, InboxCore, Item
+from collie.crew.receipts import REASONS, Reason, refused
+from collie.lead.inbox.core import HOLD, TRANSIENT, InboxCore
+from collie.lead.inbox.item import Item
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -57,8 +58,8 @@ def said_of_each_reason() -> dict[Reason, str]:
 
 
 def test_what_the_enum_says_of_each_reason_is_what_the_inbox_does():
-    """crew.receipts.Reason says which reasons hold an inbox item (dispatched again later) and which are
-    final: the holding ones are exactly lead/inbox_core.py's HOLD and `machine_offline`, and settling an
+    """collie.crew.receipts.Reason says which reasons hold an inbox item (dispatched again later) and which are
+    final: the holding ones are exactly lead/inbox/core.py's HOLD and `machine_offline`, and settling an
     item refused with each gives that — approved again (or kept) for a holding one, failed for a final one."""
     said = said_of_each_reason()
     assert set(said) == set(Reason)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crew.redact import MASK, enabled, redact
+from collie.crew.redact import MASK, enabled, redact
 
 SECRETS = [
     ("AWS key id", "deploy with AKIAIOSFODNN7EXAMPLE now", "AKIAIOSFODNN7EXAMPLE"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from bridge.client import path_id
-from bridge.writes import AgentFacts, Call, WriteRequest, plan
-from crew.config import AgentConfig
+from collie.bridge.client import path_id
+from collie.bridge.writes import AgentFacts, Call, WriteRequest, plan
+from collie.crew.config import AgentConfig
 from tests.apilab import api_lab, rid
 from tests.live import agent
 

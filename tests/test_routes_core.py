@@ -1,5 +1,5 @@
 """The phone API's request rules, each route's body and its one error shape, as plain function calls
-(lead.routes.rules, lead.routes.bodies; issue 30). Through HTTP they are proved by tests/test_door.py and
+(collie.lead.routes.rules, collie.lead.routes.bodies; issue 30). Through HTTP they are proved by tests/test_door.py and
 tests/test_api_*.py; here each runs in microseconds, with no app, no trio and no socket.
 
 Invariants:
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
-from lead.routes import bodies, rules
-from lead.routes.rules import MAX_BODY, BadRequest, error_body, http_failure, route_refusal
+from collie.lead.routes import bodies, rules
+from collie.lead.routes.rules import MAX_BODY, BadRequest, error_body, http_failure, route_refusal
 
 
 def test_the_one_error_shape_is_the_code_and_the_message():
@@ -109,7 +109,7 @@ def test_the_turn_is_required_and_an_integer():
     assert rules._turn(0) == 0
 
 
-# --- each route's body (lead.routes.bodies) ---------------------------------------------------------------
+# --- each route's body (collie.lead.routes.bodies) ---------------------------------------------------------------
 def refused(fn, *args, **kw) -> str:
     with pytest.raises(BadRequest) as exc:
         fn(*args, **kw)
@@ -253,7 +253,7 @@ def test_a_move_takes_a_whole_index_and_a_message_some_text():
         assert refused(bodies.message_text, bad) == "text must be a non-empty string"
 
 
-# --- who may touch an inbox item (lead.routes.rules.inbox_refusal) -----------------------------------------
+# --- who may touch an inbox item (collie.lead.routes.rules.inbox_refusal) -----------------------------------------
 class Item:
     def __init__(self, sender):
         self.sender = sender

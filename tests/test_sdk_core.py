@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from crew.sdk.core import JOURNAL_KEEP, AgentCore, BadRequest, DeliverAnswer, StartTurn, StopTurn
-from crew.wire import ask_digest
+from collie.crew.sdk.core import JOURNAL_KEEP, AgentCore, BadRequest, DeliverAnswer, StartTurn, StopTurn
+from collie.crew.wire import ask_digest
 
 NOW = "2026-11-30T01:00:00Z"
 CAPS = ["asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history", "watch"]
@@ -224,7 +224,7 @@ def test_starter_opens_a_conversation_and_starts_its_turn(core):
 def test_a_multiple_choice_may_be_answered_with_none_picked():
     """Q4, issue 36: `Pick any number` includes zero: the agent takes an empty `option_ids` for a `choice`
     with `multiple`, and still refuses it for a single choice or a permission."""
-    from crew.sdk.core import validate_answer
+    from collie.crew.sdk.core import validate_answer
 
     opts = [{"id": "red", "label": "Red"}, {"id": "blue", "label": "Blue"}]
     assert validate_answer({"kind": "choice", "multiple": True, "options": opts}, {"option_ids": []}) is None

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from crew.security import check_socket_private, check_socket_shape, check_token, check_url, is_local_url, same_secret
+from collie.crew.security import (check_socket_private, check_socket_shape, check_token, check_url, is_local_url,
+                                  same_secret)
 
 
 def make_socket(path: Path, mode: int = 0o600) -> socket.socket:
@@ -225,7 +226,7 @@ def test_a_socket_in_a_shared_sticky_folder_gets_safe_advice(tmp_path):
 
 def test_mask_url_hides_only_the_password():
     """9.15."""
-    from crew.security import mask_url
+    from collie.crew.security import mask_url
 
     assert mask_url("https://bob:hunter2@edge.example:8443/x?y=1") == "https://bob:***@edge.example:8443/x?y=1"
     assert mask_url("https://edge.example/x") == "https://edge.example/x"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from crew.config import AgentConfig
-from crew.receipts import MOVED_ON
+from collie.crew.config import AgentConfig
+from collie.crew.receipts import MOVED_ON
 from tests.apilab import FakeLink, add_member, api_lab, rid
 from tests.live import agent
 

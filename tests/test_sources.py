@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crew.errors import ConfigError
-from crew.sources import Source, parse_sources, read_sources, remove, render, tighten_mode, upsert, write_sources
+from collie.crew.errors import ConfigError
+from collie.crew.sources import Source, parse_sources, read_sources, remove, render, tighten_mode, upsert, write_sources
 
 TOKEN = "t" * 40
 

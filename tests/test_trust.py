@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from crew import control
-from lead.devices import SECURE_COOKIE
-from lead.tls import fingerprint_file
+from collie.crew import control
+from collie.lead.door.devices import SECURE_COOKIE
+from collie.lead.door.tls import fingerprint_file
 from tests.crewlab import REPO, Machine, wait_for
 from tests.live import cleanup, short_dir
 from tests.pushlab import FakePushService, Subscriber
@@ -299,7 +299,7 @@ def test_a_member_joins_a_lead_on_all_addresses_by_the_printed_command_and_refus
     lead.paths.state_dir.mkdir(parents=True, mode=0o700)
 
     def serve_lead(port: str) -> dict:
-        lead.bridge = subprocess.Popen(lead_ns.run(sys.executable, "-m", "crew.cli.main", "serve", "--host", "0.0.0.0",
+        lead.bridge = subprocess.Popen(lead_ns.run(sys.executable, "-m", "collie.crew.cli.main", "serve", "--host", "0.0.0.0",
                                                    "--port", port), cwd=REPO, env=lead.env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
         return wait_for(lambda: _ping(lead), what="the lead up")
@@ -318,7 +318,7 @@ def test_a_member_joins_a_lead_on_all_addresses_by_the_printed_command_and_refus
     joined = subprocess.run(["sh", "-c", f"{export}\n{join}\n"], cwd=member.run, env={**member.env, "PATH": path},
                             capture_output=True, text=True, timeout=60)
     assert joined.returncode == 0, joined.stderr
-    member.bridge = subprocess.Popen(member_ns.run(sys.executable, "-m", "crew.cli.main", "serve"), cwd=REPO,
+    member.bridge = subprocess.Popen(member_ns.run(sys.executable, "-m", "collie.crew.cli.main", "serve"), cwd=REPO,
                                      env=member.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for(lambda: any(m["online"] for m in control.call(lead.paths.control_socket, "crew")["members"]),
              timeout=40, what="the member online with the printed command")

@@ -13,13 +13,13 @@ import subprocess
 import pytest
 from cryptography import x509
 
-from crew.crewconfig import check_fingerprint
-from crew.security import fingerprint_file, public_parts
-from lead.connections import ConnectionBudget, Limits
-from lead.http import forwarded_client
-from lead.pairing import Door
-from lead.tls import (ensure_certificate, fingerprint_pem, issue, make_authority, make_certificate, names_for,
-                      permits)
+from collie.crew.crewconfig import check_fingerprint
+from collie.crew.security import fingerprint_file, public_parts
+from collie.lead.door.connections import ConnectionBudget, Limits
+from collie.lead.door.http import forwarded_client
+from collie.lead.door.pairing import Door
+from collie.lead.door.tls import (ensure_certificate, fingerprint_pem, issue, make_authority, make_certificate,
+                                  names_for, permits)
 
 
 def _nc(ca_pem: bytes) -> x509.Extension:
@@ -208,7 +208,7 @@ async def test_a_new_address_is_served_with_a_certificate_issued_anew_without_a_
 
     import trio
 
-    from lead import daemon as lead_daemon
+    from collie.lead import daemon as lead_daemon
 
     first = ensure_certificate(tmp_path, names_for("0.0.0.0", [], addresses=["10.211.9.1"]))
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -235,8 +235,8 @@ async def test_a_new_address_is_served_with_a_certificate_issued_anew_without_a_
 async def test_with_the_users_own_certificate_there_is_no_trust_page(tmp_path):
     """--tls-cert turns the authority off: /trust and /trust/ca.crt answer 404 saying why; with the authority they
     are public (no credential) and the certificate is DER, application/x-x509-ca-cert."""
-    from lead.http import create_app
-    from lead.trust import install_trust
+    from collie.lead.door.http import create_app
+    from collie.lead.door.trust import install_trust
 
     own = create_app(lambda a: install_trust(a, None)).test_client()
     for path in ("/trust", "/trust/ca.crt"):
@@ -272,7 +272,7 @@ def test_service_install_keeps_the_public_url_and_its_trusted_proxies(cli, paths
 def test_every_tls_failure_of_the_link_is_said_in_plain_words():
     """crew.md §2: not trusted, wrong name, wrong address, expired — each in words a person can act on, found
     however deep trio and trio-websocket wrap the error."""
-    from member.link import tls_failure
+    from collie.member.link import tls_failure
 
     def verify_error(code: int) -> ssl.SSLCertVerificationError:
         err = ssl.SSLCertVerificationError(1, "certificate verify failed")

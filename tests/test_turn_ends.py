@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import trio
 
-from lead.push import PushLimiter
-from lead.turn_ends import Ended, Look, Push, Seen, Tick, TurnEnds, turn_payload, turn_text
+from collie.lead.push.pusher import PushLimiter
+from collie.lead.push.turn_ends import Ended, Look, Push, Seen, Tick, TurnEnds, turn_payload, turn_text
 
 
 def seen(*convs, machine="local", agent="desk") -> Seen:

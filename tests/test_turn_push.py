@@ -14,12 +14,14 @@ import uuid
 import httpx
 import pytest
 
-from crew import control
+from collie.crew import control
 from tests.conftest import REPO, collie_env, run_collie
 from tests.crewlab import wait_for
 from tests.live import cleanup, short_dir
-from tests.phonelab import browser  # noqa: F401 (the module's browser fixture)
-from tests.phonelab import pair_link
+from tests.phonelab import (
+    browser,  # noqa: F401 (the module's browser fixture)
+    pair_link,
+)
 from tests.pushlab import FakePushService, Subscriber
 from tests.test_push_actions import RECORD
 
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.slow
 SECRET = "ghp_" + "a1B2c3D4" * 4 + "e5F6"
 AGENT = """
 import sys, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 async def on_send(pane, text):
     word = text.split()[0]
     if word == "hang":

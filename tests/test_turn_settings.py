@@ -10,8 +10,8 @@ from types import SimpleNamespace as NS
 import httpx
 import pytest
 
-from lead.push import PushLimiter, PushStore
-from lead.turn_push import ALL, CONVERSATIONS_MAX, TurnPusher
+from collie.lead.push.pusher import PushLimiter, PushStore
+from collie.lead.push.turns import ALL, CONVERSATIONS_MAX, TurnPusher
 from tests.conftest import collie_env
 from tests.pushlab import FakePushService, Subscriber
 
@@ -116,7 +116,7 @@ async def test_a_turn_end_is_pushed_once_even_when_a_restarted_lead_sees_it_end_
     again (a member's stale view replaced by a fresh one): nothing more is sent. A later turn pushes."""
     import trio
 
-    from lead.push import Subscription
+    from collie.lead.push.pusher import Subscription
 
     sent: list[dict] = []
     items = {1: {"seq": 1, "turn": 4, "kind": "reply", "rev": 9, "text": "Fixed.\nmore"},

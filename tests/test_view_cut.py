@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from crew import crewwire
-from crew.crewwire import FrameError
-from crew.views import keep_conversations
-from lead.hub import build_reader
+from collie.crew import crewwire
+from collie.crew.crewwire import FrameError
+from collie.crew.views import keep_conversations
+from collie.lead.members.views import build_reader
 from tests.apilab import FakeLink, add_member, api_lab
 from tests.crewlab import fake_view
 

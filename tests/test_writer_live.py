@@ -10,14 +10,14 @@ import uuid
 import pytest
 import trio
 
-from bridge import writer as writer_mod
-from bridge.locks import STOP_WAIT
-from bridge.panes import chat_items
-from bridge.writer import Writer
-from bridge.writes import WriteRequest
-from crew.config import AgentConfig
-from crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
-from crew.sdk.server import Response
+from collie.bridge import writer as writer_mod
+from collie.bridge.locks import STOP_WAIT
+from collie.bridge.panes import chat_items
+from collie.bridge.writer import Writer
+from collie.bridge.writes import WriteRequest
+from collie.crew.config import AgentConfig
+from collie.crew.receipts import DECIDED, MAY_BE_APPLIED, NOT_ACCEPTED, NOT_CERTAIN, NOT_CONFIRMED
+from collie.crew.sdk.server import Response
 from tests.live import InlineJournal, agent, bridge_for, writer_lab
 
 

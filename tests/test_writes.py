@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bridge.reader import ConversationView
-from bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, plan, receipt
-from crew.asks import sanitize_actions, sanitize_ask
-from crew.receipts import (ALREADY_ANSWERED, ASK_CHANGED, DECIDED, MAY_BE_APPLIED, MOVED_ON, NOT_ACCEPTED, TIMED_OUT,
-                           Receipt)
+from collie.bridge.reader import ConversationView
+from collie.bridge.writes import AgentFacts, Call, RecentSends, WriteRequest, plan, receipt
+from collie.crew.asks import sanitize_actions, sanitize_ask
+from collie.crew.receipts import (ALREADY_ANSWERED, ASK_CHANGED, DECIDED, MAY_BE_APPLIED, MOVED_ON, NOT_ACCEPTED,
+                                  TIMED_OUT, Receipt)
 
 CAPS = ("asks", "send", "steer", "abort", "starters", "rename", "close", "reopen", "actions", "history")
 PERM = {"id": "a1", "kind": "permission", "title": "Deploy?", "tool": "deploy",

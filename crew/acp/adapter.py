@@ -52,15 +52,16 @@ import trio
 from acp import schema
 from acp.meta import PROTOCOL_VERSION
 
-from crew import __version__
-from crew.acp import files, framing, procs
-from crew.acp.framing import escape
-from crew.acp.rpc import Closed, Endpoint, RpcError
-from crew.acp.view import SessionView, permission_ask
-from crew.acp.words import AUTH_REQUIRED, Refusal, choose_auth, is_frame, login_needed, plain, reason_of, says_error
-from crew.errors import CollieError
-from crew.fsutil import atomic_write, ensure_private_dir
-from crew.sdk.agent import now_iso
+from collie.crew import __version__
+from collie.crew.acp import files, framing, procs
+from collie.crew.acp.framing import escape
+from collie.crew.acp.rpc import Closed, Endpoint, RpcError
+from collie.crew.acp.view import SessionView, permission_ask
+from collie.crew.acp.words import (AUTH_REQUIRED, Refusal, choose_auth, is_frame, login_needed, plain, reason_of,
+                                   says_error)
+from collie.crew.errors import CollieError
+from collie.crew.fsutil import atomic_write, ensure_private_dir
+from collie.crew.sdk.agent import now_iso
 
 INIT_TIMEOUT = 30.0
 CANCEL_GRACE = 10.0
@@ -1050,7 +1051,7 @@ class Adapter:
         self.collie = collie
         collie.set_starters([NEW_SESSION])
         if self.allow_terminal:
-            from crew.acp.terminals import Terminals
+            from collie.crew.acp.terminals import Terminals
 
             self.terminals = Terminals(self.cwd, env_names=self.terminal_env, on_output=self._terminal_changed)
         async with trio.open_nursery() as nursery:

@@ -13,7 +13,7 @@ Refused, with a message the agent sees as the request's error: a relative path (
 ones), a path outside the folder, a symlink leading out, anything but a regular file, a read over
 `READ_MAX`, and a write to a file with more than one hard link (its other name may be outside the
 folder). Reads and writes are plain functions of (folder, path), blocking: the adapter runs them off
-its event loop, bounded in time (`crew.acp.adapter`). Reads open with `O_NONBLOCK` and serve only a
+its event loop, bounded in time (`collie.crew.acp.adapter`). Reads open with `O_NONBLOCK` and serve only a
 regular file; writes go to a fresh temporary file made with exclusive create under a random name in
 the same folder (never a name the agent could plant first: a hard link to a file outside, a FIFO) and
 replace the target by rename, both relative to the walked folder's descriptor.
@@ -38,7 +38,7 @@ class Refused(Exception):
 
 def confine(root: str | os.PathLike, path: str) -> Path:
     """`path` resolved (symlinks followed) when it is inside `root`, else `Refused`. For a terminal's
-    starting folder only (`crew.acp.terminals`): a name, not an open file — files are read and written
+    starting folder only (`collie.crew.acp.terminals`): a name, not an open file — files are read and written
     by the walk below."""
     if not isinstance(path, str) or not path or "\x00" in path:
         raise Refused("the path is empty or not text")

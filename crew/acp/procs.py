@@ -14,7 +14,7 @@ import signal
 
 import trio
 
-from crew.acp.reaper import processes
+from collie.crew.acp.reaper import processes
 
 GROUP_POLL = 0.05  # how often a group is looked at until it is empty
 GROUP_GRACE = 2.0

@@ -1,7 +1,7 @@
 """The supervisor of one ACP terminal (issue 42 items 6 and 7): a small process between the adapter
 and the command, so that nothing the command starts can outlive the terminal.
 
-    python -I -S reaper.py STATUS_FD -- PROGRAM [ARG…]      # started by crew.acp.terminals only
+    python -I -S reaper.py STATUS_FD -- PROGRAM [ARG…]      # started by collie.crew.acp.terminals only
 
 It makes itself a *child subreaper* (`prctl(PR_SET_CHILD_SUBREAPER)`): whatever the command starts
 and leaves — a `setsid` or `setpgid` child, a double fork, a daemon — is re-parented to it, not to
@@ -37,7 +37,7 @@ END_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 def processes() -> list[tuple[int, bytes, int, int]]:
     """Every process in /proc as `(pid, state, ppid, pgrp)` (state `b"Z"` or `b"X"`: exited, not yet reaped);
     one that ends while /proc is read is left out. OSError when /proc cannot be listed. (The one walk of /proc:
-    crew.acp.procs and the tests use it too.)"""
+    collie.crew.acp.procs and the tests use it too.)"""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -20,8 +20,8 @@ from typing import Any
 import attrs
 import trio
 
-from crew.acp import framing
-from crew.acp.framing import Malformed, Message, Noise, TooLong, escape
+from collie.crew.acp import framing
+from collie.crew.acp.framing import Malformed, Message, Noise, TooLong, escape
 
 Handler = Callable[[str, Any, bool], Awaitable[Any]]
 READ_CHUNK = 65536

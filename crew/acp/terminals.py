@@ -33,8 +33,8 @@ from typing import Any
 import trio
 from acp import schema
 
-from crew.acp import files, framing
-from crew.acp.rpc import RpcError
+from collie.crew.acp import files, framing
+from collie.crew.acp.rpc import RpcError
 
 OUTPUT_MAX = 1024 * 1024
 TERMINALS_MAX = 16

@@ -40,7 +40,7 @@ from typing import Any
 
 from acp import schema
 
-from crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX, LABEL_MAX
+from collie.crew.asks import ACTION_LABEL_MAX, ACTIONS_MAX, BODY_MAX, LABEL_MAX
 
 OUTPUT_MAX = 8000
 TITLE_MAX = 200

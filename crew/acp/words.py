@@ -20,7 +20,6 @@ Every text is one line of printable characters, at most `REASON_MAX` long.
 from __future__ import annotations
 
 import json
-
 import re
 from typing import Any
 
@@ -28,7 +27,7 @@ import pydantic
 import trio
 from acp import schema
 
-from crew.acp.rpc import Closed, RpcError
+from collie.crew.acp.rpc import Closed, RpcError
 
 AUTH_REQUIRED = -32000
 REASON_MAX = 400

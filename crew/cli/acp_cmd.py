@@ -18,9 +18,9 @@ from pathlib import Path
 
 import trio
 
-from crew.errors import CollieError, UsageError
-from crew.fsutil import ensure_private_dir
-from crew.sources import NAME_RULE, RESERVED_NAME
+from collie.crew.errors import CollieError, UsageError
+from collie.crew.fsutil import ensure_private_dir
+from collie.crew.sources import NAME_RULE, RESERVED_NAME
 
 
 def register(sub) -> None:
@@ -112,8 +112,8 @@ def run(args, paths) -> int:
 
 
 async def _serve(command, name, cwd, socket, state_dir, args, paths) -> None:
-    from crew.acp.adapter import CAPS, Adapter
-    from crew.sdk import open_collie
+    from collie.crew.acp.adapter import CAPS, Adapter
+    from collie.crew.sdk import open_collie
 
     adapter = Adapter(command, name=name, cwd=cwd, state_dir=state_dir, allow_terminal=args.allow_terminal,
                       terminal_env=tuple(args.terminal_env), auth=args.auth,
@@ -134,7 +134,7 @@ async def _serve(command, name, cwd, socket, state_dir, args, paths) -> None:
 
 def _attach(name: str, socket: str, paths) -> None:
     """`collie durable attach <name> --socket <socket> --restart`, the same code path."""
-    from crew.cli import durable
+    from collie.crew.cli import durable
 
     ns = argparse.Namespace(name=name, socket=socket, url=None, token_env=None, restart=True, parser=None)
     try:

@@ -15,17 +15,17 @@ import socket
 import sqlite3
 import time
 
-from crew import control, crewwire
-from crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve_env
-from crew.cli.status import crew_members
-from crew.cli.restart import restart_after_change
-from crew.crewconfig import CrewConfig, check_fingerprint, check_lead_address, read_crew, remove_crew, write_crew
-from crew.crewstore import CrewStore
-from crew.errors import CollieError, NotRunningError, UsageError
-from crew.fsutil import atomic_write, ensure_private_dir
-from crew.logs import printable
-from crew.security import check_token, fingerprint_file
-from crew.sources import NAME_RULE
+from collie.crew import control, crewwire
+from collie.crew.cli.restart import restart_after_change
+from collie.crew.cli.serve import DEFAULT_HOST, DEFAULT_PORT, serve_env
+from collie.crew.cli.status import crew_members
+from collie.crew.crewconfig import CrewConfig, check_fingerprint, check_lead_address, read_crew, remove_crew, write_crew
+from collie.crew.crewstore import CrewStore
+from collie.crew.errors import CollieError, NotRunningError, UsageError
+from collie.crew.fsutil import atomic_write, ensure_private_dir
+from collie.crew.logs import printable
+from collie.crew.security import check_token, fingerprint_file
+from collie.crew.sources import NAME_RULE
 
 
 def register(sub) -> None:

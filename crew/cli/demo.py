@@ -53,11 +53,11 @@ from urllib.parse import quote
 import attrs
 import httpx
 
-from crew import control
-from crew.demo import Event, SleepCycle, Summary, clip, push_event
-from crew.errors import CollieError, NotRunningError, UsageError
-from crew.logs import printable
-from crew.paths import Paths
+from collie.crew import control
+from collie.crew.demo import Event, SleepCycle, Summary, clip, push_event
+from collie.crew.errors import CollieError, NotRunningError, UsageError
+from collie.crew.logs import printable
+from collie.crew.paths import Paths
 
 STOP_GRACE = 3.0  # seconds a child gets after SIGTERM before SIGKILL (features: Ctrl-C ends all within 5 s)
 START_TIMEOUT = 60.0
@@ -171,7 +171,7 @@ class Machine:
 
     def collie(self, *argv: str, env: dict | None = None) -> str:
         """Run the real `collie` command as this machine; its output, or CollieError with its last line."""
-        done = subprocess.run([sys.executable, "-m", "crew.cli.main", *argv], env={**self.env, **(env or {})},
+        done = subprocess.run([sys.executable, "-m", "collie.crew.cli.main", *argv], env={**self.env, **(env or {})},
                               capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             last = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}").splitlines()[-1]
@@ -340,7 +340,7 @@ def own_command() -> str:
             pass
         if os.path.exists(argv0):
             return shlex.quote(os.path.abspath(argv0))
-    return f"{shlex.quote(sys.executable)} -m crew.cli.main"
+    return f"{shlex.quote(sys.executable)} -m collie.crew.cli.main"
 
 
 class Demo:
@@ -397,7 +397,7 @@ class Demo:
         verify: ssl.SSLContext | bool = True
         pin: list[str] = []
         if self.address.startswith("https://"):
-            authority = self.lead.state_dir / "tls" / "ca.pem"  # the lead's own certificate authority (lead.tls)
+            authority = self.lead.state_dir / "tls" / "ca.pem"  # the lead's own certificate authority (collie.lead.door.tls)
             verify = ssl.create_default_context(cafile=str(authority))
             if pong.get("authority"):  # the members trust it by the invite's fingerprint, as any member does
                 pin = ["--ca-sha256", pong["authority"]]
@@ -417,7 +417,7 @@ class Demo:
         self.send_to_sleeper("Hello from collie demo: please summarise the crew.")
 
     def start_agent(self, m: Machine, name: str, kind: str) -> subprocess.Popen:
-        proc = self.procs.start(f"{m.spec.machine}/{name}", [sys.executable, "-m", "fixtures", kind,
+        proc = self.procs.start(f"{m.spec.machine}/{name}", [sys.executable, "-m", "collie.fixtures", kind,
                                                              "--socket", str(m.socket(name))], m.env,
                                 m.log_dir / f"agent-{name}.log")
         self.agents[(m.spec.machine, name)] = (kind, proc, 0.0)
@@ -426,7 +426,7 @@ class Demo:
     def serve(self, m: Machine, *options: str, timeout: float = START_TIMEOUT) -> dict:
         if options:
             m.options = options
-        m.bridge = self.procs.start(f"{m.spec.machine}/bridge", [sys.executable, "-m", "crew.cli.main", "serve",
+        m.bridge = self.procs.start(f"{m.spec.machine}/bridge", [sys.executable, "-m", "collie.crew.cli.main", "serve",
                                                                  *m.options], m.env, m.log_dir / "serve.log")
 
         def up():
@@ -764,7 +764,7 @@ def pair_with_running(args) -> int:
     paths = find_demo()
     got = control.call(paths.control_socket, "pair")
     if not args.no_qr and sys.stdout.isatty():
-        from crew.cli.pair_cmd import qr_text
+        from collie.crew.cli.pair_cmd import qr_text
 
         print(qr_text(printable(got["link"])))
     for line in pairing_lines(got, f"Another link: run `{own_command()} demo pair` again.", own_command()):
@@ -773,7 +773,7 @@ def pair_with_running(args) -> int:
 
 
 def restart_running(_args) -> int:
-    from crew.cli.restart import restart_bridge
+    from collie.crew.cli.restart import restart_bridge
 
     paths = find_demo()
     before = control.call(paths.control_socket, "ping")
@@ -868,7 +868,7 @@ class PlainScreen:
 
     def pairing(self, got: dict, *, qr: bool, more: str) -> None:
         if qr:
-            from crew.cli.pair_cmd import qr_text
+            from collie.crew.cli.pair_cmd import qr_text
 
             print(qr_text(printable(got["link"])), file=self.stream)
         for line in pairing_lines(got, more, own_command()):
@@ -932,7 +932,7 @@ def qr_rows(got: dict, width: int, command: str) -> tuple[list[str], int]:
     """The pairing screen at `width` columns: the QR code, the link under it, and beside it (under it when
     the window is narrow) when it expires, the certificate to compare and the keys; and the columns the QR
     code needs. It fits a window when those columns are there and it has as many rows as returned."""
-    from crew.cli.pair_cmd import qr_text
+    from collie.crew.cli.pair_cmd import qr_text
 
     link = printable(got["link"])
     qr = [line for line in qr_text(link).splitlines() if line.strip()]

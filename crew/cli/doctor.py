@@ -11,15 +11,15 @@ import os
 import socket
 import stat
 
-from crew import control
-from crew.cli.status import bridge_down, crew_members
-from crew.config import AgentConfig, load_env, programs_off, single_agent
-from crew.crewconfig import read_crew
-from crew.errors import CollieError, ConfigError, NotRunningError
-from crew.logs import printable
-from crew.security import check_socket_private, check_token, check_url
-from crew.sources import check_config_dir, read_sources
-from crew.wire import WireRange, doctor_mismatch
+from collie.crew import control
+from collie.crew.cli.status import bridge_down, crew_members
+from collie.crew.config import AgentConfig, load_env, programs_off, single_agent
+from collie.crew.crewconfig import read_crew
+from collie.crew.errors import CollieError, ConfigError, NotRunningError
+from collie.crew.logs import printable
+from collie.crew.security import check_socket_private, check_token, check_url
+from collie.crew.sources import check_config_dir, read_sources
+from collie.crew.wire import WireRange, doctor_mismatch
 
 ADVICE = {  # what to do; the reason's own text says what is wrong (and, for socket-not-private, the fix)
     "connection-refused": "if the agent crashed, remove the stale socket and start the agent",

@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 import sys
 
-from crew import control
-from crew.cli.restart import restart_after_change
-from crew.cli.status import bridge_down
-from crew.config import load_env, programs_off, single_agent
-from crew.errors import EXIT_USAGE, CollieError, NotRunningError, UsageError
-from crew.logs import printable
-from crew.security import check_socket_private, check_token, check_url, mask_url
-from crew.sources import NAME_RULE, RESERVED_NAME, Source, read_sources, remove, upsert
-from crew.views import STATUS_LABEL
+from collie.crew import control
+from collie.crew.cli.restart import restart_after_change
+from collie.crew.cli.status import bridge_down
+from collie.crew.config import load_env, programs_off, single_agent
+from collie.crew.errors import EXIT_USAGE, CollieError, NotRunningError, UsageError
+from collie.crew.logs import printable
+from collie.crew.security import check_socket_private, check_token, check_url, mask_url
+from collie.crew.sources import NAME_RULE, RESERVED_NAME, Source, read_sources, remove, upsert
+from collie.crew.views import STATUS_LABEL
 
 LIST_TIMEOUT = 3.0
 

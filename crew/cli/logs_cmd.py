@@ -11,8 +11,8 @@ import sys
 import time
 from collections import deque
 
-from crew.errors import CollieError
-from crew.logs import printable, rotated
+from collie.crew.errors import CollieError
+from collie.crew.logs import printable, rotated
 
 
 def register(sub) -> None:
@@ -37,7 +37,7 @@ def run(args, paths) -> int:
         raise CollieError(f"no log yet at {paths.log}: the bridge has not run here (start it with `collie serve`)") from None
     with fh:
         lines = deque(maxlen=args.lines if args.lines > 0 else None)
-        try:  # the part before the last rotation (crew.logs.LOG_MAX) comes first
+        try:  # the part before the last rotation (collie.crew.logs.LOG_MAX) comes first
             with _open(rotated(paths.log)) as older:
                 lines.extend(older)
         except FileNotFoundError:

@@ -7,11 +7,12 @@ import os
 import signal
 import sys
 
-from crew import __version__
-from crew.cli import acp_cmd, crew_cmd, demo, doctor, durable, logs_cmd, pair_cmd, restart, serve, service, status, tokens_cmd
-from crew.errors import CollieError
-from crew.logs import printable
-from crew.paths import Paths
+from collie.crew import __version__
+from collie.crew.cli import (acp_cmd, crew_cmd, demo, doctor, durable, logs_cmd, pair_cmd, restart, serve, service,
+                             status, tokens_cmd)
+from collie.crew.errors import CollieError
+from collie.crew.logs import printable
+from collie.crew.paths import Paths
 
 
 def build_parser() -> argparse.ArgumentParser:

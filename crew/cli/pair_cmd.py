@@ -3,7 +3,7 @@
 `pair` asks the running lead for a one-time link (valid 10 minutes, single use) and prints it with a
 QR code drawn in the terminal (segno). The link is shown once: it is not logged and not stored (the
 lead keeps only its hash). Over the lead's own certificate authority it also prints the trust link
-(`/trust`, lead.trust) and the authority's SHA-256 fingerprint, to compare with what the phone shows; over
+(`/trust`, collie.lead.door.trust) and the authority's SHA-256 fingerprint, to compare with what the phone shows; over
 the user's own certificate, that certificate's fingerprint. `devices` lists paired phones; `devices revoke NAME` forgets one
 (its next request gets 401 and its open live channel closes).
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import datetime
 import io
 
-from crew import control
-from crew.errors import CollieError
-from crew.logs import printable
+from collie.crew import control
+from collie.crew.errors import CollieError
+from collie.crew.logs import printable
 
 
 def register(sub) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from crew import control
-from crew.errors import CollieError, ConfigError, NotRunningError
+from collie.crew import control
+from collie.crew.errors import CollieError, ConfigError, NotRunningError
 
 WAIT_SECONDS = 15.0
 REFUSED = "the bridge refused restart: "

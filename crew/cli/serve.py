@@ -1,6 +1,6 @@
-"""`collie serve`: run the bridge in the foreground (the daemon is its own program: `python -m lead`).
+"""`collie serve`: run the bridge in the foreground (the daemon is its own program: `python -m collie.lead`).
 
-The daemon is started as ``python -P -m lead|member``: `-P` keeps the current folder off the import
+The daemon is started as ``python -P -m collie.lead|member``: `-P` keeps the current folder off the import
 path, so a `lead.py` (or `crew/`) lying in the folder the user happens to be in never runs in its
 place (issue 9.8). The options are declared here once, for `collie serve --help` and for the
 lead's own parser alike; `check_options` turns every bad value into one line naming what to change.
@@ -14,11 +14,11 @@ import os
 import ssl
 import sys
 
-from crew.config import load_env
-from crew.errors import ConfigError
-from crew.logs import printable
-from crew.security import public_parts
-from crew.paths import Paths
+from collie.crew.config import load_env
+from collie.crew.errors import ConfigError
+from collie.crew.logs import printable
+from collie.crew.paths import Paths
+from collie.crew.security import public_parts
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
@@ -124,7 +124,7 @@ def daemon_command(module: str, options: list[str]) -> list[str]:
 
 def exec_daemon(options: list[str]) -> int:
     """A machine that joined a crew (crew.json exists) runs as a member; any other leads."""
-    module = "member" if Paths.from_env().crew.exists() else "lead"
+    module = "collie.member" if Paths.from_env().crew.exists() else "collie.lead"
     os.execv(sys.executable, daemon_command(module, options))
     return 0  # not reached
 

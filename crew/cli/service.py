@@ -6,7 +6,7 @@ running), then enables and starts it with `systemctl --user` when systemd is the
 what to run. A user manager starts at boot only for a user with *linger* on: `--linger` turns it on
 (`loginctl enable-linger`), and without it the command prints the line to run when it is off.
 
-The unit runs ``python -P -m crew.cli.main serve`` (never from the current folder, issue 9.8) with
+The unit runs ``python -P -m collie.crew.cli.main serve`` (never from the current folder, issue 9.8) with
 the host and port the user runs with: `install`'s own options, else a running lead's address, else
 ``$COLLIE_HOST`` / ``$COLLIE_PORT``, else the defaults (issue 10.7). A user manager has no
 ``network-online.target`` (a system target), so the unit orders itself after nothing.
@@ -21,10 +21,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from crew import control
-from crew.cli.serve import add_options, check_options, daemon_command, serve_env
-from crew.errors import NO_RESTART, CollieError, UsageError
-from crew.fsutil import atomic_write
+from collie.crew import control
+from collie.crew.cli.serve import add_options, check_options, daemon_command, serve_env
+from collie.crew.errors import NO_RESTART, CollieError, UsageError
+from collie.crew.fsutil import atomic_write
 
 UNIT = """[Unit]
 Description=Collie crew bridge (durable agents for your phone)
@@ -150,7 +150,7 @@ def install(args, paths) -> int:
         options: list[str] = []
     else:
         options = serve_options(args, paths)
-    command = " ".join(_quote(a) for a in daemon_command("crew.cli.main", ["serve", *options]))
+    command = " ".join(_quote(a) for a in daemon_command("collie.crew.cli.main", ["serve", *options]))
     env = "".join(f"Environment={_quote(f'{k}={v}', command=False)}\n" for k, v in (("COLLIE_CONFIG_DIR", str(paths.config_dir)),
                                                                      ("COLLIE_STATE_DIR", str(paths.state_dir))))
     path = unit_path()

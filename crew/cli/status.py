@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from crew import control
-from crew.crewstore import CrewStore
-from crew.errors import CollieError, NotRunningError
-from crew.logs import printable
+from collie.crew import control
+from collie.crew.crewstore import CrewStore
+from collie.crew.errors import CollieError, NotRunningError
+from collie.crew.logs import printable
 
 
 def register(sub) -> None:

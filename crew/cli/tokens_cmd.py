@@ -9,10 +9,10 @@ from __future__ import annotations
 import secrets
 import sqlite3
 
-from crew import control
-from crew.cli.crew_cmd import _label, _store
-from crew.errors import CollieError
-from crew.fsutil import atomic_write, ensure_private_dir
+from collie.crew import control
+from collie.crew.cli.crew_cmd import _label, _store
+from collie.crew.errors import CollieError
+from collie.crew.fsutil import atomic_write, ensure_private_dir
 
 
 def register(sub) -> None:

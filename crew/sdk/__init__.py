@@ -1,5 +1,5 @@
-"""The Python durable SDK (agent side of durable wire v1). See `crew.sdk.agent` and docs/sdk.md."""
+"""The Python durable SDK (agent side of durable wire v1). See `collie.crew.sdk.agent` and docs/sdk.md."""
 
-from crew.sdk.agent import Answer, Collie, ItemHandle, Pane, open_collie
+from collie.crew.sdk.agent import Answer, Collie, ItemHandle, Pane, open_collie
 
 __all__ = ["Answer", "Collie", "ItemHandle", "Pane", "open_collie"]

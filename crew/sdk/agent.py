@@ -37,10 +37,10 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from crew.sdk.core import AgentCore, BadRequest, DeliverAnswer, RunAction, Steer, StartTurn, StopTurn
-from crew.sdk.server import Inflight, Request, Response, error, handle_connection
-from crew.security import bearer_token
-from crew.wire import WAIT_MAX, WireRange, etag
+from collie.crew.sdk.core import AgentCore, BadRequest, DeliverAnswer, RunAction, StartTurn, Steer, StopTurn
+from collie.crew.sdk.server import Inflight, Request, Response, error, handle_connection
+from collie.crew.security import bearer_token
+from collie.crew.wire import WAIT_MAX, WireRange, etag
 
 CALLER_CHECK_WARNING = ("warning: this platform cannot tell who connects to the durable agent's socket, "
                         "so any process of your user can answer its asks")

@@ -26,10 +26,9 @@ from typing import Any
 
 import attrs
 
-from crew.receipts import Reason
-from crew.wire import (
-    ASK_KINDS, CLOSED_PAGE, ITEMS_LIMIT_DEFAULT, ITEMS_LIMIT_MAX, PERMISSION_ROLES, TEXT_MAX_DEFAULT, ask_digest,
-)
+from collie.crew.receipts import Reason
+from collie.crew.wire import (ASK_KINDS, CLOSED_PAGE, ITEMS_LIMIT_DEFAULT, ITEMS_LIMIT_MAX, PERMISSION_ROLES,
+                              TEXT_MAX_DEFAULT, ask_digest)
 
 JOURNAL_KEEP = 48 * 3600.0
 HISTORY_LIMIT = 2000

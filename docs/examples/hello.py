@@ -1,5 +1,5 @@
 import os, trio
-from crew.sdk import open_collie
+from collie.crew.sdk import open_collie
 
 async def main():
     socket = os.environ.get("COLLIE_DURABLE_SOCKET") or f"{os.environ['XDG_RUNTIME_DIR']}/hello/app.sock"

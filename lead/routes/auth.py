@@ -1,8 +1,8 @@
 """The door at the front of every request, and the handlers that turn every failure into the one error shape.
 
-`authenticate` runs before any handler: Host and Origin (lead.pairing), the credential — the local one,
+`authenticate` runs before any handler: Host and Origin (collie.lead.door.pairing), the credential — the local one,
 a paired phone's cookie with its CSRF header, or an inbox API token — then the matched route and the
-body (lead.door; issues 9.2, 9.10, 11.2). The error handlers answer JSON for every /api failure, and for
+body (collie.lead.door.policy; issues 9.2, 9.10, 11.2). The error handlers answer JSON for every /api failure, and for
 pages too, with the pages' guard headers (issue 25).
 """
 
@@ -15,35 +15,36 @@ from quart import g, has_request_context, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import RequestRedirect
 
-from crew import logs
-from crew.security import bearer_token, same_secret
-from lead.door import BodyRefused, opens_to_senders, parse_body
-from lead.routes.common import OWNER, BadRequest, error, is_api
-from lead.routes.rules import http_failure, route_refusal
+from collie.crew import logs
+from collie.crew.security import bearer_token, same_secret
+from collie.lead.door.policy import BodyRefused, opens_to_senders, parse_body
+from collie.lead.routes.common import error
+from collie.lead.routes.rules import OWNER, BadRequest, http_failure, is_api, route_refusal
 
 log = logs.get("api")
 
 
 def register(app, credential: str, hub=None, *, door=None, devices=None) -> None:
     """Put the door in front of every request of `app`, and its JSON error handlers behind them."""
-    from lead.http import see_client, trust_connection
-    from lead.pairing import PHONE_NOT_SIGNED_IN, csrf_ok, device_of, guard, presented_cookies, secure_headers
+    from collie.lead.door.http import see_client, trust_connection
+    from collie.lead.door.pairing import (PHONE_NOT_SIGNED_IN, csrf_ok, device_of, guard, presented_cookies,
+                                          secure_headers)
 
     if hub is not None:
         from quart import websocket
 
         @app.before_websocket
         async def trust_members():
-            """A member's link with a valid member token: a trusted connection (lead.connections)."""
+            """A member's link with a valid member token: a trusted connection (collie.lead.door.connections)."""
             token = bearer_token(websocket.headers.get("authorization", ""))
             if token and hub.store.member_for(token):
                 trust_connection()
 
     @app.before_request
     async def authenticate():
-        """The door: Host and Origin (lead.pairing), the credential — the local one, a paired phone's
+        """The door: Host and Origin (collie.lead.door.pairing), the credential — the local one, a paired phone's
         cookie with its CSRF header, or an inbox API token — then the matched route and the body
-        (lead.door; issues 9.2, 9.10, 11.2)."""
+        (collie.lead.door.policy; issues 9.2, 9.10, 11.2)."""
         g.sender = None
         g.device = None
         g.body = None
@@ -73,7 +74,7 @@ def register(app, credential: str, hub=None, *, door=None, devices=None) -> None
             if why is None and not given and devices is not None and presented_cookies():
                 why = PHONE_NOT_SIGNED_IN  # a phone's cookie without its own device key: the phone must pair again
             return error(401, "unauthorized", why or "this route needs the API credential (Authorization: Bearer …)")
-        trust_connection()  # its connection keeps its place in the budget (lead.connections, issue 25.4)
+        trust_connection()  # its connection keeps its place in the budget (collie.lead.door.connections, issue 25.4)
         unrouted = request.routing_exception is not None  # Quart raises it next: a JSON 404 or 405 below
         view = None if unrouted else app.view_functions.get(request.endpoint)
         refused = route_refusal(owner=g.sender == OWNER,

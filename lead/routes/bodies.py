@@ -1,6 +1,6 @@
 """What each route's body must hold, and the request it makes: plain functions, no Quart, no trio.
 
-Each takes the body the door parsed (lead.door.parse_body: a dict, or None when there was none) and the
+Each takes the body the door parsed (collie.lead.door.policy.parse_body: a dict, or None when there was none) and the
 path's parts the handler already checked, and returns what the handler passes on — a `WriteRequest`, a
 flag, an index — or raises `BadRequest` naming the field and what to send instead. Nothing here looks
 anything up: a handler checks the machine and agent exist (404) between `target` and the rest, so an
@@ -9,8 +9,9 @@ unknown agent is a 404 before its body's other fields are judged, as the API alw
 
 from __future__ import annotations
 
-from bridge.writes import WriteRequest
-from lead.routes.rules import LOCAL, BadRequest, _id, _int, _turn
+from collie.bridge.writes import WriteRequest
+from collie.lead.routes.rules import LOCAL, BadRequest, _id, _int, _turn
+
 
 def json_object(data) -> dict:
     """The body as a dict; no body (or one the door let through that is not an object) is a 400."""

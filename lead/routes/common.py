@@ -1,18 +1,17 @@
-"""What every route group shares around the plain rules (lead.routes.rules, lead.routes.bodies): the one
+"""What every route group shares around the plain rules (collie.lead.routes.rules, collie.lead.routes.bodies): the one
 body reader, the one error response, the lookup of an agent's reader.
 
 Every `/api` answer that is not a success is JSON `{"error": code, "message": text}` built by `error`;
 a malformed request is `BadRequest` (a 400 with its message). Handlers read the body the door parsed
-(lead.door.parse_body): `body` gives them a dict or refuses.
+(collie.lead.door.policy.parse_body): `body` gives them a dict or refuses.
 """
 
 from __future__ import annotations
 
 from quart import g, jsonify, request
 
-from lead.routes.bodies import json_object
-from lead.routes.rules import (ID_MAX, LOCAL, MAX_BODY, OWNER, BadRequest, _id, _int, _turn,  # noqa: F401
-                               error_body, is_api, whole_number)
+from collie.lead.routes.bodies import json_object
+from collie.lead.routes.rules import LOCAL, _id, error_body, whole_number
 
 
 def error(status: int, code: str, message: str):
@@ -21,7 +20,7 @@ def error(status: int, code: str, message: str):
 
 
 async def body() -> dict:
-    """The body the door parsed, strictly (lead.door.parse_body), as a dict (lead.routes.bodies.json_object)."""
+    """The body the door parsed, strictly (collie.lead.door.policy.parse_body), as a dict (collie.lead.routes.bodies.json_object)."""
     return json_object(g.get("body"))
 
 
@@ -39,7 +38,7 @@ def masked_rows(rows: list, on: bool) -> list:
     """X1: titles and subtitles of a conversation list with secrets masked (when redaction is on)."""
     if not on:
         return rows
-    from crew.redact import redact
+    from collie.crew.redact import redact
 
     return [{**r, **{k: redact(r[k]) for k in ("title", "subtitle", "line") if isinstance(r.get(k), str)}}
             if isinstance(r, dict) else r for r in rows]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import attrs
 from quart import g, jsonify
 
-from lead.door import open_to_senders
-from lead.inbox import STORE_ERRORS, TextTooLong
-from lead.inbox import item_id as scoped_id
-from lead.routes import rules
-from lead.routes.bodies import inbox_request, message_text, move_index
-from lead.routes.common import OWNER, _id, body, error, no_agent
+from collie.lead.door.policy import open_to_senders
+from collie.lead.inbox.core import TextTooLong
+from collie.lead.inbox.core import item_id as scoped_id
+from collie.lead.inbox.store import STORE_ERRORS
+from collie.lead.routes import rules
+from collie.lead.routes.bodies import inbox_request, message_text, move_index
+from collie.lead.routes.common import body, error, no_agent
+from collie.lead.routes.rules import OWNER, _id
 
 
 def register(app, hub, inbox) -> None:

@@ -1,7 +1,7 @@
 """Pairing and devices: the pairing page (`/pair`), the route that trades a code for a device cookie and
 key (`POST /pair`), the renewal of a cookie a neighbour replaced (`POST /pair/renew`), and
 `POST /api/events/ticket`: a paired phone's ticket for the live channel (issue 25.1).
-Who may come in, and the guards' rules, are lead.pairing's (the door in lead.routes.auth asks them)."""
+Who may come in, and the guards' rules, are collie.lead.door.pairing's (the door in collie.lead.routes.auth asks them)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import time
 
 from quart import jsonify, make_response, request
 
-from crew import logs
-from lead.devices import (CHALLENGE_TTL, COOKIE, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Devices, PairingRefused,
-                          RenewRefused, parse_sign_key)
-from lead.door import BodyRefused, parse_body
-from lead.pairing import ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, TRUST_LINE, Door, csrf_ok, secure_headers
-from lead.routes.common import error
+from collie.crew import logs
+from collie.lead.door.devices import (CHALLENGE_TTL, COOKIE, KEY_HEADER, SECURE_COOKIE, TICKET_TTL, Devices,
+                                      PairingRefused, RenewRefused, parse_sign_key)
+from collie.lead.door.pairing import (ANSWER_CSP, COOKIE_MAX_AGE, PAIR_CSP, PAIR_PAGE, TRUST_LINE, Door, csrf_ok,
+                                      secure_headers)
+from collie.lead.door.policy import BodyRefused, parse_body
+from collie.lead.routes.common import error
 
 log = logs.get("door")
 

@@ -1,5 +1,5 @@
 """Push: `GET /api/push/key`, `POST /api/push/subscribe`, `DELETE /api/push/subscribe` (phone-api.md).
-A subscription is checked by lead.push.parse_subscription; a phone removes only its own."""
+A subscription is checked by collie.lead.push.pusher.parse_subscription; a phone removes only its own."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import time
 
 import trio
 
-from lead.push import Pusher, canonical_endpoint, parse_subscription
-from lead.routes.bodies import push_endpoint
-from lead.routes.common import BadRequest, error
+from collie.lead.push.pusher import Pusher, canonical_endpoint, parse_subscription
+from collie.lead.routes.bodies import push_endpoint
+from collie.lead.routes.common import error
+from collie.lead.routes.rules import BadRequest
 
 
 def register(app, pusher: Pusher) -> None:
@@ -22,7 +23,7 @@ def register(app, pusher: Pusher) -> None:
 
     @app.post("/api/push/subscribe")
     async def push_subscribe():
-        data = g.get("body")  # parsed by the door, strictly (lead.door.parse_body)
+        data = g.get("body")  # parsed by the door, strictly (collie.lead.door.policy.parse_body)
         try:
             sub = parse_subscription(data, getattr(g, "device", None), loopback_ok=pusher.loopback_ok)
         except ValueError as exc:

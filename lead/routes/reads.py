@@ -5,24 +5,25 @@ from __future__ import annotations
 
 from quart import jsonify, request
 
-from bridge.bridge import FOOTER_NO_ANSWER
-from bridge.client import AgentUnreachable
-from bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
-from bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX, newest_of
-from crew.receipts import NO_STARTERS
-from lead.inbox import with_waiting
-from lead.routes.bodies import viewing_on
-from lead.routes.common import LOCAL, _id, _query_int, body, error, masked_rows, no_agent, reader_lookup
+from collie.bridge.bridge import FOOTER_NO_ANSWER
+from collie.bridge.client import AgentUnreachable
+from collie.bridge.panes import chat_items, conversation_rows, masked_pane, pane_state
+from collie.bridge.reader import PAGE_LIMIT, PAGE_LIMIT_MAX, newest_of
+from collie.crew.receipts import NO_STARTERS
+from collie.lead.inbox.service import with_waiting
+from collie.lead.routes.bodies import viewing_on
+from collie.lead.routes.common import _query_int, body, error, masked_rows, no_agent, reader_lookup
+from collie.lead.routes.rules import LOCAL, _id
 
 
-def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True) -> None:
+def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True, inbox=None) -> None:
     """Add the read routes (and the viewing lease) to `app`."""
     reader_of = reader_lookup(bridge, hub)
 
     @app.get("/api/dashboard")
     async def dashboard():
         """D1, D5: the lead's own agents (no machine named), then one section per member."""
-        from lead.events import dashboard_json
+        from collie.lead.feed.dashboard import dashboard_json
 
         return app.response_class(dashboard_json(bridge, hub), mimetype="application/json")
 
@@ -59,7 +60,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
             recent = writer.recent_sends(agent, conv)
         else:
             recent = ((await hub.read(machine, agent, "recent_sends", {"conversation": conv})) or {}).get("lines", [])
-        recent = with_waiting(recent, getattr(hub, "inbox", None), machine, agent, conv)
+        recent = with_waiting(recent, inbox, machine, agent, conv)
         member = hub.members.get(machine) if machine != LOCAL and hub is not None else None
         state = pane_state(reader, conv, recent_sends=recent, machine=machine, online=member is None or member.online)
         if state is None:
@@ -146,7 +147,7 @@ def register(app, bridge, writer, hub=None, *, feed=None, redact_on: bool = True
         if reader_of(machine, agent) is None:
             return no_agent(machine, agent)
         on = viewing_on(await body())  # {}, "yes", 1, null: a wrong type is a 400, never a silent "off" (issue 25)
-        if feed is not None:  # a lease: it lapses unless repeated (W5), see lead.events.LEASE
+        if feed is not None:  # a lease: it lapses unless repeated (W5), see collie.lead.feed.events.LEASE
             await feed.lease_view(machine, agent, on)
             return jsonify({"ok": True, "lease_seconds": 60})
         if machine == LOCAL:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import trio
 
-from lead.routes.common import BadRequest, _id, error
-from lead.turn_push import ALL, TurnPusher, device_key
+from collie.lead.push.turns import ALL, TurnPusher, device_key
+from collie.lead.routes.common import error
+from collie.lead.routes.rules import BadRequest, _id
 
 NO_SUBSCRIPTION = ("This phone has no push subscription: turn on notifications first "
                    "(Notify me when an agent asks).")

@@ -9,21 +9,22 @@ from __future__ import annotations
 import attrs
 from quart import jsonify
 
-from bridge.writes import WriteRequest
-from lead.routes.bodies import answer_request, send_request, session_request, starter_request, target
-from lead.routes.common import LOCAL, _id, body, no_agent, reader_lookup
+from collie.bridge.writes import WriteRequest
+from collie.lead.routes.bodies import answer_request, send_request, session_request, starter_request, target
+from collie.lead.routes.common import body, no_agent, reader_lookup
+from collie.lead.routes.rules import LOCAL, _id
 
 
-def register(app, bridge, writer, hub=None, stops=None) -> None:
-    """Add the write routes to `app`. `stops` (lead.turn_push.TurnPusher) is told of every Stop, and of its
-    answer: the phone that stopped a turn is not told that it ended (issue 37)."""
+def register(app, bridge, writer, hub=None, stops=None, inbox=None) -> None:
+    """Add the write routes to `app`. `stops` (collie.lead.push.turns.TurnPusher) is told of every Stop, and of its
+    answer: the phone that stopped a turn is not told that it ended (issue 37). `inbox`: where every send and
+    starter goes (I1), when the lead keeps one."""
     reader_of = reader_lookup(bridge, hub)
 
     async def run_write(req: WriteRequest, machine: str = LOCAL):
         return jsonify(attrs.asdict(await receipt_of(req, machine)))
 
     async def receipt_of(req: WriteRequest, machine: str = LOCAL):
-        inbox = hub.inbox if hub is not None else None
         if inbox is not None and req.op in ("send", "starter"):
             rec = await inbox.submit(machine, req, sender=None)  # I1: every send and starter passes the inbox
         elif machine == LOCAL:
