@@ -18,6 +18,7 @@ register("new", () => import("./newconv.js"));
 register("inbox", () => import("./inbox.js"));
 // Web Push is off the first render's path: its module comes once the page is drawn
 const push = () => import("./push.js");
+const PUSH_CHECK_WAIT = 3000;
 needsListeners.push((asked) => push().then((m) => m.closeAnsweredNotifications(asked)));
 
 setInterval(() => { // Q3: countdowns move without a redraw of the whole page
@@ -44,5 +45,11 @@ window.addEventListener("online", phoneChanged);
 // and the dashboard then says so where the notification switch would be (push.js)
 app.push.sw = "serviceWorker" in navigator ? navigator.serviceWorker.register("/sw.js").then(() => true, () => false)
   : Promise.resolve(false);
-navigate().then(connect).then(() => push()).then((m) => m.checkPush()).then(() => { if (isRoute("dash")) rerender(); });
+const first = navigate();
+first.then(connect);
+// Whether this browser can have notifications is said even when the first reads fail or hang: the check waits
+// for them (the push module stays off the first render's path) but at most PUSH_CHECK_WAIT
+const settled = first.then(() => {}, () => {});
+Promise.race([settled, new Promise((ok) => setTimeout(ok, PUSH_CHECK_WAIT))])
+  .then(push).then((m) => m.checkPush()).then(() => { if (isRoute("dash")) rerender(); });
 
