@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridge.writes import WriteRequest
 from crew import __version__, crewwire
@@ -215,3 +217,32 @@ def test_a_snapshot_is_the_same_json_as_its_frame_and_what_does_not_fit_follows_
     assert len(frames) == 2 and all(len(f) <= crewwire.MAX_FRAME for f in frames)
     kind, snap = crewwire.parse_member_frame(frames[0])
     assert kind == "snapshot" and snap.names() == {"a", "b", "c"}
+
+
+# --- whatever the lead sends ------------------------------------------------------------------------
+
+texts = st.text(max_size=12)
+scalars = st.none() | st.booleans() | st.integers(-2 ** 53, 2 ** 53) | texts
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(texts, inner, max_size=3), max_leaves=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(kind=st.sampled_from([*crewwire.LEAD_FRAMES, "bogus"]), rid=json_values, agent=st.sampled_from(["lab", "ghost", 3]),
+       op=st.sampled_from(["send", "answer", "explode"]), what=st.sampled_from(["items", "closed", "recent_sends", "x"]),
+       args=json_values, extra=st.dictionaries(texts, json_values, max_size=2), garbage=st.none() | st.text(max_size=30))
+def test_whatever_the_lead_sends_after_the_welcome_the_link_goes_on_and_every_id_is_answered(
+        kind, rid, agent, op, what, args, extra, garbage):
+    """No frame ends a welcomed link: `receive` always returns what to do. A `request` or `read` that names a
+    string id is carried out (and then answered) or answered at once — never left in silence."""
+    core = linked()
+    raw = garbage if garbage is not None else json.dumps(
+        {**extra, "type": kind, "id": rid, "agent": agent, "op": op, "what": what, "on": True, "args": args})
+    event = core.receive(raw, 101.0)
+    assert core.state is State.LINKED
+    if garbage is None and kind in ("request", "read") and isinstance(rid, str):
+        if isinstance(event, (Write, Lookup)):
+            assert event.frame.id == rid and rid in {**core.open_requests(), **core.open_reads()}
+        else:
+            answer = event.frame if isinstance(event, Answer) else event.answer
+            assert answer is not None and answer.id == rid
