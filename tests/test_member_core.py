@@ -173,6 +173,8 @@ def test_a_read_answer_too_large_for_one_frame_says_so_instead_of_ending_the_lin
 
 
 def test_viewing_reaches_only_agents_the_member_has_and_a_second_welcome_is_only_noted():
+    """A phone viewing one of the member's agents makes it poll that agent; a `viewing` of an agent it does not
+    have, or a second `welcome`, changes nothing and the link goes on."""
     core = linked(agents=("lab", "pi"))
     assert core.receive('{"type":"viewing","agent":"pi","on":true}', 101.0) == Watch("pi", True)
     assert core.receive('{"type":"viewing","agent":"ghost","on":true}', 101.0) == Ignored()
@@ -228,9 +230,10 @@ json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
 
 
 @settings(max_examples=200, deadline=None)
-@given(kind=st.sampled_from([*crewwire.LEAD_FRAMES, "bogus"]), rid=json_values, agent=st.sampled_from(["lab", "ghost", 3]),
-       op=st.sampled_from(["send", "answer", "explode"]), what=st.sampled_from(["items", "closed", "recent_sends", "x"]),
-       args=json_values, extra=st.dictionaries(texts, json_values, max_size=2), garbage=st.none() | st.text(max_size=30))
+@given(kind=st.sampled_from([*crewwire.LEAD_FRAMES, "bogus"]), rid=json_values,
+       agent=st.sampled_from(["lab", "ghost", 3]), op=st.sampled_from(["send", "answer", "explode"]),
+       what=st.sampled_from(["items", "closed", "recent_sends", "x"]), args=json_values,
+       extra=st.dictionaries(texts, json_values, max_size=2), garbage=st.none() | st.text(max_size=30))
 def test_whatever_the_lead_sends_after_the_welcome_the_link_goes_on_and_every_id_is_answered(
         kind, rid, agent, op, what, args, extra, garbage):
     """No frame ends a welcomed link: `receive` always returns what to do. A `request` or `read` that names a
