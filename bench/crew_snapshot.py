@@ -11,7 +11,7 @@ snapshot of `agents` x `conversations` open conversations, each with one permiss
 - from outside, `GET /healthz` asked back to back over one kept-alive connection, against the floor:
   the same request on the idle lead, measured in the same run.
 
-By default the member sends the snapshot the way `collie.member.link` does (frames of at most
+By default the member sends the snapshot the way a member does (`collie.crew.membercore.snapshot_frames`: frames of at most
 crewwire.MAX_FRAME, the rest as `agent` frames); `--one-frame` sends it as one frame, as members
 did before issue 9.6 (a current lead closes such a link: code 1009).
 """
@@ -59,11 +59,11 @@ def member_main(url: str, token: str, agents: int, conversations: int, pad: int,
     from trio_websocket import open_websocket_url
 
     frames = [{"type": "snapshot", "agents": views(agents, conversations, pad)}]
-    if not one_frame:
-        from collie.member.link import snapshot_frames
-
-        frames = snapshot_frames(frames[0]["agents"])
     texts = [json.dumps(f, separators=(",", ":")) for f in frames]
+    if not one_frame:
+        from collie.crew.membercore import snapshot_frames
+
+        texts = snapshot_frames([(v["name"], json.dumps(v, separators=(",", ":"))) for v in frames[0]["agents"]])
 
     async def run():
         async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {token}".encode())],

@@ -1,5 +1,10 @@
 """The member's link up to its lead (crew.md §2): dial out, keep the lead's view current, carry writes.
 
+The protocol itself — the hello/welcome handshake, reading every lead frame strictly, the answer each
+request and read gets (at once when it cannot be read), the beats — is decided by `collie.crew.membercore.MemberCore`,
+shared with the testing kit's fake member; this module dials, trusts, reads and writes the WebSocket, and
+carries the core's events out on this machine's bridge.
+
 - Dial `wss://…/crew/v1` (or `ws://` to loopback) with the member token in the upgrade's
   `Authorization` header; `hello` → `welcome`. A refused token (closed `unauthorized`), `version`,
   `label_in_use` (another machine holds this label: see the lead's rule in collie.lead.members.hub), or no lead
@@ -48,8 +53,10 @@ from collie.bridge.panes import chat_items
 from collie.bridge.reader import LEFT_OUT, newest_of
 from collie.bridge.writer import Writer
 from collie.bridge.writes import WriteRequest
-from collie.crew import __version__, crewwire, logs
+from collie.crew import crewwire, logs
 from collie.crew.crewconfig import CrewConfig
+from collie.crew.membercore import (PONG_WAIT, ROOM, Answer, Ignored, LineBudget, Lookup, MemberCore, Misfit, Watch, Write,
+                             agent_frame, snapshot_frames)
 from collie.crew.security import check_loopback_peer
 from collie.crew.views import keep_conversations
 from collie.crew.wire import unstructure
@@ -57,14 +64,12 @@ from collie.crew.wire import unstructure
 log = logs.get("crew")
 
 MIN_GAP = crewwire.MIN_GAP
-FRAME_ROOM = 4096  # what a frame's envelope may add to the views it carries
 BACKOFF_MIN, BACKOFF_MAX = 0.5, 30.0
 HEALTHY_AFTER = 10.0  # a link up this long resets the backoff (a lead that closes every link at once does not)
 GOING_AWAY = 1001  # the close code of a lead shutting down or restarting (collie.lead.members.hub)
 RESTART_RETRY = 1.0  # after a lead went away, a try this often (jittered ×0.5–1.5) ...
 RESTART_WINDOW = 120.0  # ... for this long; then the backoff grows again
 CONNECT_TIMEOUT = 10.0
-BAD_LINES, BAD_LINES_EVERY = 10, 60.0  # lines about the lead's bad frames logged in a minute at most
 FOLLOW_TURN_MAX = 60.0  # how long the member reads eagerly for a turn a lead's write started to end
 
 
@@ -170,7 +175,7 @@ def agent_view(bridge: Bridge, name: str) -> dict:
     view = {"name": name, "status": unstructure(reader.status_view()), "hello": reader.raw_hello, "state": state}
     if left_out:
         view["left_out"] = min(crewwire.LEFT_OUT_MAX, left_out)
-    if len(crewwire.encode(view)) > crewwire.MAX_FRAME - FRAME_ROOM:
+    if len(crewwire.encode(view)) > ROOM:
         status = {**view["status"], "status": "unreachable", "reason": "protocol",
                   "detail": "the durable agent's state is larger than the crew link carries "
                             f"({crewwire.MAX_FRAME // 1024} KiB)"}
@@ -221,24 +226,7 @@ def view_shape(view: dict) -> tuple:
     return (status.get("status") if isinstance(status, dict) else None, turns)
 
 
-def snapshot_frames(views: list[dict]) -> list[dict]:
-    """A `snapshot` carrying as many views as fit one frame; the others follow as `agent` frames
-    (named in the snapshot's `more`, so the lead does not drop them meanwhile)."""
-    room = crewwire.MAX_FRAME - FRAME_ROOM
-    inside, after = [], []
-    for view in views:
-        size = len(crewwire.encode(view)) + 1
-        if size <= room:
-            inside.append(view)
-            room -= size
-        else:
-            after.append(view)
-    frames = [{"type": "snapshot", "agents": inside, "more": [v["name"] for v in after]}]
-    frames += [{"type": "agent", "name": v["name"], "view": {k: x for k, x in v.items() if k != "name"}} for v in after]
-    return frames
-
-
-def fit_items(result: dict, frame_room: int = crewwire.MAX_FRAME - FRAME_ROOM) -> dict:
+def fit_items(result: dict, frame_room: int = ROOM) -> dict:
     """An items answer that fits one frame: the newest items, behind the left-out line (S3)."""
     items = result["items"]
     if len(crewwire.encode(result)) <= frame_room:
@@ -309,7 +297,8 @@ class Link:
         self.rng = random.Random()
         self.authority: bytes | None = None  # the lead's own authority (DER), once its SHA-256 matched the pin
         self.up_at: float | None = None  # trio time the current link was welcomed (None: not up)
-        self.bad_lines: tuple[float, int] = (-math.inf, 0)  # bad frames from the lead logged: since when, how many
+        self.bad_lines = LineBudget()  # lines about the lead's bad frames, a minute
+        self.core: MemberCore | None = None  # the current link's protocol state
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -399,6 +388,10 @@ class Link:
             finally:
                 await trio.aclose_forcefully(stream)
 
+    def new_core(self) -> MemberCore:
+        """The protocol state of one new link (collie.crew.membercore): its handshake, frames, answers and beats."""
+        return MemberCore(self.cfg.label, self.boot, agents=self.bridge.readers, write_type=WriteRequest)
+
     async def _connect_once(self) -> None:
         ctx = await self._tls_context()
         if ctx is not None:
@@ -410,61 +403,61 @@ class Link:
                                       max_message_size=crewwire.MAX_FRAME) as ws:
             if not isinstance(ws.remote, str):  # TCP: this very connection's other end
                 self._loopback_check((str(ws.remote.address), ws.remote.port), (str(ws.local.address), ws.local.port))
-            await ws.send_message(crewwire.encode(crewwire.Hello(self.cfg.label, __version__, crewwire.CREW_WIRE,
-                                                                 list(crewwire.WRITE_OPS), self.boot)))
-            with trio.fail_after(CONNECT_TIMEOUT):
-                kind, welcome = crewwire.parse_lead_frame(await ws.get_message())
-            if kind != "welcome":
-                raise crewwire.FrameError(f"expected welcome, got {crewwire.shown(kind, 40)}")
+            core = self.new_core()
+            await ws.send_message(crewwire.encode(core.hello(trio.current_time())))
+            with trio.fail_at(core.welcome_by):
+                raw = await ws.get_message()
+            welcome = core.receive(raw, trio.current_time()).welcome  # FrameError: not a welcome
             self.status.connected, self.status.since = True, time.time()
             self.status.last_contact, self.status.last_error = time.time(), None
             self.status.connects += 1
             self.up_at = trio.current_time()
             self.status.read_only = welcome.read_only
             log.info("[crew] connected to the lead at %s as %s", self.url, self.cfg.label)
-            await self._session(ws)
+            await self._session(ws, core)
 
-    async def _session(self, ws) -> None:
+    async def _session(self, ws, core: MemberCore) -> None:
+        """A welcomed link: the lead's frames fed to `core`, its events carried out (each write and read in
+        a task of its own, so none holds up the next frame)."""
+        self.core = core
         send_lock = trio.Lock()
 
         async def send(msg) -> None:
             async with send_lock:
-                await ws.send_message(crewwire.encode(msg))
+                await ws.send_message(msg if isinstance(msg, str) else crewwire.encode(msg))
 
-        async with trio.open_nursery() as n:
-            n.start_soon(self._publish, send)
-            n.start_soon(self._beat, send, ws)
-            while True:
-                raw = await ws.get_message()
-                self.status.last_contact = time.time()
-                try:
-                    kind, frame = crewwire.parse_lead_frame(raw)
-                except crewwire.FrameError as exc:
-                    n.start_soon(self._bad_frame, send, exc)
-                    continue
-                if kind == "viewing":
-                    if frame.agent in self.bridge.readers:
-                        self.bridge.set_viewing(frame.agent, frame.on)
-                elif kind == "request":
-                    n.start_soon(self._request, send, frame)
-                elif kind == "read":
-                    n.start_soon(self._read, send, frame)
-                else:  # a second welcome
-                    log.info("[crew] a %s frame from the lead after the link was set up: ignored", kind)
+        try:
+            async with trio.open_nursery() as n:
+                n.start_soon(self._publish, send)
+                n.start_soon(self._beat, send, ws)
+                while True:
+                    raw = await ws.get_message()
+                    self.status.last_contact = time.time()
+                    event = core.receive(raw, trio.current_time())
+                    if isinstance(event, Watch):
+                        self.bridge.set_viewing(event.agent, event.on)
+                    elif isinstance(event, Write):
+                        n.start_soon(self._request, send, event)
+                    elif isinstance(event, Lookup):
+                        n.start_soon(self._read, send, event)
+                    elif isinstance(event, Answer):
+                        await send(event.frame)
+                    elif isinstance(event, Misfit):
+                        await self._bad_frame(send, event.error)
+                    elif isinstance(event, Ignored) and event.line:
+                        log.info("[crew] %s", event.line)
+        finally:
+            core.close()
 
     async def _bad_frame(self, send, exc: crewwire.FrameError) -> None:
         """A frame from the lead that does not fit the crew wire: a request or read naming its id is answered at
         once with what was wrong (a request refused `bad_request`: nothing reached the agent), so the lead
-        never waits out its time limit; any other is logged (escaped) and dropped."""
-        answer = crewwire.refusal_of(exc) or crewwire.read_failure(exc)
-        now = trio.current_time()
-        start, logged = self.bad_lines if now - self.bad_lines[0] < BAD_LINES_EVERY else (now, 0)
-        self.bad_lines = (start, logged + 1)
-        if logged < BAD_LINES:
-            log.info("[crew] a frame from the lead does not fit the crew wire (%s)%s", exc.args[0],
-                     "; answered" if answer is not None else "; ignored")
-        if answer is not None:
-            await send(answer)
+        never waits out its time limit; any other is logged (escaped; BAD_LINES a minute at most) and dropped."""
+        misfit = Misfit(exc)
+        if self.bad_lines.allow(trio.current_time()):
+            log.info("[crew] %s", misfit.line)
+        if misfit.answer is not None:
+            await send(misfit.answer)
 
     async def _publish(self, send) -> None:
         """A snapshot, then only what changed (see Coalescer)."""
@@ -481,7 +474,7 @@ class Link:
         self.bridge.on_agent_change.append(on_change)
         try:
             views = [agent_view(self.bridge, name) for name in self.bridge.readers]
-            for frame in snapshot_frames(views):
+            for frame in snapshot_frames([(v["name"], crewwire.encode(v)) for v in views]):
                 await send(frame)
             now = trio.current_time()
             for v in views:
@@ -508,7 +501,7 @@ class Link:
                     wait = coalescer.decide(name, key, trio.current_time(), shape, gap)
                     if wait == 0:
                         waiting.pop(name, None)
-                        await send({"type": "agent", "name": name, "view": {k: v for k, v in view.items() if k != "name"}})
+                        await send(agent_frame(name, view))
                         coalescer.mark(name, key, trio.current_time(), shape)
                     elif wait is not None:
                         waiting[name] = trio.current_time() + wait
@@ -518,20 +511,17 @@ class Link:
             self.bridge.on_agent_change.remove(on_change)
 
     async def _beat(self, send, ws) -> None:
+        """A beat when the core says one is due, and a ping the lead must answer within PONG_WAIT."""
         while True:
-            await trio.sleep(crewwire.BEAT_EVERY)
-            await send(crewwire.Beat())
-            with trio.fail_after(crewwire.OFFLINE_AFTER):
+            await trio.sleep_until(self.core.next_beat)
+            await send(self.core.beat(trio.current_time()))
+            with trio.fail_after(PONG_WAIT):
                 await ws.ping()
 
-    async def _request(self, send, frame: crewwire.Request) -> None:
-        try:
-            req = crewwire.request_structured(frame, WriteRequest)
-        except crewwire.FrameError as exc:
-            await self._bad_frame(send, exc)
-            return
+    async def _request(self, send, write: Write) -> None:
+        req = write.request
         rec = await self.writer.write(req, caller_locked=True)
-        await send(crewwire.ReceiptFrame(frame.id, rec))
+        await send(self.core.receipt(write.frame.id, rec))
         if rec.outcome in ("sent", "started") and rec.turn is not None and req.agent in self.bridge.readers:
             await self._follow_turn(req.agent, rec.conversation or req.conversation, rec.turn)
 
@@ -547,14 +537,12 @@ class Link:
                 self.bridge.read_soon(agent)
                 await self.bridge.wait_changed()
 
-    async def _read(self, send, frame: crewwire.Read) -> None:
+    async def _read(self, send, lookup: Lookup) -> None:
+        frame, args = lookup.frame, lookup.args
         agent, what = frame.agent, frame.what
         result, ok = None, True
         try:
-            args = crewwire.read_args(frame) if agent in self.bridge.readers else None  # FrameError: said below
-            if args is None:
-                ok = False
-            elif what == "items":
+            if what == "items":
                 conv, since = args.conversation, args.since or 0
                 tapped = await self.writer.journal.run(self.writer.journal.tapped_asks, agent)
                 if args.newest is not None:  # issue 39: the newest page by position (crew.md §2)
@@ -576,11 +564,6 @@ class Link:
                 result = {"closed": got.conversations, "next": got.next, "footer": got.footer, "reason": got.reason}
             elif what == "recent_sends":
                 result = {"lines": self.writer.recent_sends(agent, args.conversation)}
-        except crewwire.FrameError as exc:
-            ok, result = False, {"error": exc.args[0]}
         except Exception as exc:  # a failed read is an answer, not a dead link
             ok, result = False, {"error": f"{type(exc).__name__}: {exc}"}
-        answer = crewwire.ReadResult(frame.id, ok, result)
-        if len(crewwire.encode(answer)) > crewwire.MAX_FRAME - FRAME_ROOM:  # the lead would close the link
-            answer = crewwire.ReadResult(frame.id, False, {"error": "the answer is larger than the crew link carries"})
-        await send(answer)
+        await send(self.core.read_result(frame.id, ok, result))  # too large for a frame: `ok: false`

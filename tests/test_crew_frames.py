@@ -18,11 +18,12 @@ from collie.bridge.writes import OPS, WriteRequest
 from collie.crew import crewwire
 from collie.crew.crewconfig import CrewConfig
 from collie.crew.crewwire import FrameError, parse_lead_frame, parse_member_frame
+from collie.crew.membercore import MemberCore
 from collie.crew.receipts import Receipt
 from collie.crew.wire import WireRange
 from collie.lead.members.link import FORWARD_TIMEOUT, Conn
-from collie.lead.members.routing import forwarded_receipt
 from collie.lead.members.session import Member, connected, viewing
+from collie.lead.members.routing import forwarded_receipt
 from collie.member.link import Link
 
 TOKEN = "0123456789abcdef" * 4
@@ -197,6 +198,13 @@ class Pipe:
         pass
 
 
+def welcomed(core: MemberCore) -> MemberCore:
+    """`core` past its handshake (its hello sent, the lead's welcome read), as a link's session starts."""
+    core.hello(trio.current_time())
+    core.receive(crewwire.encode(crewwire.Welcome("collie", crew_wire=crewwire.CREW_WIRE)), trio.current_time())
+    return core
+
+
 class QuietBridge:
     """A member's bridge with one agent that never changes (the link's publisher sends one snapshot)."""
 
@@ -230,7 +238,7 @@ async def test_a_malformed_request_gets_its_refusal_at_once_not_after_15_s(autoj
 
     caplog.set_level(logging.INFO, logger="collie.crew")
     async with trio.open_nursery() as n:
-        n.start_soon(link._session, Pipe(to_lead_send, to_member_recv))
+        n.start_soon(link._session, Pipe(to_lead_send, to_member_recv), welcomed(link.new_core()))
         n.start_soon(lead_reader)
         await to_member_send.send('{"type":"request","id":7,"agent":"lab\\u001b[2J","op":"send","args":{}}')
         await to_member_send.send("not json\n[crew] FATAL")
@@ -257,15 +265,20 @@ async def test_a_read_the_member_cannot_read_is_answered_at_once_with_the_fault(
     what was wrong, in the same instant — a read of an agent the member does not have stays a plain `ok: false`
     (the lead's link probe)."""
     answers: list = []
-
-    async def send(frame) -> None:
-        answers.append((trio.current_time(), crewwire.encode(frame)))
-
+    to_member_send, to_member_recv = trio.open_memory_channel(10)
+    to_lead_send, to_lead_recv = trio.open_memory_channel(10)
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "laptop"), bridge=QuietBridge(), writer=None)
-    for raw in ('{"type":"read","id":"a","agent":"lab","what":"items","args":{"conversation":"c","since":"5"}}',
-                '{"type":"read","id":"b","agent":"lab","what":"everything","args":{}}',
-                '{"type":"read","id":"c","agent":"collie-link-probe","what":"recent_sends","args":{"conversation":"p"}}'):
-        await link._read(send, parse_lead_frame(raw)[1])
+    async with trio.open_nursery() as n:
+        n.start_soon(link._session, Pipe(to_lead_send, to_member_recv), welcomed(link.new_core()))
+        for raw in ('{"type":"read","id":"a","agent":"lab","what":"items","args":{"conversation":"c","since":"5"}}',
+                    '{"type":"read","id":"b","agent":"lab","what":"everything","args":{}}',
+                    '{"type":"read","id":"c","agent":"collie-link-probe","what":"recent_sends","args":{"conversation":"p"}}'):
+            await to_member_send.send(raw)
+        while len(answers) < 3:
+            text = await to_lead_recv.receive()
+            if json.loads(text)["type"] == "read_result":
+                answers.append((trio.current_time(), text))
+        n.cancel_scope.cancel()
     assert [at for at, _ in answers] == [0.0, 0.0, 0.0]
     got = [json.loads(text) for _, text in answers]
     assert got[0] == {"type": "read_result", "id": "a", "ok": False,
@@ -291,7 +304,7 @@ async def test_the_kits_fake_member_refuses_a_malformed_request_at_once_too(auto
                 conn.resolve(frame.id, frame)
 
     async with trio.open_nursery() as n:
-        n.start_soon(fake._session, Pipe(to_lead_send, to_member_recv), None)
+        n.start_soon(fake._session, Pipe(to_lead_send, to_member_recv), None, welcomed(fake.new_core()))
         n.start_soon(lead_reader)
         start = trio.current_time()
         got = await conn.call({"type": "request", "id": "r1", "agent": "agent-1", "op": "rename",

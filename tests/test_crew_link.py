@@ -12,13 +12,14 @@ import trio
 import trio.testing
 from trio_websocket import ConnectionClosed, open_websocket_url
 
-from collie.bridge.pace import VIEWED_GAP
 from collie.bridge.reader import AgentReader
 from collie.crew import crewwire
 from collie.crew.crewconfig import CrewConfig
 from collie.crew.crewstore import token_hash
 from collie.crew.crewwire import FrameError, parse_member_frame
-from collie.member.link import Coalescer, Link, agent_view, fit_items, snapshot_frames, view_shape
+from collie.bridge.pace import VIEWED_GAP
+from collie.crew.membercore import snapshot_frames
+from collie.member.link import Coalescer, Link, agent_view, fit_items, view_shape
 from tests.crewlab import Crew, fake_view, hello_frame, invite, wait_for
 from tests.live import short_dir
 
@@ -84,7 +85,7 @@ def test_views_are_bounded():
 
 def test_a_snapshot_too_big_for_one_frame_sends_the_rest_as_agent_frames():
     views = [fake_view(f"a{i}", 150, instance="x" * 40) for i in range(40)]
-    frames = snapshot_frames(views)
+    frames = [json.loads(f) for f in snapshot_frames([(v["name"], crewwire.encode(v)) for v in views])]
     assert all(len(crewwire.encode(f)) <= crewwire.MAX_FRAME for f in frames)
     snap = frames[0]
     assert snap["type"] == "snapshot" and snap["more"] and len(snap["agents"]) + len(snap["more"]) == 40
@@ -142,7 +143,8 @@ async def test_a_lone_change_is_published_at_once_then_at_most_one_frame_per_gap
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "m"), bridge=bridge, writer=None)
     sent: list = []
 
-    async def send(frame: dict) -> None:
+    async def send(frame: dict | str) -> None:
+        frame = json.loads(frame) if isinstance(frame, str) else frame  # the snapshot goes as text
         rev = None if frame["type"] == "snapshot" else frame["view"]["state"]["conversations"][0]["items_rev"]
         sent.append((round(trio.current_time(), 9), frame["type"], frame.get("name"), rev))
 
@@ -173,7 +175,8 @@ async def test_the_frame_showing_a_turn_end_is_not_held_by_the_gap(autojump_cloc
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "m"), bridge=bridge, writer=None)
     sent: list = []
 
-    async def send(frame: dict) -> None:
+    async def send(frame: dict | str) -> None:
+        frame = json.loads(frame) if isinstance(frame, str) else frame  # the snapshot goes as text
         if frame["type"] == "agent":
             c = frame["view"]["state"]["conversations"][0]
             sent.append((round(trio.current_time(), 9), c["turn"], c["state"], c["items_rev"]))
@@ -452,8 +455,8 @@ def test_the_member_says_what_a_refusal_means():
     link = Link(CrewConfig(1, "ws://127.0.0.1:1/crew/v1", TOKEN, "laptop"), bridge=None, writer=None)
 
     def closed(reason):
-        from trio_websocket import CloseReason
         from wsproto.frame_protocol import CloseReason as Code
+        from trio_websocket import CloseReason
         return ConnectionClosed(CloseReason(Code.POLICY_VIOLATION, reason))
 
     assert "refused this member (unauthorized): the member token is wrong" in link.describe(closed("unauthorized"))

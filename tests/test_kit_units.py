@@ -180,7 +180,7 @@ def test_a_snapshot_too_big_for_one_frame_names_the_rest_and_every_frame_fits_th
     """100 agents of 200 conversations (~7 MB of views): the snapshot carries what fits one frame,
     names the others in `more`, and they follow as `agent` frames; the lead's parser takes every frame."""
     from collie.crew import crewwire
-    from collie.fixtures.member.link import snapshot_frames
+    from collie.crew.membercore import snapshot_frames
 
     agents = [FakeAgent(f"agent-{i}", 200, "i", WALL) for i in range(1, 101)]
     frames = snapshot_frames([(a.name, crewwire.encode(a.view())) for a in agents])
@@ -215,6 +215,7 @@ async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(
     a machine gone quiet — and everything resumes after it, on exact virtual times."""
     import trio
 
+    from collie.crew import crewwire
     from collie.fixtures.member.link import FakeMember
 
     m = FakeMember("ws://127.0.0.1:1", "laptop", "t" * 64, agents=1, conversations=1)
@@ -222,7 +223,10 @@ async def test_a_silent_member_sends_and_answers_nothing_until_its_silence_ends(
     request = {"type": "request", "id": "r1", "agent": "agent-1", "op": "rename",
                "args": {"request_id": "r1", "op": "rename", "agent": "agent-1", "conversation": "c1", "title": "x"}}
     async with trio.open_nursery() as n:
-        n.start_soon(m._session, ws, None)
+        core = m.new_core()
+        core.hello(0.0)
+        core.receive(crewwire.encode(crewwire.Welcome("collie", crew_wire=crewwire.CREW_WIRE)), 0.0)
+        n.start_soon(m._session, ws, None, core)
         await trio.sleep(15)
         m.set_silent(40)  # 15 s → 55 s
         m.raise_ask("agent-1", "c1", title="Deploy?")
