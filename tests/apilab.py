@@ -20,7 +20,7 @@ from lead.http import create_app
 from lead.hub import Hub, Member
 from lead.inbox import Inbox
 from lead.refusals import Refusals
-from tests.live import InlineJournal, bridge_for
+from tests.livelab import InlineJournal, bridge_for
 
 TOKEN = "t" * 64
 

@@ -68,9 +68,9 @@ def leftovers(config) -> set[int]:
 def pytest_sessionfinish(session, exitstatus):
     """Nothing of a run is left running after it: a program a test started and did not end is listed,
     killed, and the run fails (issue 41). The short folders the tests made in /tmp
-    (`tests.live.short_dir`: a crew's state, sockets, logs) go when every test passed; after a failure
+    (`tests.livelab.short_dir`: a crew's state, sockets, logs) go when every test passed; after a failure
     they stay, for a look at what the processes wrote."""
-    from tests.live import MADE, cleanup
+    from tests.livelab import MADE, cleanup
     from tests.procs import command
 
     deadline = time.monotonic() + LEFT_GRACE
@@ -103,10 +103,21 @@ def pytest_sessionfinish(session, exitstatus):
             cleanup(d)
 
 
+LAYERS = ("unit", "live", "system")  # tests/<layer>/: docs/architecture.md, "The tests, in three layers"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test is marked with its layer (its folder), so `-m unit`, `-m "not system"` select by layer."""
+    for item in items:
+        layer = item.path.parent.name
+        if layer in LAYERS and item.path.parent.parent == Path(__file__).parent:
+            item.add_marker(layer)
+
+
 @pytest.fixture
 def tmp():
     """A private folder with a short path (for sockets), removed after the test."""
-    from tests.live import cleanup, short_dir
+    from tests.livelab import cleanup, short_dir
 
     d = short_dir()
     yield d
