@@ -230,7 +230,7 @@ def rows_speed(r: dict) -> list[dict]:
 
 ROWS = {"wire": rows_wire, "idle": rows_idle, "live": rows_live, "writes": rows_writes, "scale": rows_scale,
         "members": rows_members, "speed": rows_speed}
-# the keys every run (quick or full) has when nothing failed: tests/test_bench_runner.py checks them
+# the keys every run (quick or full) has when nothing failed: tests/system/test_bench_runner.py checks them
 KEYS = {
     "wire": ["wire.requests_per_day.polling_idle", "wire.requests_per_day.polling_viewed", "wire.requests_per_day.watch",
              "wire.bytes_per_idle_poll.polling", "wire.bytes_per_idle_poll.watch", "wire.ask_to_pane.p50",

@@ -6,8 +6,8 @@ The demo promises that Ctrl-C ends every process it started within 5 s (SIGTERM,
 3 s). Each run starts `collie demo --awake 2 --asleep 5` with a throw-away HOME, waits for its ready
 line, sends SIGINT and times until the demo and every process below it ended. The floor, measured in
 the same run: an idle Python process ending on SIGINT (what the machine's load alone costs an exit).
-The load average is printed beside each run. This was an assertion of tests/test_demo.py and
-tests/test_demo_phone.py; on a loaded machine a slow exit failed them (issue 41).
+The load average is printed beside each run. This was an assertion of tests/system/test_demo.py and
+tests/system/test_demo_phone.py; on a loaded machine a slow exit failed them (issue 41).
 """
 
 from __future__ import annotations

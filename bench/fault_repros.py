@@ -8,7 +8,7 @@
 Each prints what the phone saw and what the agent's ledger says, then `DEFECT` or `ok` (`KEEP=1` keeps
 the trial folder, logs and ledger included); all print `ok` since issue 8 was closed. A queued send
 dispatched while its agent cannot be reached (README item 2) depends on a ~0.1 s window and has no
-script here: replay its campaign seeds (35, 109), or see tests/test_not_now.py, which injects it.
+script here: replay its campaign seeds (35, 109), or see tests/live/test_not_now.py, which injects it.
 Real processes on loopback, the same `tally` agent and lead as the campaign; each takes a few seconds.
 """
 

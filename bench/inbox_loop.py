@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/inbox_loop.py [--runs 3]
 
-Runs the two load scenarios of tests/test_inbox_live.py in one process — 100 sends at once to 10
+Runs the two load scenarios of tests/live/test_inbox_live.py in one process — 100 sends at once to 10
 agents x 10 conversations, and 300 requests waiting for one busy agent — with tests/loopwatch.py's
 LoopWatch armed once the lab is ready, and prints per scenario: task steps, the longest step (its
 run-queue wait on a busy machine subtracted) and how many blocked the loop over 20 ms (issue 16.2's
@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.measure import runs_from  # noqa: E402
-from tests import test_inbox_live as scenarios  # noqa: E402
-from tests.live import cleanup  # noqa: E402
+from tests.livelab import test_inbox_live as scenarios  # noqa: E402
+from tests.livelab import cleanup  # noqa: E402
 from tests.loopwatch import LIMIT, LoopWatch  # noqa: E402
 
 SCENARIOS = {

@@ -10,9 +10,9 @@ open the live channel viewing the agent's conversation, read its snapshot, close
 once GET the dashboard and the pane again. With HTTP/1.1 closing the channel mid-body ends its
 connection; with `--http2` everything shares one connection (httpx never resets an abandoned stream, so
 the lead keeps those channels until the connection closes; a browser resets it: see
-tests/test_pairing.py::test_http2_phone_closing_its_live_channel_drops_the_viewing_and_keeps_the_connection).
+tests/system/test_pairing.py::test_http2_phone_closing_its_live_channel_drops_the_viewing_and_keeps_the_connection).
 
-`--threads`: the tests' way (tests/test_pairing.py `Stream`): the channel read by a thread with a sync
+`--threads`: the tests' way (tests/system/test_pairing.py `Stream`): the channel read by a thread with a sync
 client, closed from the main thread, then a new connection's requests, and a view change that makes
 the lead write on the channel it has not yet seen closed. `--unsafe-close` closes the socket under the
 blocked reading thread as `Stream.close` did before (issue 11's "TLS keep-alive defect").
@@ -79,7 +79,7 @@ async def worker(base: str, ctx: ssl.SSLContext, token: str, rounds: int, http2:
 
 
 def thread_rounds(args, base: str, ctx: ssl.SSLContext, token: str) -> tuple[collections.Counter, int, float]:
-    from tests.test_pairing import Stream
+    from tests.system.test_pairing import Stream
 
     failures: collections.Counter = collections.Counter()
     done = 0

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measure import Floor, lead_folder, loadavg, ms, pct, start_lead  # noqa: E402
 
 from collie.crew.config import AgentConfig  # noqa: E402
-from tests.live import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
+from tests.livelab import ALL_CAPS, agent, bridge_for, cleanup, short_dir  # noqa: E402
 
 NO_WATCH = [c for c in ALL_CAPS if c != "watch"]
 

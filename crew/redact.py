@@ -13,7 +13,7 @@ What it masks (each match becomes `[secret]`; text around it stays):
   lines where the name says secret (`*TOKEN*`, `*SECRET*`, `*PASSWORD*`, `*PASSWD*`, `*API_KEY*`,
   `*PRIVATE_KEY*`, `*ACCESS_KEY*`, `*CREDENTIAL*`; the value must be 6+ characters).
 What it leaves: hex digests (git hashes, SHA-256), UUIDs, long ordinary words, numbers, paths.
-Tested on a corpus of realistic secrets and near-misses (tests/test_redact.py).
+Tested on a corpus of realistic secrets and near-misses (tests/unit/test_redact.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the real ACP agents' tests (tests/test_acp_real.py: Codex, Claude Code; tests/test_acp_vendors.py: the
+"""What the real ACP agents' tests (tests/system/test_acp_real.py: Codex, Claude Code; tests/system/test_acp_vendors.py: the
 npm registry's agents) check alike: Stop with a command's ask open, and a crash with one open."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.test_durable_e2e import wait_for
+from tests.system.test_durable_e2e import wait_for
 
 SLOW = 60.0  # a real agent's first start (node, the binary, Claude Code's own start) on a busy CI machine
 

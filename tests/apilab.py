@@ -22,7 +22,7 @@ from collie.lead.members.refusals import Refusals
 from collie.lead.members.session import Member
 from collie.lead.routes.api import create_api
 from collie.lead.routes.inbox import register as install_inbox_routes
-from tests.live import InlineJournal, bridge_for
+from tests.livelab import InlineJournal, bridge_for
 
 TOKEN = "t" * 64
 

@@ -1,4 +1,4 @@
-"""A benchmark for tests/test_bench_runner.py, in milliseconds instead of minutes: the runner's own work
+"""A benchmark for tests/system/test_bench_runner.py, in milliseconds instead of minutes: the runner's own work
 (a child per benchmark, its figures in the table and the JSON, a failure named, a stop that ends what
 the benchmark started) without a real benchmark's sizes. `BENCH_STUB=hang` starts a program, writes
 both pids to `BENCH_STUB_PIDS` and waits forever, as a benchmark that is stopped midway."""

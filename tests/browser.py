@@ -1,7 +1,7 @@
 """Headless Chromium for the phone app's tests (Playwright driving Debian's /usr/bin/chromium).
 
 `python -m tests.browser` installs what the tests need when it is missing: Debian's chromium (as root,
-with apt-get) for the browser tests, and the real ACP agents for tests/test_acp_real.py (tests/agents.py:
+with apt-get) for the browser tests, and the real ACP agents for tests/system/test_acp_real.py (tests/agents.py:
 Node from Debian's packages where missing, the pinned npm packages into tests/.agents/). The README's
 test command and .ci/run call it before pytest, so CI runs these tests on a fresh machine instead of
 skipping them.
@@ -26,7 +26,7 @@ def launch(playwright):
 
 
 # Debian packages the browser tests use beside Chromium, by the program each provides: `certutil` puts the lead's
-# certificate authority into a browser's NSS database (tests/test_trust.py), `caddy` is the TLS-terminating proxy
+# certificate authority into a browser's NSS database (tests/system/test_trust.py), `caddy` is the TLS-terminating proxy
 # in front of a lead with --public-url (issue 35).
 TOOLS = {"certutil": "libnss3-tools", "caddy": "caddy"}
 

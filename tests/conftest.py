@@ -28,37 +28,65 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 # Every program a test starts inherits this variable (tests that build a program's environment copy
 # os.environ; the ones that drop COLLIE_* keep it), so the session's end finds what a test left running
-# even after its parent died and it was re-parented.
+# even after its parent died and it was re-parented. Under pytest-xdist each worker marks its programs
+# with a mark of its own below the run's (`<run>/gw0`): a worker judges only what its own tests started,
+# and the controller, at the end, finds what a worker that died left behind (any mark below the run's).
 os.environ["TESTS_RUN"] = f"{os.getpid()}-{time.time_ns()}"
-RUN_MARK = f"TESTS_RUN={os.environ['TESTS_RUN']}"
 LEFT_GRACE = 5.0  # seconds a program ending after its test (SIGTERM sent, Chromium closing) gets to go
+LEFT_BY_WORKERS: list[str] = []  # the controller's: what each xdist worker found left running and killed
 
 
-def leftovers() -> set[int]:
-    """This run's programs still running: below pytest, or carrying the run's mark."""
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", None)
+    if worker is not None:  # an xdist worker: its mark goes below the run's (its controller's)
+        os.environ["TESTS_RUN"] = f"{worker['run_mark']}/{worker['workerid']}"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist's controller, for each worker it starts: the run's mark, below which the worker makes its own."""
+    node.workerinput["run_mark"] = os.environ["TESTS_RUN"]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: a worker's own session-end check is reported and fails the run here."""
+    LEFT_BY_WORKERS.extend(f"{node.gateway.id}: {line}" for line in getattr(node, "workeroutput", {}).get("left", []))
+
+
+def leftovers(config) -> set[int]:
+    """This run's programs still running: below pytest, or carrying the run's mark (under xdist's controller:
+    a mark below the run's, i.e. a worker's, whose worker ended without ending them)."""
     from tests.procs import descendants, marked
 
-    return (descendants(os.getpid()) | marked(RUN_MARK)) - {os.getpid()}
+    mark = os.environ["TESTS_RUN"]
+    if config.pluginmanager.has_plugin("dsession"):
+        return marked(f"TESTS_RUN={mark}/", prefix=True)
+    return (descendants(os.getpid()) | marked(f"TESTS_RUN={mark}")) - {os.getpid()}
 
 
 def pytest_sessionfinish(session, exitstatus):
     """Nothing of a run is left running after it: a program a test started and did not end is listed,
     killed, and the run fails (issue 41). The short folders the tests made in /tmp
-    (`tests.live.short_dir`: a crew's state, sockets, logs) go when every test passed; after a failure
+    (`tests.livelab.short_dir`: a crew's state, sockets, logs) go when every test passed; after a failure
     they stay, for a look at what the processes wrote."""
-    from tests.live import MADE, cleanup
+    from tests.livelab import MADE, cleanup
     from tests.procs import command
 
     deadline = time.monotonic() + LEFT_GRACE
-    while (left := leftovers()) and time.monotonic() < deadline:
+    while (left := leftovers(session.config)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if left:
-        said = [f"{pid}: {command(pid)}" for pid in sorted(left)]
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    said = [f"{pid}: {command(pid)}" for pid in sorted(left)]
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if hasattr(session.config, "workerinput"):  # an xdist worker: its controller reports and fails the run
+        session.config.workeroutput["left"] = said
+        said = []
+    said += LEFT_BY_WORKERS
+    if said:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         message = f"{len(said)} program(s) the tests started were still running at the end (killed now):"
         if reporter is not None:
@@ -75,10 +103,21 @@ def pytest_sessionfinish(session, exitstatus):
             cleanup(d)
 
 
+LAYERS = ("unit", "live", "system")  # tests/<layer>/: docs/architecture.md, "The tests, in three layers"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Each test is marked with its layer (its folder), so `-m unit`, `-m "not system"` select by layer."""
+    for item in items:
+        layer = item.path.parent.name
+        if layer in LAYERS and item.path.parent.parent == Path(__file__).parent:
+            item.add_marker(layer)
+
+
 @pytest.fixture
 def tmp():
     """A private folder with a short path (for sockets), removed after the test."""
-    from tests.live import cleanup, short_dir
+    from tests.livelab import cleanup, short_dir
 
     d = short_dir()
     yield d

@@ -84,15 +84,18 @@ def running(argv: list[str], **kw):
         stop(proc)
 
 
-def marked(mark: str) -> set[int]:
-    """The live processes of this user whose environment holds `mark` (a test run's own variable)."""
+def marked(mark: str, prefix: bool = False) -> set[int]:
+    """The live processes of this user whose environment holds `mark` (a test run's own variable), or with
+    `prefix` a variable that starts with it."""
     found = set()
     needle = mark.encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0") and _state(entry) not in ("Z", "X"):
+            env = (entry / "environ").read_bytes().split(b"\0")
+            hit = any(v.startswith(needle) for v in env) if prefix else needle in env
+            if hit and _state(entry) not in ("Z", "X"):
                 found.add(int(entry.name))
         except OSError:  # gone, or another user's
             continue

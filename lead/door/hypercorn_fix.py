@@ -79,9 +79,9 @@ keep-alive timer, which runs while the body drains.
 `install()` puts them in place (before serving); `collie.lead.door.http` passes its own subclass of
 `FixedTCPServer`. They replace private internals of the versions in `WRITTEN_FOR` (pyproject.toml pins
 those series, `~=`), so `install()` refuses any other version with a message naming both, rather than
-patching code it was not written for. `tests/test_http_server.py` fails without each of parts 1-4, and
-`tests/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7,
-`tests/test_door_jar.py` without parts 8-10, `tests/test_http_server.py` without part 11.
+patching code it was not written for. `tests/live/test_http_server.py` fails without each of parts 1-4, and
+`tests/system/test_connections.py` (a phone that stops reading, over HTTP/1.1 and HTTP/2) without parts 5-7,
+`tests/live/test_door_jar.py` without parts 8-10, `tests/live/test_http_server.py` without part 11.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Real processes, Chromium, real agents, network namespaces."""
