@@ -126,7 +126,8 @@ def test_a_card_answer_refused_busy_is_refused_again_after_the_lock_frees(crew):
             assert (other["outcome"], other["reason"]) == ("refused", "conflict")
             assert applied(ledger, tap) == []
             fresh = rid()
-            assert answer(c, "box", pane, fresh)["outcome"] == "accepted"
+            got = answer(c, "box", pane, fresh)
+        assert got["outcome"] == "accepted", got
             assert [r["applied"] for r in applied(ledger, fresh)] == [True]
             assert applied(ledger, tap) == []
     finally:

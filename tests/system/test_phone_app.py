@@ -42,7 +42,7 @@ def shot(page, name: str, top: bool = False) -> None:
 
 
 AGENTS = (("desk", "deployer"), ("forms", "asker"), ("writer", "streamer"), ("steps", "progress"), ("lib", "starters"),
-          ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "5000"), ("old", "future", "--wire", "2"),
+          ("gate", "deployer"), ("slow", "streamer", "--turn-ms", "15000"), ("old", "future", "--wire", "2"),
           ("quiet", "silent"), ("drip", "drip", "--every", "3"), ("solo", "nohistory"),
           ("show", "showcase", "--history-limit", "20"), ("timer", "deployer", "--expires", "300"),
           ("watcher", "nohistory", "--caps", "asks,watch"))
@@ -626,7 +626,7 @@ def test_steer_and_stop_inside_a_running_turn(page, crew):
     page.locator(".item.user:has-text('also the tests')").wait_for()
     page.locator(".item.reply:has-text('Noted while working: also the tests')").wait_for()
     assert page.get_by_label("Message").input_value() == ""
-    page.locator(".item.reply:has-text('Looking at it: check the logs done.')").wait_for(timeout=20000)
+    page.locator(".item.reply:has-text('Looking at it: check the logs done.')").wait_for(timeout=40000)
     items = agent_items(crew, "local", "slow", "chat")
     turn_of = {i.get("text"): i["turn"] for i in items}
     assert turn_of["check the logs"] == turn_of["also the tests"] == turn_of["Noted while working: also the tests"] == turn
@@ -1061,5 +1061,5 @@ def test_a_send_while_a_turn_runs_is_queued_on_its_line_in_the_editor_and_in_the
       return [m ? m.querySelector('.state').textContent : null, u];
     }""")
     assert mine == "queued" or (echoed and mine is None)  # redrawn from the lead's list until its turn starts
-    page.locator(".item.reply:has-text('Looking at it: second job done.')").wait_for(timeout=30000)
+    page.locator(".item.reply:has-text('Looking at it: second job done.')").wait_for(timeout=60000)
     assert page.locator(".item.mine", has_text="second job").count() == 0  # the agent's copy took its place
