@@ -127,7 +127,7 @@ def test_a_card_answer_refused_busy_is_refused_again_after_the_lock_frees(crew):
             assert applied(ledger, tap) == []
             fresh = rid()
             got = answer(c, "box", pane, fresh)
-        assert got["outcome"] == "accepted", got
+            assert got["outcome"] == "accepted", got
             assert [r["applied"] for r in applied(ledger, fresh)] == [True]
             assert applied(ledger, tap) == []
     finally:
@@ -162,5 +162,6 @@ def test_a_card_answer_refused_offline_is_refused_again_when_the_member_is_back_
         assert answer(c, "box", pane, tap) == {**first, "replay": True}
         assert applied(ledger, tap) == []
         fresh = rid()
-        assert answer(c, "box", pane, fresh)["outcome"] == "accepted"
+        got = answer(c, "box", pane, fresh)
+        assert got["outcome"] == "accepted", got
         assert applied(ledger, tap) == []
